@@ -1,0 +1,1 @@
+"""Math and code RL with verifiable rewards: data preparation, configs, train/eval entry points."""

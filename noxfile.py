@@ -1,0 +1,228 @@
+"""Developer and CI entry points for the rlloom workspace.
+
+`nox` (no arguments) runs what CI runs: lint, typecheck, build, and every package's tests with its wheel
+installed alone in a fresh virtual environment. `nox -s tests-<package>` runs one package's tests against the
+editable workspace for quick iteration; `nox -s dev` makes `.venv` with everything for local work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = False
+
+# folder under packages/ -> import module under rlloom.*
+PACKAGES: dict[str, str] = {
+    "core-rl": "core_rl",
+    "rollout": "rollout",
+    "agent": "agent",
+    "retrieval": "retrieval",
+    "rewards": "rewards",
+    "multimodal": "multimodal",
+}
+APPS = ["search_agent", "reasoning", "vlm_geo3k"]
+# extras installed for a package's own tests (CPU-only ones; GPU extras never run in CI)
+TEST_EXTRAS: dict[str, list[str]] = {"retrieval": ["dense"]}
+PYTHON = "3.11"
+
+
+def _use_local_torch_wheel() -> None:
+    """Make uv take a local CPU torch wheel instead of resolving the multi-GB CUDA build from PyPI.
+
+    pip reads PIP_FIND_LINKS; uv does not. When a wheel directory exists (RLLOOM_WHEELS, else PIP_FIND_LINKS,
+    else /opt/wheels) and holds a torch wheel, we point uv at it and pin torch to that version. Package metadata
+    stays `torch>=...`; a GPU user without such a directory gets PyPI's CUDA build.
+    """
+    candidates = [os.environ.get("RLLOOM_WHEELS"), os.environ.get("PIP_FIND_LINKS"), "/opt/wheels"]
+    for folder in filter(None, candidates):
+        wheels = sorted(Path(folder).glob("torch-*.whl"))
+        if not wheels:
+            continue
+        version = wheels[-1].name.split("-")[1].split("+")[0]
+        constraints = Path(tempfile.gettempdir()) / "rlloom-torch-constraint.txt"
+        constraints.write_text(f"torch=={version}\n")
+        links = os.environ.get("UV_FIND_LINKS", "")
+        os.environ["UV_FIND_LINKS"] = f"{folder} {links}".strip() if folder not in links else links
+        os.environ.setdefault("UV_CONSTRAINT", str(constraints))
+        return
+
+
+_use_local_torch_wheel()
+
+
+def _test_group(pyproject: Path) -> list[str]:
+    return list(nox.project.dependency_groups(nox.project.load_toml(pyproject), "test"))
+
+
+def _pytest_args(session: nox.Session, tests: Path) -> list[str]:
+    junit = ROOT / ".nox" / "junit" / f"{session.name}.xml"
+    return [str(tests), f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), f"--junitxml={junit}",
+            *session.posargs]
+
+
+def _make_tests_session(folder: str) -> None:
+    @nox.session(name=f"tests-{folder}", python=PYTHON, default=False)
+    def tests(session: nox.Session) -> None:
+        """Run one package's tests against the editable workspace (fast iteration)."""
+        pkg = ROOT / "packages" / folder
+        extras = ",".join(TEST_EXTRAS.get(folder, []))
+        session.install("-e", f"{pkg}[{extras}]" if extras else str(pkg), *_test_group(pkg / "pyproject.toml"))
+        session.run("pytest", *_pytest_args(session, pkg / "tests"))
+
+
+def _build_wheels(session: nox.Session, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    session.run("uv", "build", "--all-packages", "--no-sources", "--wheel", "-q", "-o", str(out), external=True)
+
+
+def _make_isolated_session(folder: str, module: str) -> None:
+    @nox.session(name=f"isolated-{folder}", python=PYTHON)
+    def isolated(session: nox.Session) -> None:
+        """Install this package's built wheel alone (declared dependencies only) and run its tests."""
+        pkg = ROOT / "packages" / folder
+        dist = Path(session.create_tmp()) / "dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        _build_wheels(session, dist)
+        wheel = next(dist.glob(f"rlloom_{module}-*.whl"))
+        extras = ",".join(TEST_EXTRAS.get(folder, []))
+        target = f"rlloom-{folder}[{extras}] @ {wheel.as_uri()}" if extras else str(wheel)
+        session.install("--find-links", str(dist), target, *_test_group(pkg / "pyproject.toml"))
+        # The namespace is real: this package imports, packages it does not depend on do not.
+        installed = session.run("python", "-c", _NAMESPACE_PROBE, module, silent=True)
+        session.log(f"namespace check: {str(installed).strip()}")
+        with session.chdir(session.create_tmp()):  # never import from the source tree
+            session.run("pytest", *_pytest_args(session, pkg / "tests"))
+
+
+_NAMESPACE_PROBE = """
+import importlib, importlib.metadata as md, sys
+module = sys.argv[1]
+importlib.import_module(f"rlloom.{module}")
+present = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("rlloom-"))
+for other in ["core_rl", "rollout", "agent", "retrieval", "rewards", "multimodal"]:
+    dist = "rlloom-" + other.replace("_", "-")
+    try:
+        importlib.import_module(f"rlloom.{other}")
+        ok = True
+    except ImportError:
+        ok = False
+    if ok != (dist in present):
+        raise SystemExit(f"rlloom.{other} importable={ok} but {dist} installed={dist in present}")
+print(f"rlloom.{module} imports; installed rlloom distributions: {present}")
+"""
+
+for _folder, _module in PACKAGES.items():
+    _make_tests_session(_folder)
+    _make_isolated_session(_folder, _module)
+
+
+@nox.session(name="tests-apps", python=PYTHON)
+def tests_apps(session: nox.Session) -> None:
+    """Run the apps' tests with the whole workspace installed."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS],
+                    "pytest", "pytest-timeout", "hypothesis")
+    session.run("pytest", *_pytest_args(session, ROOT / "apps"))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy (strict, namespace packages) over every package's and app's source."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS],
+                    "mypy>=1.13", "types-PyYAML", "pytest")
+    sources = [str(p) for p in sorted(ROOT.glob("packages/*/src")) + sorted(ROOT.glob("apps/*/src"))]
+    session.run("mypy", *sources)
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Every package's wheel and sdist builds alone, without workspace sources, and keeps the namespace open."""
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--no-sources", "-q", "-o", str(dist), external=True)
+    import zipfile
+
+    for folder, module in PACKAGES.items():
+        wheels = list(dist.glob(f"rlloom_{module}-*.whl"))
+        sdists = list(dist.glob(f"rlloom_{module}-*.tar.gz"))
+        if len(wheels) != 1 or len(sdists) != 1:
+            session.error(f"rlloom-{folder}: expected one wheel and one sdist in {dist}")
+        names = zipfile.ZipFile(wheels[0]).namelist()
+        if "rlloom/__init__.py" in names:
+            session.error(f"{wheels[0].name} ships rlloom/__init__.py: the namespace must stay PEP 420")
+        if not any(n.startswith(f"rlloom/{module}/") for n in names):
+            session.error(f"{wheels[0].name} does not contain rlloom/{module}/")
+    session.log(f"built {len(list(dist.iterdir()))} artifacts in {dist}")
+
+
+@nox.session(python=PYTHON, default=False)
+def dev(session: nox.Session) -> None:
+    """Create ./.venv with every package and app editable, their test groups and the CPU extras."""
+    venv = ROOT / ".venv"
+    session.run("uv", "venv", "--python", PYTHON, "--allow-existing", str(venv), external=True)
+    groups = sorted({d for f in PACKAGES for d in _test_group(ROOT / "packages" / f / "pyproject.toml")})
+    editables = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES] + [f"-e{ROOT / 'apps' / a}" for a in APPS]
+    session.run("uv", "pip", "install", "--python", str(venv / "bin" / "python"), *editables,
+                f"-e{ROOT / 'packages' / 'retrieval'}[dense]", *groups, "ruff", "mypy", "types-PyYAML", "nox",
+                external=True)
+    session.log(f"activate with: source {venv}/bin/activate")
+
+
+@nox.session(python=PYTHON, default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: a CPU demo that trains a tiny model end to end on embedded defaults."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS])
+    session.run("python", "-m", "rlloom.core_rl.demo", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks in bench/ (or the ones named: `nox -s bench -- rewards retrieval`)."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], f"-e{ROOT / 'packages' / 'retrieval'}[dense]",
+                    "math-verify[antlr4_13_2]", "rank-bm25", "bm25s")
+    names = session.posargs or sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_"))
+    for name in names:
+        session.run("python", str(ROOT / "bench" / f"{name}.py"))
+
+
+@nox.session(python=False, default=False)
+def release(session: nox.Session) -> None:
+    """Bump one package's version and date its changelog: `nox -s release -- rewards 0.2.0`."""
+    if len(session.posargs) != 2:
+        session.error("usage: nox -s release -- <package folder, e.g. rewards> <new version, e.g. 0.2.0>")
+    folder, version = session.posargs
+    if folder not in PACKAGES:
+        session.error(f"unknown package {folder!r}; choose one of {', '.join(PACKAGES)}")
+    if not re.fullmatch(r"\d+\.\d+\.\d+([ab]|rc)?\d*", version):
+        session.error(f"version {version!r} is not of the form MAJOR.MINOR.PATCH")
+    pkg = ROOT / "packages" / folder
+    about = pkg / "src" / "rlloom" / PACKAGES[folder] / "__about__.py"
+    old = re.search(r'__version__ = "([^"]+)"', about.read_text())
+    about.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', about.read_text()))
+    changelog = pkg / "CHANGELOG.md"
+    text = changelog.read_text()
+    if "## Unreleased" not in text:
+        session.error(f"{changelog} has no '## Unreleased' section to release")
+    changelog.write_text(text.replace("## Unreleased", f"## Unreleased\n\n## {version} ({date.today()})", 1))
+    session.log(f"rlloom-{folder}: {old.group(1) if old else '?'} -> {version}; tag it as {folder}-v{version}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run with: nox")
