@@ -66,8 +66,14 @@ def _test_group(pyproject: Path) -> list[str]:
 
 def _pytest_args(session: nox.Session, tests: Path) -> list[str]:
     junit = ROOT / ".nox" / "junit" / f"{session.name}.xml"
-    return [str(tests), f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), f"--junitxml={junit}",
-            *session.posargs]
+    return [
+        str(tests),
+        f"--rootdir={ROOT}",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        f"--junitxml={junit}",
+        *session.posargs,
+    ]
 
 
 def _make_tests_session(folder: str) -> None:
@@ -129,8 +135,13 @@ for _folder, _module in PACKAGES.items():
 @nox.session(name="tests-apps", python=PYTHON)
 def tests_apps(session: nox.Session) -> None:
     """Run the apps' tests with the whole workspace installed."""
-    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS],
-                    "pytest", "pytest-timeout", "hypothesis")
+    session.install(
+        *[f"-e{ROOT / 'packages' / f}" for f in PACKAGES],
+        *[f"-e{ROOT / 'apps' / a}" for a in APPS],
+        "pytest",
+        "pytest-timeout",
+        "hypothesis",
+    )
     session.run("pytest", *_pytest_args(session, ROOT / "apps"))
 
 
@@ -145,8 +156,13 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy (strict, namespace packages) over every package's and app's source."""
-    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS],
-                    "mypy>=1.13", "types-PyYAML", "pytest")
+    session.install(
+        *[f"-e{ROOT / 'packages' / f}" for f in PACKAGES],
+        *[f"-e{ROOT / 'apps' / a}" for a in APPS],
+        "mypy>=1.13",
+        "types-PyYAML",
+        "pytest",
+    )
     sources = [str(p) for p in sorted(ROOT.glob("packages/*/src")) + sorted(ROOT.glob("apps/*/src"))]
     session.run("mypy", *sources)
 
@@ -179,9 +195,21 @@ def dev(session: nox.Session) -> None:
     session.run("uv", "venv", "--python", PYTHON, "--allow-existing", str(venv), external=True)
     groups = sorted({d for f in PACKAGES for d in _test_group(ROOT / "packages" / f / "pyproject.toml")})
     editables = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES] + [f"-e{ROOT / 'apps' / a}" for a in APPS]
-    session.run("uv", "pip", "install", "--python", str(venv / "bin" / "python"), *editables,
-                f"-e{ROOT / 'packages' / 'retrieval'}[dense]", *groups, "ruff", "mypy", "types-PyYAML", "nox",
-                external=True)
+    session.run(
+        "uv",
+        "pip",
+        "install",
+        "--python",
+        str(venv / "bin" / "python"),
+        *editables,
+        f"-e{ROOT / 'packages' / 'retrieval'}[dense]",
+        *groups,
+        "ruff",
+        "mypy",
+        "types-PyYAML",
+        "nox",
+        external=True,
+    )
     session.log(f"activate with: source {venv}/bin/activate")
 
 
@@ -195,8 +223,13 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks in bench/ (or the ones named: `nox -s bench -- rewards retrieval`)."""
-    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], f"-e{ROOT / 'packages' / 'retrieval'}[dense]",
-                    "math-verify[antlr4_13_2]", "rank-bm25", "bm25s")
+    session.install(
+        *[f"-e{ROOT / 'packages' / f}" for f in PACKAGES],
+        f"-e{ROOT / 'packages' / 'retrieval'}[dense]",
+        "math-verify[antlr4_13_2]",
+        "rank-bm25",
+        "bm25s",
+    )
     names = session.posargs or sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_"))
     for name in names:
         session.run("python", str(ROOT / "bench" / f"{name}.py"))

@@ -1,4 +1,4 @@
-"""rlloom.core_rl: batch protocol, advantage estimators, policy/value losses, KL, the trainer loop, checkpoints and metrics."""
+"""rlloom.core_rl: see the package README for what it provides."""
 
 from rlloom.core_rl.__about__ import __version__
 

@@ -1,4 +1,4 @@
-"""rlloom.retrieval: bM25, dense (faiss) and Lucene retrieval backends, index building, a FastAPI server, an httpx client and retrieval eval."""
+"""rlloom.retrieval: see the package README for what it provides."""
 
 from rlloom.retrieval.__about__ import __version__
 

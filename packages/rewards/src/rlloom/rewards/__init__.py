@@ -1,4 +1,4 @@
-"""rlloom.rewards: math, QA, code-execution, format and judge scorers with a sandbox and safe batch scoring. No torch."""
+"""rlloom.rewards: see the package README for what it provides."""
 
 from rlloom.rewards.__about__ import __version__
 

@@ -1,4 +1,4 @@
-"""rlloom.rollout: generation engines (HF transformers, vLLM, OpenAI-compatible HTTP), sampling, weight sync and an OpenAI-compatible server."""
+"""rlloom.rollout: see the package README for what it provides."""
 
 from rlloom.rollout.__about__ import __version__
 

@@ -1,0 +1,78 @@
+"""What a rollout engine is asked for and what it gives back.
+
+These types live in core-rl because every engine (HF, vLLM, an OpenAI-compatible server) and every caller
+(the trainer, the agent loop, eval scripts) must agree on them; `rlloom.rollout` implements engines against
+them. Token ids are the source of truth: text is derived from them, never the other way round, so the tokens
+trained on are exactly the tokens sampled.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class SamplingParams(BaseModel):
+    """How to sample; field names follow vLLM's `SamplingParams` so configs carry over."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(default=1, ge=1, description="Samples per prompt (the GRPO group size).")
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy decoding.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1.0 disables it.")
+    top_k: int = Field(default=0, ge=0, description="Keep the k most likely tokens; 0 disables it.")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0, description="Drop tokens below min_p x the top probability.")
+    max_tokens: int = Field(default=256, ge=1, description="New tokens per sample at most (finish reason 'length').")
+    stop: list[str] = Field(default_factory=list, description="Stop strings; generation ends right after one.")
+    stop_token_ids: list[int] = Field(
+        default_factory=list, description="Extra stop token ids besides the tokenizer's EOS."
+    )
+    include_stop_str_in_output: bool = Field(
+        default=True,
+        description="Keep the matched stop string in the text (agents need `</search>` in the action).",
+    )
+    seed: int | None = Field(default=None, description="Per-request seed for reproducible sampling.")
+    logprobs: bool = Field(default=True, description="Return the logprob of each sampled token.")
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """One prompt to complete: token ids, or chat messages the engine renders with its chat template."""
+
+    prompt_ids: list[int] | None = None
+    messages: list[dict[str, Any]] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    multimodal: dict[str, Any] | None = None
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if (self.prompt_ids is None) == (self.messages is None):
+            raise ValueError("GenerationRequest needs exactly one of `prompt_ids` or `messages`.")
+        if self.prompt_ids is not None and len(self.prompt_ids) == 0:
+            raise ValueError("GenerationRequest.prompt_ids is empty: give at least one token id.")
+
+
+@dataclass(slots=True)
+class Completion:
+    """One sampled continuation. `logprobs[i]` is the sampling logprob of `token_ids[i]`."""
+
+    request_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    logprobs: list[float] | None = None
+    stop_reason: str | int | None = None  # the stop string or token id that ended it, if any
+    sample_index: int = 0  # which of the request's n samples
+    timing: dict[str, float] = field(default_factory=dict)  # e.g. {"latency_s": ..., "ttft_s": ...}
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"Completion {self.request_id}: {len(self.logprobs)} logprobs for {len(self.token_ids)} tokens"
+            )

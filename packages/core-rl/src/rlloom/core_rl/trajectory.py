@@ -1,0 +1,45 @@
+"""One finished rollout, single- or multi-turn, as the trainer consumes it.
+
+`response_ids` is everything after the prompt: model turns, tool observations and chat-template glue, in
+order. `loss_mask[i]` is 1 only for tokens the policy sampled, so observations and template tokens carry no
+loss; `rollout_logprobs[i]` is the engine's sampling logprob for sampled tokens and 0.0 elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Trajectory:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float] | None = None
+    group_id: str = ""  # samples of the same prompt share it (GRPO/RLOO groups)
+    data_source: str = ""
+    ground_truth: Any = None
+    prompt_text: str = ""
+    response_text: str = ""
+    finish_reason: str = "stop"
+    multimodal: dict[str, Any] | None = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # turns, tool calls, tool latency, ...
+    reward: float | None = None
+    reward_components: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n:
+            raise ValueError(f"Trajectory: loss_mask has {len(self.loss_mask)} entries for {n} response tokens")
+        if self.rollout_logprobs is not None and len(self.rollout_logprobs) != n:
+            raise ValueError(
+                f"Trajectory: rollout_logprobs has {len(self.rollout_logprobs)} entries for {n} response tokens"
+            )
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("Trajectory: loss_mask entries must be 0 or 1")
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(self.loss_mask)
