@@ -1,0 +1,80 @@
+"""Tiny models built in-process, for tests, demos and benchmarks on machines with no model hub.
+
+`char_tokenizer()` is a real `PreTrainedTokenizerFast` over single characters plus Qwen-style chat special
+tokens and a ChatML chat template, so chat rendering, special ids and decoding behave like a real tokenizer.
+`tiny_qwen2()` is a randomly initialised Qwen2 causal LM sized for a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+DEFAULT_ALPHABET = string.ascii_letters + string.digits + string.punctuation + " \n\t"
+
+
+def char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
+    """A character-level fast tokenizer: one id per character, special tokens first.
+
+    Unknown characters map to `<|endoftext|>`'s neighbour `<unk>` so odd input never crashes encoding.
+    """
+    chars = list(dict.fromkeys(alphabet))
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, "<unk>", *chars])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token=None,
+        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+    )
+    tok.chat_template = CHATML_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def tiny_qwen2(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2ForCausalLM whose vocabulary matches `tokenizer` (about 0.1M parameters)."""
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.to(dtype)
