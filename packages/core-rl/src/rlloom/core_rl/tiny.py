@@ -77,4 +77,4 @@ def tiny_qwen2(
         model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model.to(dtype)
+    return model.to(dtype=dtype)  # type: ignore[no-any-return]
