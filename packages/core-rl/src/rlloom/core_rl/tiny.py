@@ -77,4 +77,5 @@ def tiny_qwen2(
         model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model.to(dtype=dtype)  # type: ignore[no-any-return]
+    torch.nn.Module.to(model, dtype)  # transformers wraps `.to` with a signature mypy cannot follow
+    return model
