@@ -1,0 +1,98 @@
+"""Load images from whatever a dataset row holds and fit them to a VLM's pixel budget.
+
+Rows carry images as file paths, raw bytes, base64 data URIs or PIL images; every path through training must
+see the same pixels, so loading and resizing live in one place. The token count of an image is derived from
+transformers' own Qwen2-VL `smart_resize`, so the engine, the actor and validation agree by construction.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+ImageInput = str | Path | bytes | Image.Image
+
+# EasyR1's defaults: 512x512 .. 2048x2048 pixels.
+DEFAULT_MIN_PIXELS = 512 * 512
+DEFAULT_MAX_PIXELS = 2048 * 2048
+
+
+def load_image(source: ImageInput) -> Image.Image:
+    """Open a path, bytes, a `data:image/...;base64,` URI or a PIL image, fully decoded, as RGB."""
+    if isinstance(source, Image.Image):
+        image = source
+    elif isinstance(source, bytes):
+        image = _open_bytes(source, "raw bytes")
+    elif isinstance(source, str) and source.startswith("data:image"):
+        header, _, payload = source.partition(",")
+        if ";base64" not in header:
+            raise ValueError("image data URI must be base64 encoded: data:image/<type>;base64,<payload>")
+        try:
+            image = _open_bytes(base64.b64decode(payload, validate=True), "data URI")
+        except binascii.Error as err:
+            raise ValueError(f"image data URI has invalid base64: {err}") from err
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"image file not found: {path}")
+        image = _open_bytes(path.read_bytes(), str(path))
+    image.load()
+    return image.convert("RGB") if image.mode != "RGB" else image
+
+
+def _open_bytes(data: bytes, what: str) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except Exception as err:  # PIL raises several types for undecodable data
+        raise ValueError(f"cannot decode image from {what}: {err}") from err
+
+
+def fit_pixel_budget(
+    image: Image.Image, *, min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> Image.Image:
+    """Rescale by one factor (aspect ratio kept) so that width x height lies in [min_pixels, max_pixels]."""
+    if not 0 < min_pixels <= max_pixels:
+        raise ValueError(f"need 0 < min_pixels <= max_pixels, got {min_pixels} and {max_pixels}")
+    width, height = image.size
+    area = width * height
+    if area > max_pixels:
+        scale = math.sqrt(max_pixels / area)
+    elif area < min_pixels:
+        scale = math.sqrt(min_pixels / area)
+    else:
+        return image
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    return image.resize(size, Image.Resampling.BICUBIC)
+
+
+@dataclass(frozen=True, slots=True)
+class VisionGrid:
+    """How a Qwen2-VL style vision tower tiles one image."""
+
+    height: int  # after smart_resize
+    width: int
+    grid_thw: tuple[int, int, int]  # temporal, patch rows, patch columns
+    num_tokens: int  # <|image_pad|> tokens the image expands to
+
+
+def vision_grid(
+    height: int,
+    width: int,
+    *,
+    patch_size: int = 14,
+    merge_size: int = 2,
+    min_pixels: int = 56 * 56,
+    max_pixels: int = 28 * 28 * 1280,
+) -> VisionGrid:
+    """The resized size, patch grid and image-token count Qwen2/2.5-VL will use for an image of this size."""
+    factor = patch_size * merge_size
+    resized_h, resized_w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    grid = (1, resized_h // patch_size, resized_w // patch_size)
+    return VisionGrid(resized_h, resized_w, grid, grid[0] * grid[1] * grid[2] // (merge_size**2))
