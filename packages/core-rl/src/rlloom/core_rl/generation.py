@@ -36,6 +36,10 @@ class SamplingParams(BaseModel):
         default=True,
         description="Keep the matched stop string in the text (agents need `</search>` in the action).",
     )
+    ignore_eos: bool = Field(
+        default=False,
+        description="Keep sampling past EOS until `max_tokens` (benchmarks); `stop_token_ids` still stop.",
+    )
     seed: int | None = Field(default=None, description="Per-request seed for reproducible sampling.")
     logprobs: bool = Field(default=True, description="Return the logprob of each sampled token.")
 
