@@ -1,0 +1,168 @@
+"""HFEngine against independent references: a plain forward pass, `model.generate`, hand-built prompts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torch
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.rollout.hf_engine import HFEngine
+
+
+def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:
+    return GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(**sampling))
+
+
+def test_engine_satisfies_the_protocol(engine: HFEngine) -> None:
+    assert isinstance(engine, RolloutEngine)
+
+
+def test_greedy_matches_model_generate(engine: HFEngine, model: Any, tok: Any, encode: Any) -> None:
+    prompts = [encode("Hello there"), encode("abc")]
+    out = engine.generate([_req(p, temperature=0.0, max_tokens=24, ignore_eos=True) for p in prompts])
+    padded = tok.pad({"input_ids": prompts}, return_tensors="pt")
+    ref = model.generate(**padded, do_sample=False, max_new_tokens=24, min_new_tokens=24, pad_token_id=tok.pad_token_id)
+    width = padded["input_ids"].shape[1]
+    for i in range(2):
+        assert out[i][0].token_ids == ref[i, width:].tolist()
+        assert out[i][0].finish_reason == "length"
+
+
+def test_seed_makes_sampling_reproducible(engine: HFEngine, encode: Any) -> None:
+    p = encode("The quick brown fox")
+    a = engine.generate([_req(p, seed=7, max_tokens=32, ignore_eos=True)])[0][0]
+    # same seed in a different batch (other prompt lengths, other requests before it): same tokens
+    b = engine.generate([_req(encode("x"), max_tokens=8), _req(p, seed=7, max_tokens=32, ignore_eos=True)])[1][0]
+    c = engine.generate([_req(p, seed=8, max_tokens=32, ignore_eos=True)])[0][0]
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+
+def test_n_samples_are_distinct_and_indexed(engine: HFEngine, encode: Any) -> None:
+    p = encode("group")
+    out = engine.generate([_req(p, n=4, seed=3, max_tokens=16, ignore_eos=True)])
+    assert len(out) == 1 and len(out[0]) == 4
+    assert [c.sample_index for c in out[0]] == [0, 1, 2, 3]
+    assert len({tuple(c.token_ids) for c in out[0]}) == 4
+    assert all(c.prompt_ids == p and len(c.token_ids) == 16 for c in out[0])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_a_plain_forward_pass(engine: HFEngine, model: Any, encode: Any, temperature: float) -> None:
+    prompts = [encode("short"), encode("a much longer prompt here")]  # left padding in the batch
+    out = engine.generate([_req(p, temperature=temperature, max_tokens=20, seed=i) for i, p in enumerate(prompts)])
+    for p, [c] in zip(prompts, out, strict=True):
+        full = torch.tensor([p + c.token_ids])
+        with torch.no_grad():
+            logits = model(full).logits[0, len(p) - 1 : -1].float() / temperature
+        ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids).unsqueeze(-1)).squeeze(-1)
+        assert c.logprobs is not None
+        assert torch.max(torch.abs(ref - torch.tensor(c.logprobs))).item() < 1e-4
+
+
+def test_truncation_knobs_that_leave_one_token_are_greedy(engine: HFEngine, encode: Any) -> None:
+    p = encode("knobs")
+    greedy = engine.generate([_req(p, temperature=0.0, max_tokens=12, ignore_eos=True)])[0][0].token_ids
+    for knob in ({"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}):
+        got = engine.generate([_req(p, temperature=1.5, max_tokens=12, ignore_eos=True, **knob)])[0][0]
+        assert got.token_ids == greedy, knob
+
+
+def test_stop_string_cuts_text_and_keeps_minimal_tokens(engine: HFEngine, tok: Any, encode: Any) -> None:
+    p = encode("stop here")
+    full = engine.generate([_req(p, seed=11, max_tokens=40, ignore_eos=True)])[0][0]
+    stop = full.text[10:12]
+    at = full.text.find(stop)
+    out = engine.generate(
+        [
+            _req(p, seed=11, max_tokens=40, ignore_eos=True, stop=[stop]),
+            _req(p, seed=11, max_tokens=40, ignore_eos=True, stop=[stop], include_stop_str_in_output=False),
+        ]
+    )
+    kept, dropped = out[0][0], out[1][0]
+    assert kept.text == full.text[: at + len(stop)]
+    assert dropped.text == full.text[:at]
+    assert kept.finish_reason == "stop" and kept.stop_reason == stop
+    assert kept.token_ids == full.token_ids[: len(kept.token_ids)]
+    assert stop in tok.decode(kept.token_ids) and stop not in tok.decode(kept.token_ids[:-1])
+    assert dropped.token_ids == kept.token_ids  # only the text differs
+
+
+def test_stop_token_id_ends_generation(engine: HFEngine, encode: Any) -> None:
+    p = encode("ids")
+    full = engine.generate([_req(p, seed=11, max_tokens=30, ignore_eos=True)])[0][0]
+    target = full.token_ids[5]
+    first = full.token_ids.index(target)
+    got = engine.generate([_req(p, seed=11, max_tokens=30, ignore_eos=True, stop_token_ids=[target])])[0][0]
+    assert got.token_ids == full.token_ids[: first + 1]
+    assert got.finish_reason == "stop" and got.stop_reason == target
+
+
+def test_chat_messages_render_with_the_template(engine: HFEngine, encode: Any) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    req = GenerationRequest(messages=messages, sampling=SamplingParams(temperature=0.0, max_tokens=5))
+    expected = encode(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert engine.prompt_ids(req) == expected
+    assert engine.generate([req])[0][0].prompt_ids == expected
+
+
+def test_weight_update_changes_outputs(engine: HFEngine, tok: Any, encode: Any) -> None:
+    p = encode("weights")
+    before = engine.generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
+    other = tiny_qwen2(tok, seed=123)
+    engine.update_weights(dict(other.state_dict()))
+    after = engine.generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
+    reference = HFEngine(other, tok).generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
+    assert after.token_ids != before.token_ids
+    assert after.token_ids == reference.token_ids
+    assert after.logprobs == pytest.approx(reference.logprobs, abs=1e-5)
+
+
+def test_weight_update_rejects_bad_names_and_shapes(engine: HFEngine) -> None:
+    with pytest.raises(KeyError, match=r"model\.nope"):
+        engine.update_weights({"model.nope": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"model\.norm\.weight"):
+        engine.update_weights({"model.norm.weight": torch.zeros(3)})
+
+
+def test_shared_module_sees_actor_updates_without_sync(engine: HFEngine, model: Any, encode: Any) -> None:
+    p = encode("shared")
+    before = engine.generate([_req(p, seed=11, max_tokens=16, ignore_eos=True)])[0][0]
+    with torch.no_grad():  # an optimizer step on the actor, which *is* the engine's model
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.5)
+    engine.update_weights(dict(model.state_dict()))  # same tensors: a no-op
+    after = engine.generate([_req(p, seed=11, max_tokens=16, ignore_eos=True)])[0][0]
+    assert after.token_ids != before.token_ids
+
+
+def test_agenerate_batches_concurrent_callers(engine: HFEngine, encode: Any) -> None:
+    prompts = [encode(f"conversation {i}") for i in range(16)]
+    reqs = [_req(p, seed=i, max_tokens=12, ignore_eos=True) for i, p in enumerate(prompts)]
+
+    async def run_all() -> list[Any]:
+        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+
+    got = asyncio.run(run_all())
+    assert engine.batches_run <= 3  # 16 callers, not 16 batches
+    alone = engine.generate(reqs)
+    assert [g[0].token_ids for g in got] == [a[0].token_ids for a in alone]
+
+
+def test_prompt_longer_than_context_is_rejected(tok: Any) -> None:
+    small = tiny_qwen2(tok, max_position_embeddings=8)
+    with pytest.raises(ValueError, match="context"):
+        HFEngine(small, tok).generate([_req(list(range(10, 20)))])
+
+
+def test_context_limit_ends_with_length(tok: Any) -> None:
+    small = tiny_qwen2(tok, max_position_embeddings=16)
+    [c] = HFEngine(small, tok).generate([_req(list(range(10, 20)), max_tokens=50, ignore_eos=True)])[0:1][0]
+    assert c.finish_reason == "length" and len(c.token_ids) == 6
