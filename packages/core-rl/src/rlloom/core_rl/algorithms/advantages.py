@@ -1,0 +1,143 @@
+"""Advantage estimators as pure tensor functions: GRPO / Dr.GRPO, RLOO, ReMax, GAE, REINFORCE++(-baseline).
+
+Outcome estimators (GRPO, RLOO, ReMax) take one score per response ([B]) and return one advantage per response;
+the trainer broadcasts it over the response tokens (see `estimators.py`). Token estimators (GAE, REINFORCE++) take
+[B, T] tensors and a mask. Tokens with mask 0 *inside* a response (tool observations in multi-turn trajectories)
+are skipped by the recursions as if they were absent: they get advantage 0 and do not break the chain. Nothing
+here carries a gradient: inputs are detached.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlloom.core_rl.algorithms.groups import GroupIds, group_stats
+from rlloom.core_rl.algorithms.masked_stats import check_same_shape, masked_whiten
+
+
+def check_rewards_on_valid_tokens(token_rewards: Tensor, mask: Tensor) -> None:
+    """Refuse rewards placed on masked tokens: the estimators would otherwise drop them silently."""
+    stray = (token_rewards != 0) & ~mask.bool()
+    if bool(stray.any()):
+        rows = stray.any(dim=-1).nonzero().flatten().tolist()[:5]
+        raise ValueError(
+            f"token_rewards has non-zero values where mask is 0 (rows {rows}); place each score on a token with "
+            "mask 1 (usually the last generated token), or it would be ignored"
+        )
+
+
+def grpo_advantages(scores: Tensor, group_ids: GroupIds, *, norm_by_std: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO: Aᵢ = (rᵢ − mean_g) / (std_g + eps) over the responses g sampled from the same prompt.
+
+    std is the sample std with Bessel's correction (as `torch.std`); a group of one gets 0. `norm_by_std=False`
+    is Dr.GRPO's unbiased variant Aᵢ = rᵢ − mean_g.
+    Shao et al. 2024, "DeepSeekMath" (GRPO); Liu et al. 2025, "Understanding R1-Zero-Like Training" (Dr.GRPO).
+    """
+    stats = group_stats(scores, group_ids)
+    adv = scores.detach().to(stats.mean.dtype) - stats.mean
+    if norm_by_std:
+        adv = adv / (stats.std + eps)
+    return torch.where(stats.count > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
+
+
+def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
+    """RLOO: Aᵢ = rᵢ − mean_{j≠i} rⱼ = n/(n−1)·(rᵢ − mean_g) (leave-one-out baseline); a group of one gets 0.
+
+    Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"; Ahmadian et al. 2024, "Back to Basics".
+    """
+    stats = group_stats(scores, group_ids)
+    n = stats.count
+    adv = (scores.detach().to(n.dtype) - stats.mean) * n / (n - 1).clamp(min=1)
+    return torch.where(n > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
+
+
+def remax_advantages(scores: Tensor, baseline_scores: Tensor) -> Tensor:
+    """ReMax: Aᵢ = r(yᵢ) − r(ŷᵢ), the baseline being the reward of the greedy response to the same prompt.
+
+    Li et al. 2023, "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for Aligning LLMs".
+    """
+    check_same_shape(scores=scores, baseline_scores=baseline_scores)
+    return scores.detach() - baseline_scores.detach()
+
+
+def _reverse_recursion(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Backward GAE sweep over valid tokens only; masked positions carry next value and running sum across."""
+    valid = mask.bool()
+    dtype = torch.promote_types(values.dtype, torch.float32)
+    rewards = token_rewards.detach().to(dtype)
+    vals = values.detach().to(dtype)
+    batch, length = vals.shape
+    advantages = torch.zeros_like(vals)
+    next_value = torch.zeros(batch, dtype=dtype, device=vals.device)
+    running = torch.zeros(batch, dtype=dtype, device=vals.device)
+    for t in reversed(range(length)):
+        delta = rewards[:, t] + gamma * next_value - vals[:, t]
+        candidate = delta + gamma * lam * running
+        running = torch.where(valid[:, t], candidate, running)
+        next_value = torch.where(valid[:, t], vals[:, t], next_value)
+        advantages[:, t] = torch.where(valid[:, t], candidate, torch.zeros_like(candidate))
+    returns = torch.where(valid, advantages + vals, torch.zeros_like(vals))
+    return advantages, returns
+
+
+def gae_advantages(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation over the masked response; returns `(advantages, returns)`, both [B, T].
+
+    δₜ = rₜ + γ·V(next valid token) − Vₜ (V after the last valid token is 0), Aₜ = δₜ + γλ·A(next valid token),
+    returns = A + V. Tokens with mask 0 inside a response are absent for the recursion (advantage 0, chain
+    unbroken), so the result equals GAE on the sequence with those tokens removed. No whitening here: call
+    `masked_whiten(advantages, mask)` if wanted. Schulman et al. 2015, "High-Dimensional Continuous Control Using
+    Generalized Advantage Estimation".
+    """
+    check_same_shape(token_rewards=token_rewards, values=values, mask=mask)
+    if token_rewards.dim() != 2:
+        raise ValueError(f"token_rewards must be [B, T], got shape {tuple(token_rewards.shape)}")
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")
+    check_rewards_on_valid_tokens(token_rewards, mask)
+    advantages, returns = _reverse_recursion(token_rewards, values, mask, gamma=gamma, lam=lam)
+    return advantages.to(values.dtype), returns.to(values.dtype)
+
+
+def discounted_returns(token_rewards: Tensor, mask: Tensor, *, gamma: float) -> Tensor:
+    """Gₜ = Σ_{k≥t, valid} γ^(#valid tokens between t and k)·r_k, 0 on masked tokens (reward-to-go)."""
+    check_same_shape(token_rewards=token_rewards, mask=mask)
+    check_rewards_on_valid_tokens(token_rewards, mask)
+    zeros = torch.zeros_like(token_rewards, dtype=torch.promote_types(token_rewards.dtype, torch.float32))
+    # GAE with V ≡ 0 and λ = 1 is exactly the discounted reward-to-go.
+    returns, _ = _reverse_recursion(token_rewards, zeros, mask, gamma=gamma, lam=1.0)
+    return returns
+
+
+def reinforce_pp_advantages(token_rewards: Tensor, mask: Tensor, *, gamma: float) -> tuple[Tensor, Tensor]:
+    """REINFORCE++: discounted returns Gₜ whitened over every valid token of the batch; returns `(advantages, G)`.
+
+    A = (G − mean_batch(G)) / std_batch(G) on valid tokens, 0 elsewhere (Bessel-corrected std as veRL).
+    Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models" (arXiv 2501.03262).
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+    returns = discounted_returns(token_rewards, mask, gamma=gamma)
+    advantages = masked_whiten(returns, mask)
+    return advantages.to(token_rewards.dtype), returns.to(token_rewards.dtype)
+
+
+def reinforce_pp_baseline_advantages(scores: Tensor, group_ids: GroupIds, mask: Tensor) -> Tensor:
+    """REINFORCE++-baseline: Aᵢ = rᵢ − mean_g, broadcast over the response tokens, then whitened over the batch.
+
+    The group mean removes the prompt's difficulty; the global (batch) normalisation replaces GRPO's per-group std,
+    which the paper argues biases toward easy or hard prompts. A group of one has rᵢ − mean_g = 0 before
+    whitening (veRL instead leaves singleton scores un-centred). Hu 2025, arXiv 2501.03262 (v2+, "REINFORCE++-
+    baseline"); veRL `compute_reinforce_plus_plus_baseline_outcome_advantage`.
+    """
+    if mask.dim() != 2 or mask.shape[0] != scores.shape[0]:
+        raise ValueError(f"mask must be [B, T] with B = len(scores) = {scores.shape[0]}, got {tuple(mask.shape)}")
+    stats = group_stats(scores, group_ids)
+    centred = scores.detach().to(stats.mean.dtype) - stats.mean
+    per_token = centred.unsqueeze(-1).expand(mask.shape)
+    return masked_whiten(per_token, mask).to(scores.dtype)

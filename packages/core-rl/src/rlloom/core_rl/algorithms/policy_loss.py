@@ -1,0 +1,200 @@
+"""Policy-gradient surrogate losses: PPO clip (asymmetric, dual clip), GSPO, CISPO; selected by name.
+
+Every loss takes per-token log-probs under the current policy (with grad), the old policy's log-probs (no grad),
+advantages and the loss mask, all [B, T], and returns `(loss, metrics)`. Metrics are detached 0-dim tensors, so
+the trainer decides when to synchronise with the device (`.item()` once per step, not per micro-batch).
+`rollout_is_weights` (e.g. `tis_weights`) multiply the per-token loss to correct rollout/trainer mismatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+from rlloom.core_rl.algorithms.aggregation import LossAggregation, aggregate_with
+from rlloom.core_rl.algorithms.masked_stats import check_same_shape, masked_mean
+from rlloom.core_rl.algorithms.registry import Registry
+
+_LOG_RATIO_LIMIT = 20.0  # exp(±20) keeps the ratio finite in float32 when the policies have drifted far apart
+
+
+class PolicyLossFn(Protocol):
+    """The shape of every registered policy loss."""
+
+    def __call__(
+        self,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        mask: Tensor,
+        *,
+        clip_low: float,
+        clip_high: float,
+        dual_clip: float | None = None,
+        agg: str | LossAggregation = "token-mean",
+        rollout_is_weights: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+_LossT = TypeVar("_LossT", bound=PolicyLossFn)
+
+
+def register_policy_loss(name: str) -> Callable[[_LossT], _LossT]:
+    """Decorator: make a `PolicyLossFn` selectable as `policy_loss=<name>` (the function is returned unchanged)."""
+
+    def decorator(fn: _LossT) -> _LossT:
+        POLICY_LOSSES.register(name)(fn)
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss registered as `name` (raises with the valid names and the nearest match)."""
+    return POLICY_LOSSES.get(name)
+
+
+def _check_inputs(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, weights: Tensor | None
+) -> None:
+    check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
+    if weights is not None:
+        check_same_shape(logprobs=logprobs, rollout_is_weights=weights)
+
+
+def _check_clip(clip_low: float, clip_high: float) -> None:
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must lie in [0, 1) so that 1 − clip_low > 0, got {clip_low}")
+    if clip_high < 0.0:
+        raise ValueError(f"clip_high must be ≥ 0, got {clip_high}")
+
+
+def _weighted(loss: Tensor, weights: Tensor | None) -> Tensor:
+    return loss if weights is None else loss * weights.detach()
+
+
+@register_policy_loss("ppo")
+def ppo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "token-mean",
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate, per token: L = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)), ρ = π/π_old.
+
+    ε_high > ε_low is DAPO's clip-higher (Yu et al. 2025). With `dual_clip = c > 1`, tokens with A < 0 are further
+    bounded: L = min(L, −c·A) (Ye et al. 2020, "Mastering Complex Control in MOBA Games"), so a huge ratio on a
+    bad token cannot blow up the loss. Schulman et al. 2017, "Proximal Policy Optimization Algorithms".
+    Metrics: `pg_clipfrac` (tokens where the ε-clip is active), `pg_clipfrac_lower` (dual clip active),
+    `ppo_kl` (mean of log π_old − log π, the approximate KL to the old policy).
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    _check_clip(clip_low, clip_high)
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (Ye et al. use 3.0), got {dual_clip}")
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    clip_active = clipped > unclipped
+    dual_active = torch.zeros_like(clip_active)
+    if dual_clip is not None:
+        bound = -advantages * dual_clip
+        dual_active = (advantages < 0) & (loss > bound)
+        loss = torch.where(dual_active, bound, loss)
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    metrics = {
+        "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
+        "pg_clipfrac_lower": masked_mean(dual_active.to(ratio.dtype), mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "seq-mean-token-mean",
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: clip a sequence-level ratio sᵢ = (πθ(yᵢ)/π_old(yᵢ))^(1/|yᵢ|) = exp(meanₜ(log π − log π_old)).
+
+    Implemented as GSPO-token (Zheng et al. 2025, "Group Sequence Policy Optimization", eq. 13–14):
+    sᵢₜ = sg[sᵢ]·π(yᵢₜ)/sg[π(yᵢₜ)], whose value is sᵢ and whose gradient is sg[sᵢ]·∇log π(yᵢₜ), then
+    L = max(−A·sᵢₜ, −A·clip(sᵢₜ, 1 − ε_low, 1 + ε_high)). With per-sequence advantages and the paper's
+    `seq-mean-token-mean` aggregation this has exactly GSPO's gradient. The paper's clip ranges are tiny
+    (3e-4, 4e-4) because sᵢ is a per-token geometric mean. No dual clip.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    _check_clip(clip_low, clip_high)
+    if dual_clip is not None:
+        raise ValueError("GSPO has no dual clip (its sequence ratio is already bounded); leave dual_clip=None")
+    valid = mask.bool()
+    log_ratio = torch.where(valid, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    seq_log_ratio = log_ratio.sum(-1) / valid.sum(-1).clamp(min=1).to(logprobs.dtype)
+    seq_ratio = torch.exp(seq_log_ratio.detach().clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)).unsqueeze(-1)
+    ratio = seq_ratio * torch.exp(logprobs - logprobs.detach())
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    metrics = {
+        "pg_clipfrac": masked_mean((clipped > unclipped).to(logprobs.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("cispo")
+def cispo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "token-mean",
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO: L = −sg[clip(ρ, 1 − ε_low, 1 + ε_high)]·A·log π — clip the importance weight, never the gradient.
+
+    Unlike PPO, clipped tokens still contribute a (bounded) gradient. MiniMax 2025, "MiniMax-M1" (§3.1); the paper
+    effectively disables the lower bound (large ε_low) and tunes ε_high. No dual clip.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    _check_clip(clip_low, clip_high)
+    if dual_clip is not None:
+        raise ValueError("CISPO has no dual clip (its weight is already clipped and detached); leave dual_clip=None")
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()
+    loss = -advantages * weight * logprobs
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    clip_active = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
+    metrics = {
+        "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics

@@ -1,0 +1,118 @@
+"""DAPO filters (zero-variance groups, overlong) and rollout/trainer mismatch (TIS weights, metrics)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlloom.core_rl.algorithms import (
+    filter_zero_variance_groups,
+    mask_truncated_responses,
+    mismatch_metrics,
+    overlong_reward_penalty,
+    ppo_policy_loss,
+    tis_weights,
+    truncated_responses,
+)
+
+# ---- DAPO dynamic sampling -------------------------------------------------------------------------------------
+
+
+def test_zero_variance_groups_are_dropped() -> None:
+    scores = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 3.0])
+    ids = ["a", "a", "a", "b", "b", "c", "c", "d"]
+    keep = filter_zero_variance_groups(scores, ids)
+    assert keep.tolist() == [False, False, False, True, True, False, False, True]
+    keep_no_single = filter_zero_variance_groups(scores, ids, keep_singletons=False)
+    assert keep_no_single.tolist() == [False, False, False, True, True, False, False, False]
+
+
+def test_zero_variance_filter_agrees_with_a_loop_over_groups() -> None:
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 2, (64,), generator=gen).float()
+    ids = torch.randint(0, 12, (64,), generator=gen)
+    keep = filter_zero_variance_groups(scores, ids, keep_singletons=False)
+    for g in ids.unique():
+        members = scores[ids == g]
+        varied = members.numel() > 1 and bool((members != members[0]).any())
+        assert bool(keep[ids == g].all()) == varied and bool(keep[ids == g].any()) == varied
+
+
+# ---- overlong filtering and shaping ----------------------------------------------------------------------------
+
+
+def test_truncated_responses_and_mask() -> None:
+    eos = 2
+    ids = torch.tensor([[5, 6, 2, 0], [5, 6, 7, 8], [5, 2, 0, 0], [9, 9, 0, 2]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])  # row 3's eos is padding
+    truncated = truncated_responses(ids, mask, eos)
+    assert truncated.tolist() == [False, True, False, True]
+    assert truncated_responses(ids, mask, [2, 8]).tolist() == [False, False, False, True]
+    new_mask = mask_truncated_responses(mask, truncated)
+    assert new_mask.tolist() == [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]]
+
+
+def test_overlong_filtered_rows_contribute_no_gradient() -> None:
+    logp = torch.zeros(2, 3, requires_grad=True)
+    mask = mask_truncated_responses(torch.ones(2, 3), torch.tensor([False, True]))
+    loss, _ = ppo_policy_loss(logp, torch.zeros(2, 3), torch.ones(2, 3), mask, clip_low=0.2, clip_high=0.2)
+    loss.backward()
+    assert logp.grad is not None
+    assert torch.equal(logp.grad[1], torch.zeros(3)) and torch.all(logp.grad[0] != 0)
+
+
+def test_soft_overlong_penalty_dapo_eq13() -> None:
+    lengths = torch.tensor([10, 16, 18, 20, 25])
+    got = overlong_reward_penalty(lengths, max_length=20, buffer_length=4, penalty_factor=1.0)
+    torch.testing.assert_close(got, torch.tensor([0.0, 0.0, -0.5, -1.0, -1.0]))
+    with pytest.raises(ValueError, match="buffer_length"):
+        overlong_reward_penalty(lengths, max_length=20, buffer_length=0)
+
+
+# ---- TIS and mismatch metrics ----------------------------------------------------------------------------------
+
+
+def test_tis_weights_hand_computed() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.2, 0.3]]))
+    rollout = torch.log(torch.tensor([[0.5, 0.3, 0.4, 0.1]]))
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w = tis_weights(old.requires_grad_(True), rollout, mask, cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([[1.0, 2.0, 0.5, 0.0]]))  # 0.9/0.3 = 3 is capped at C = 2
+    assert not w.requires_grad
+
+
+def test_tis_weights_never_overflow() -> None:
+    w = tis_weights(torch.tensor([[0.0]]), torch.tensor([[-500.0]]), torch.ones(1, 1), cap=5.0)
+    assert float(w) == pytest.approx(5.0)
+
+
+def test_tis_weights_scale_the_policy_loss() -> None:
+    logp, old, adv, mask = torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 1.0]]), torch.ones(1, 2)
+    plain, _ = ppo_policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    weighted, _ = ppo_policy_loss(
+        logp, old, adv, mask, clip_low=0.2, clip_high=0.2, rollout_is_weights=torch.tensor([[2.0, 0.5]])
+    )
+    assert float(plain) == pytest.approx(-1.0) and float(weighted) == pytest.approx(-1.25)
+
+
+def test_mismatch_metrics_hand_computed() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.6, 0.9]]))
+    rollout = torch.log(torch.tensor([[0.5, 0.3, 0.1]]))
+    mask = torch.tensor([[1, 1, 0]])
+    m = mismatch_metrics(old, rollout, mask, cap=1.5)
+    d = math.log(2.0)  # token 1: log(0.6/0.3)
+    assert float(m["mismatch_kl_k1"]) == pytest.approx(-d / 2)
+    assert float(m["mismatch_kl_k3"]) == pytest.approx((2.0 - d - 1.0) / 2)
+    assert float(m["mismatch_abs_logprob_diff_mean"]) == pytest.approx(d / 2)
+    assert float(m["mismatch_abs_logprob_diff_max"]) == pytest.approx(d)  # the masked 9× token is ignored
+    assert float(m["mismatch_ratio_mean"]) == pytest.approx(1.5)
+    assert float(m["tis_capped_frac"]) == pytest.approx(0.5)
+
+
+def test_identical_engines_show_no_mismatch() -> None:
+    lp = torch.log(torch.rand(4, 6) + 0.01)
+    m = mismatch_metrics(lp, lp.clone(), torch.ones(4, 6))
+    assert float(m["mismatch_kl_k1"]) == 0.0 and float(m["mismatch_kl_k3"]) == 0.0
+    assert float(m["mismatch_ratio_mean"]) == 1.0

@@ -1,0 +1,255 @@
+"""Policy and value losses: numpy reference, hand-computed boundaries, gradients, registry."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlloom.core_rl.algorithms import (
+    AGG_MODES,
+    UnknownNameError,
+    cispo_policy_loss,
+    get_policy_loss,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    value_loss,
+)
+
+_spec = importlib.util.spec_from_file_location(
+    "core_rl_np_ref", Path(__file__).with_name("algorithms_numpy_reference.py")
+)
+assert _spec is not None and _spec.loader is not None
+ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ref)
+
+FAST = settings(max_examples=40, deadline=None)
+
+
+def _one_token_grad(log_ratio: float, adv: float, **kw: float | None) -> tuple[float, float]:
+    """(loss, d loss / d logp) of PPO on a single token with old logp 0."""
+    logp = torch.tensor([[log_ratio]], dtype=torch.float64, requires_grad=True)
+    loss, _ = ppo_policy_loss(
+        logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([[adv]]), torch.ones(1, 1), **kw
+    )  # type: ignore[arg-type]
+    loss.backward()
+    assert logp.grad is not None
+    return float(loss.detach()), float(logp.grad)
+
+
+# ---- PPO: clip-higher and dual-clip boundaries ------------------------------------------------------------------
+
+
+def test_clip_higher_bounds_positive_advantages_at_1_plus_eps_high() -> None:
+    kw = {"clip_low": 0.2, "clip_high": 0.28}
+    # ρ just inside 1 + 0.28: unclipped, gradient −A·ρ; just outside: loss −A·1.28 and no gradient.
+    loss, grad = _one_token_grad(math.log(1.27), 2.0, **kw)
+    assert loss == pytest.approx(-2.0 * 1.27) and grad == pytest.approx(-2.0 * 1.27)
+    loss, grad = _one_token_grad(math.log(1.29), 2.0, **kw)
+    assert loss == pytest.approx(-2.0 * 1.28) and grad == 0.0
+    # A symmetric 0.2 clip would already have clipped ρ = 1.27.
+    _, grad = _one_token_grad(math.log(1.27), 2.0, clip_low=0.2, clip_high=0.2)
+    assert grad == 0.0
+
+
+def test_lower_clip_bounds_negative_advantages_at_1_minus_eps_low() -> None:
+    kw = {"clip_low": 0.2, "clip_high": 0.28}
+    loss, grad = _one_token_grad(math.log(0.81), -1.0, **kw)
+    assert loss == pytest.approx(0.81) and grad == pytest.approx(0.81)
+    loss, grad = _one_token_grad(math.log(0.79), -1.0, **kw)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+    # A positive advantage with a small ratio is never clipped (the pessimistic bound is the unclipped term).
+    _, grad = _one_token_grad(math.log(0.5), 1.0, **kw)
+    assert grad == pytest.approx(-0.5)
+
+
+def test_dual_clip_caps_negative_advantages_at_c() -> None:
+    kw = {"clip_low": 0.2, "clip_high": 0.2, "dual_clip": 3.0}
+    loss, grad = _one_token_grad(math.log(2.9), -1.0, **kw)
+    assert loss == pytest.approx(2.9) and grad == pytest.approx(2.9)
+    loss, grad = _one_token_grad(math.log(3.1), -1.0, **kw)
+    assert loss == pytest.approx(3.0) and grad == 0.0
+    # Without the dual clip the loss keeps growing with ρ.
+    loss, _ = _one_token_grad(math.log(10.0), -1.0, clip_low=0.2, clip_high=0.2)
+    assert loss == pytest.approx(10.0)
+    # Positive advantages are untouched by the dual clip.
+    loss, grad = _one_token_grad(math.log(5.0), 1.0, **kw)
+    assert loss == pytest.approx(-1.2) and grad == 0.0
+
+
+def test_ppo_metrics_hand_computed() -> None:
+    logp = torch.log(torch.tensor([[1.5, 1.0, 0.5, 4.0]]))
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    _, m = ppo_policy_loss(logp, torch.zeros(1, 4), adv, torch.ones(1, 4), clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    # ε-clip active where the clipped term is the larger: tokens 0 (ρ 1.5, A > 0) and 2 (ρ 0.5, A < 0); token 3
+    # (ρ 4, A < 0) is bounded by the dual clip instead.
+    assert float(m["pg_clipfrac"]) == pytest.approx(2 / 4)
+    assert float(m["pg_clipfrac_lower"]) == pytest.approx(1 / 4)  # token 3 hits the dual clip
+    assert float(m["ppo_kl"]) == pytest.approx(-float(logp.mean()))
+    assert all(not v.requires_grad for v in m.values())
+
+
+def test_ppo_argument_errors() -> None:
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        ppo_policy_loss(x, x, x, x, clip_low=0.2, clip_high=0.2, dual_clip=0.5)
+    with pytest.raises(ValueError, match="clip_low must lie in"):
+        ppo_policy_loss(x, x, x, x, clip_low=1.0, clip_high=0.2)
+    with pytest.raises(ValueError, match=r"advantages\(1, 3\)"):
+        ppo_policy_loss(x, x, torch.zeros(1, 3), x, clip_low=0.2, clip_high=0.2)
+    with pytest.raises(UnknownNameError, match="loss aggregation mode 'token_mean'. Did you mean 'token-mean'"):
+        ppo_policy_loss(x, x, x, x, clip_low=0.2, clip_high=0.2, agg="token_mean")
+
+
+# ---- PPO against numpy ------------------------------------------------------------------------------------------
+
+loss_batches = st.tuples(st.integers(1, 4), st.integers(1, 6)).flatmap(
+    lambda bt: st.tuples(
+        *(st.lists(st.floats(-1.5, 1.5, width=32), min_size=bt[0] * bt[1], max_size=bt[0] * bt[1]) for _ in range(4)),
+        st.lists(st.integers(0, 1), min_size=bt[0] * bt[1], max_size=bt[0] * bt[1]),
+        st.just(bt),
+    )
+)
+
+
+def _unpack(data):  # type: ignore[no-untyped-def]
+    a, b, c, d, m, (bs, t) = data
+
+    def f(x: list[float]) -> torch.Tensor:
+        return torch.tensor(x, dtype=torch.float64).reshape(bs, t)
+
+    return f(a), f(b), f(c), f(d), torch.tensor(m).reshape(bs, t)
+
+
+@FAST
+@given(loss_batches, st.sampled_from(AGG_MODES), st.sampled_from([None, 2.0, 3.0]), st.booleans())
+def test_ppo_matches_numpy(data, mode: str, dual: float | None, weighted: bool) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, w, mask = _unpack(data)
+    weights = w.abs() if weighted else None
+    loss, _ = ppo_policy_loss(
+        logp, old, adv, mask, clip_low=0.2, clip_high=0.3, dual_clip=dual, agg=mode, rollout_is_weights=weights
+    )
+    expected = ref.ppo_loss(
+        logp.numpy(),
+        old.numpy(),
+        adv.numpy(),
+        mask.numpy(),
+        clip_low=0.2,
+        clip_high=0.3,
+        dual_clip=dual,
+        mode=mode,
+        weights=None if weights is None else weights.numpy(),
+    )
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@FAST
+@given(loss_batches, st.sampled_from(["ppo", "gspo", "cispo"]), st.sampled_from(AGG_MODES))
+def test_masked_tokens_get_exactly_zero_gradient(data, name: str, mode: str) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, _, mask = _unpack(data)
+    logp = logp.clone().requires_grad_(True)
+    loss, _ = get_policy_loss(name)(logp, old, adv, mask, clip_low=0.2, clip_high=0.3, agg=mode)
+    loss.backward()
+    assert logp.grad is not None
+    assert torch.all(logp.grad[~mask.bool()] == 0)
+
+
+# ---- GSPO -------------------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(loss_batches)
+def test_gspo_matches_numpy_sequence_objective(data) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, _, mask = _unpack(data)
+    if not mask.any():
+        return
+    adv = adv[:, :1].expand_as(adv)  # GSPO's advantage is per sequence
+    loss, _ = gspo_policy_loss(logp * 0.01, old * 0.01, adv, mask, clip_low=3e-4, clip_high=4e-4)
+    expected = ref.gspo_loss(
+        (logp * 0.01).numpy(), (old * 0.01).numpy(), adv.numpy(), mask.numpy(), clip_low=3e-4, clip_high=4e-4
+    )
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_gspo_token_gradient_equals_the_sequence_level_gradient() -> None:
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 1]])
+    old = torch.randn(2, 4, dtype=torch.float64) * 0.1
+    base = old + torch.randn(2, 4, dtype=torch.float64) * 1e-4  # ratios inside the tiny clip range for one row
+    base[1] = old[1] + 0.05  # and far outside it for the other
+    adv = torch.tensor([[-1.5], [0.7]], dtype=torch.float64).expand(2, 4)
+    logp = base.clone().requires_grad_(True)
+    loss, _ = gspo_policy_loss(logp, old, adv, mask)
+    loss.backward()
+    # Sequence-level GSPO written directly: s_i = exp(mean_t(logp − old)) WITH gradient, per-sequence clip.
+    direct = base.clone().requires_grad_(True)
+    m = mask.to(torch.float64)
+    s = torch.exp(((direct - old) * m).sum(-1) / m.sum(-1))
+    a = adv[:, 0]
+    seq_loss = torch.maximum(-a * s, -a * s.clamp(1 - 3e-4, 1 + 4e-4)).mean()
+    seq_loss.backward()
+    torch.testing.assert_close(loss, seq_loss)
+    assert logp.grad is not None and direct.grad is not None
+    torch.testing.assert_close(logp.grad, direct.grad)
+    assert torch.all(logp.grad[1] == 0)  # A > 0 and s above 1 + ε_high: clipped, no gradient
+    assert torch.all(logp.grad[0, :3] != 0)
+
+
+def test_gspo_refuses_dual_clip() -> None:
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="GSPO has no dual clip"):
+        gspo_policy_loss(x, x, x, x, dual_clip=3.0)
+
+
+# ---- CISPO ------------------------------------------------------------------------------------------------------
+
+
+def test_cispo_keeps_a_bounded_gradient_on_clipped_tokens() -> None:
+    logp = torch.log(torch.tensor([[2.0, 1.1]], dtype=torch.float64)).requires_grad_(True)
+    adv = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    loss, m = cispo_policy_loss(logp, old, adv, torch.ones(1, 2), clip_low=1.0 - 1e-9, clip_high=0.28)
+    loss.backward()
+    # L = −(1/2)(1.28·log 2 + 1.1·log 1.1); dL/dlogp = −(1/2)·[1.28, 1.1]
+    assert float(loss.detach()) == pytest.approx(-0.5 * (1.28 * math.log(2.0) + 1.1 * math.log(1.1)))
+    assert logp.grad is not None
+    np.testing.assert_allclose(logp.grad.numpy(), [[-0.64, -0.55]])
+    assert float(m["pg_clipfrac"]) == pytest.approx(0.5)
+
+
+# ---- value loss -------------------------------------------------------------------------------------------------
+
+
+def test_value_loss_hand_computed() -> None:
+    values = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0]])
+    returns = torch.tensor([[2.0, 1.0]])
+    loss, m = value_loss(values, old, returns, torch.ones(1, 2), clip=0.5)
+    # token 0: unclipped (1−2)² = 1, clipped (0.5−2)² = 2.25 → 2.25; token 1: 1 both → ½·mean(2.25, 1)
+    assert float(loss.detach()) == pytest.approx(0.5 * (2.25 + 1.0) / 2)
+    assert float(m["vf_clipfrac"]) == pytest.approx(0.5)
+    loss.backward()
+    assert values.grad is not None
+    np.testing.assert_allclose(values.grad.numpy(), [[0.0, -0.5]])  # clipped token: no gradient
+
+
+@FAST
+@given(loss_batches, st.sampled_from([None, 0.2, 1.0]), st.sampled_from(AGG_MODES))
+def test_value_loss_matches_numpy(data, clip: float | None, mode: str) -> None:  # type: ignore[no-untyped-def]
+    values, old, returns, _, mask = _unpack(data)
+    loss, _ = value_loss(values, old, returns, mask, clip=clip, agg=mode)
+    expected = ref.value_loss(values.numpy(), old.numpy(), returns.numpy(), mask.numpy(), clip=clip, mode=mode)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_registry_names_and_errors() -> None:
+    assert get_policy_loss("ppo") is ppo_policy_loss
+    assert get_policy_loss("gspo") is gspo_policy_loss
+    with pytest.raises(UnknownNameError, match="Did you mean 'gspo'"):
+        get_policy_loss("gpso")
