@@ -31,9 +31,63 @@ def engine(model: torch.nn.Module, tok: Any) -> Iterator[HFEngine]:
     eng.close()
 
 
+def peaked_state(tok: Any, seed: int) -> dict[str, torch.Tensor]:
+    """Weights of another tiny model with embeddings scaled up, so its next-token distributions are sharp.
+
+    A freshly initialised model is nearly uniform over the vocabulary, so the same seed samples the same
+    tokens from almost any such weights; sharp ones make a weight change visible in the text.
+    """
+    state = {k: v.clone() for k, v in tiny_qwen2(tok, seed=seed).state_dict().items() if k != "lm_head.weight"}
+    state["model.embed_tokens.weight"] *= 40.0
+    return state
+
+
 @pytest.fixture
 def encode(tok: Any) -> Any:
     def _encode(text: str) -> list[int]:
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
     return _encode
+
+
+class ServerThread:
+    """A real uvicorn server on 127.0.0.1 and a free port, run in a background thread of the test process."""
+
+    def __init__(self, app: Any) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> ServerThread:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(engine: HFEngine, tok: Any) -> Iterator[ServerThread]:
+    from rlloom.rollout.server import create_app
+
+    with ServerThread(create_app(engine, "tiny", tok, default_max_tokens=16)) as srv:
+        yield srv

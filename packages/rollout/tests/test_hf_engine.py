@@ -13,6 +13,8 @@ from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
 
+from .conftest import peaked_state
+
 
 def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:
     return GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(**sampling))
@@ -117,6 +119,7 @@ def test_weight_update_changes_outputs(engine: HFEngine, tok: Any, encode: Any) 
     p = encode("weights")
     before = engine.generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
     other = tiny_qwen2(tok, seed=123)
+    other.load_state_dict(peaked_state(tok, seed=123), strict=False)
     engine.update_weights(dict(other.state_dict()))
     after = engine.generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
     reference = HFEngine(other, tok).generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
@@ -138,6 +141,7 @@ def test_shared_module_sees_actor_updates_without_sync(engine: HFEngine, model: 
     with torch.no_grad():  # an optimizer step on the actor, which *is* the engine's model
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.5)
+        model.model.embed_tokens.weight.mul_(40.0)
     engine.update_weights(dict(model.state_dict()))  # same tensors: a no-op
     after = engine.generate([_req(p, seed=11, max_tokens=16, ignore_eos=True)])[0][0]
     assert after.token_ids != before.token_ids
