@@ -30,6 +30,7 @@ class _SamplingFields(BaseModel):
     ignore_eos: bool = Field(default=False, description="vLLM extension.")
     include_stop_str_in_output: bool = Field(default=False, description="vLLM extension (default as vLLM's).")
     seed: int | None = None
+    return_token_ids: bool = Field(default=True, description="vLLM extension; token ids are always returned.")
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None

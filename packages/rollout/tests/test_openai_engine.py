@@ -1,0 +1,96 @@
+"""OpenAIEngine against this package's real server, and its retry/error behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import httpx
+import pytest
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig, OpenAIEngineError
+
+from .conftest import peaked_state
+
+
+def _remote(served: Any, **kw: Any) -> OpenAIEngine:
+    return OpenAIEngine(OpenAIEngineConfig(base_url=served.base_url, model="tiny", **kw))
+
+
+def test_token_prompts_round_trip_exact_ids_and_logprobs(served: Any, engine: HFEngine, encode: Any) -> None:
+    reqs = [
+        GenerationRequest(prompt_ids=encode(p), sampling=SamplingParams(n=2, seed=i, max_tokens=10, stop=["e"]))
+        for i, p in enumerate(["alpha", "beta gamma"])
+    ]
+    remote = _remote(served).generate(reqs)
+    local = engine.generate(reqs)
+    for r_list, l_list in zip(remote, local, strict=True):
+        for r, c in zip(r_list, l_list, strict=True):
+            assert r.token_ids == c.token_ids and r.text == c.text and r.prompt_ids == c.prompt_ids
+            assert r.finish_reason == c.finish_reason
+            assert r.logprobs == pytest.approx(c.logprobs, abs=1e-5)
+
+
+def test_chat_prompts_use_the_chat_endpoint(served: Any, engine: HFEngine) -> None:
+    req = GenerationRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(seed=4, max_tokens=8))
+    [r] = _remote(served).generate([req])[0]
+    [c] = engine.generate([req])[0]
+    assert (r.text, r.token_ids, r.prompt_ids) == (c.text, c.token_ids, c.prompt_ids)
+
+
+def test_concurrent_agenerate_calls(served: Any, encode: Any) -> None:
+    remote = _remote(served, max_concurrency=4)
+
+    async def run() -> list[Any]:
+        reqs = [GenerationRequest(prompt_ids=encode(f"q{i}"), sampling=SamplingParams(max_tokens=6)) for i in range(12)]
+        try:
+            return await asyncio.gather(*(remote.agenerate(r) for r in reqs))
+        finally:
+            await remote.aclose()
+
+    out = asyncio.run(run())
+    assert len(out) == 12 and all(len(o) == 1 and 1 <= len(o[0].token_ids) <= 6 for o in out)
+
+
+def test_retries_server_errors_then_succeeds(served: Any, encode: Any) -> None:
+    calls = {"n": 0}
+
+    def flaky(request: httpx.Request) -> httpx.Response:  # the first two tries hit an overloaded server
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            return httpx.Response(503, json={"error": {"message": "overloaded"}})
+        real = httpx.post(str(request.url), content=request.content, headers=dict(request.headers), timeout=30)
+        return httpx.Response(real.status_code, content=real.content, headers=real.headers)
+
+    remote = OpenAIEngine(
+        OpenAIEngineConfig(base_url=served.base_url, model="tiny", backoff_s=0.01), transport=httpx.MockTransport(flaky)
+    )
+    [[c]] = remote.generate([GenerationRequest(prompt_ids=encode("x"), sampling=SamplingParams(max_tokens=4))])
+    assert calls["n"] == 3 and len(c.token_ids) >= 1
+
+
+def test_client_errors_fail_fast_with_the_server_message(served: Any, encode: Any) -> None:
+    remote = OpenAIEngine(OpenAIEngineConfig(base_url=served.base_url, model="nope", backoff_s=0.01))
+    with pytest.raises(OpenAIEngineError, match="not served"):
+        remote.generate([GenerationRequest(prompt_ids=encode("x"))])
+
+
+def test_unreachable_server_gives_up_after_retries(encode: Any) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = OpenAIEngineConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=2, backoff_s=0.01)
+    with pytest.raises(OpenAIEngineError, match="after 3 tries"):
+        OpenAIEngine(cfg).generate([GenerationRequest(prompt_ids=encode("x"))])
+
+
+def test_update_weights_pushes_to_the_server(served: Any, tok: Any, encode: Any) -> None:
+    remote = _remote(served)
+    req = GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(seed=2, max_tokens=12, ignore_eos=True))
+    before = remote.generate([req])[0][0]
+    remote.update_weights(peaked_state(tok, seed=5))
+    after = remote.generate([req])[0][0]
+    assert after.logprobs != before.logprobs and after.token_ids != before.token_ids
