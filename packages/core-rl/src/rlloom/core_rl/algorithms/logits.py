@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK_SIZE = 1024
+DEFAULT_CHUNK_SIZE = 256
 
 
 def _check_chunk(chunk_size: int) -> None:
