@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rlloom.core_rl.batch import TrajectoryBatch
 
 
 @runtime_checkable
@@ -59,3 +62,65 @@ class Tracker(Protocol):
     def log_config(self, config: Mapping[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PolicyWorker(Protocol):
+    """The actor: log-probs under the current policy and PPO updates.
+
+    Implementations may hold a shard of the model on each of many ranks (Ray + FSDP2); a call receives the whole
+    batch and returns results for the whole batch, however the work is split underneath.
+    """
+
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probs `[B, R]` of the response tokens (0 on padding), no gradient; with `entropy`,
+        also the per-token entropies (logged as the policy's entropy without a second forward)."""
+        ...
+
+    def update_policy(self, batch: TrajectoryBatch) -> dict[str, float]:
+        """PPO epochs over mini-batches of `batch` (needs old_logprobs, advantages); returns mean metrics."""
+        ...
+
+    def named_weights(self) -> Mapping[str, torch.Tensor]:
+        """Current weights under HF parameter names, for `RolloutEngine.update_weights`."""
+        ...
+
+    def save_pretrained(self, path: str) -> None:
+        """Write the weights in Hugging Face format (`from_pretrained(path)` loads them)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Training state besides the weights (optimizer, scheduler, shuffling RNG), for checkpoints."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReferenceWorker(Protocol):
+    """The frozen reference policy of the KL term."""
+
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+@runtime_checkable
+class CriticWorker(Protocol):
+    """The value model of PPO/GAE."""
+
+    def compute_values(self, batch: TrajectoryBatch) -> torch.Tensor:
+        """Per-token values `[B, R]` (value of the state before each response token), no gradient."""
+        ...
+
+    def update_critic(self, batch: TrajectoryBatch) -> dict[str, float]:
+        """Value-loss epochs over `batch` (needs values, returns); returns mean metrics."""
+        ...
+
+    def save_pretrained(self, path: str) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...

@@ -1,0 +1,292 @@
+"""In-process policy and reference workers: any Hugging Face causal LM from a local path.
+
+`PolicyActor` implements `PolicyWorker`: log-probs in token-budget micro-batches, and PPO epochs over
+mini-batches with gradient accumulation whose losses are normalised by the mini-batch's global token and
+sequence counts (so micro-batching never changes the gradient), an entropy bonus, a KL loss, TIS weights,
+grad-norm clipping and an AdamW step. `ReferencePolicy` is a frozen copy or, with LoRA, the actor's own base
+model with the adapter disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from rlloom.core_rl.algorithms import (
+    LossAggregation,
+    aggregate_with,
+    get_policy_loss,
+    kl_penalty,
+    masked_mean,
+    token_and_seq_counts,
+)
+from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
+from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig
+from rlloom.core_rl.model_forward import autocast, response_logprobs
+from rlloom.core_rl.optim import build_optimizer, ppo_minibatches
+
+ADAPTER_DIR = "adapter"
+
+
+def load_causal_lm(
+    cfg: ModelConfig, path: str, device: torch.device, *, resume_from: Path | None = None
+) -> PreTrainedModel:
+    """Load a causal LM for training from `path`; with `cfg.lora_rank > 0`, wrap `cfg.path` in LoRA adapters
+    (new ones, or those saved under `resume_from/adapter`)."""
+    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    base_path = cfg.path if cfg.lora_rank > 0 else path
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, attn_implementation=cfg.attn_implementation)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora_rank > 0:
+        try:
+            from peft import LoraConfig, PeftModel, get_peft_model
+        except ImportError as err:  # pragma: no cover - depends on the extra
+            raise ImportError("model.lora_rank > 0 needs peft: pip install 'rlloom-core-rl[lora]'") from err
+        if resume_from is not None:
+            model = PeftModel.from_pretrained(model, str(resume_from / ADAPTER_DIR), is_trainable=True)
+        else:
+            lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_target_modules)
+            model = get_peft_model(model, lora)
+    nn.Module.to(model, device)  # transformers wraps `.to` with a signature mypy cannot follow
+    return model
+
+
+def logprobs_in_micro_batches(
+    model: nn.Module,
+    batch: TrajectoryBatch,
+    *,
+    temperature: float,
+    max_tokens: int,
+    packed: bool,
+    entropy: bool,
+    device: torch.device,
+    bf16: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """No-grad log-probs (and entropies) of every response token, micro-batched by token budget."""
+    lp_parts, ent_parts = [], []
+    with torch.no_grad():
+        for rows, micro in batch.micro_batches(max_tokens, padded=not packed):
+            with autocast(device, bf16):
+                lp, ent = response_logprobs(
+                    model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
+                )
+            lp_parts.append((rows, lp.float().cpu()))
+            if ent is not None:
+                ent_parts.append((rows, ent.float().cpu()))
+    width = batch.response_width
+    logprobs = scatter_rows(lp_parts, batch.batch_size, width)
+    return logprobs, scatter_rows(ent_parts, batch.batch_size, width) if ent_parts else None
+
+
+class PolicyActor:
+    """The trainable policy (implements `PolicyWorker`)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        actor: ActorConfig,
+        algorithm: AlgorithmConfig,
+        total_steps: int,
+        mini_batch_rows: int,
+        max_response_length: int,
+        device: torch.device,
+        bf16: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.cfg = actor
+        self.algo = algorithm
+        self.device = device
+        self.bf16 = bf16
+        self.mini_batch_rows = mini_batch_rows
+        self.max_response_length = max_response_length
+        self.optimizer, self.scheduler = build_optimizer(model.parameters(), actor, total_steps)
+        self.policy_loss = get_policy_loss(algorithm.policy_loss)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.model.eval()
+        return logprobs_in_micro_batches(
+            self.model,
+            batch,
+            temperature=temperature,
+            max_tokens=self.cfg.max_tokens_per_micro_batch,
+            packed=self.cfg.padding_free,
+            entropy=entropy,
+            device=self.device,
+            bf16=self.bf16,
+        )
+
+    def update_policy(self, batch: TrajectoryBatch, *, temperature: float = 1.0) -> dict[str, float]:
+        """PPO epochs; needs `old_logprobs` and `advantages` (plus `ref_logprobs` with a KL loss)."""
+        for key in ("old_logprobs", "advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
+            if key not in batch.tensors:
+                raise KeyError(f"update_policy: the batch lacks {key!r}; compute it before the update")
+        self.model.train()
+        sums: dict[str, float] = {}
+        n_updates = 0
+        for mini in ppo_minibatches(
+            batch, self.mini_batch_rows, epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle, generator=self.generator
+        ):
+            for key, value in self._update_minibatch(mini, temperature).items():
+                sums[key] = sums.get(key, 0.0) + value
+            n_updates += 1
+        metrics = {f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
+        metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate these updates used
+        self.scheduler.step()
+        metrics["actor/optimizer_steps"] = float(n_updates)
+        return metrics
+
+    def _update_minibatch(self, mini: TrajectoryBatch, temperature: float) -> dict[str, float]:
+        tokens, seqs = token_and_seq_counts(mini.loss_mask)
+        agg = LossAggregation(
+            self.algo.loss_agg_mode,
+            global_token_count=float(tokens.clamp(min=1)),
+            global_seq_count=float(seqs.clamp(min=1)),
+            norm_length=float(self.max_response_length),
+        )
+        totals: dict[str, torch.Tensor] = {}
+        for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
+            micro = micro.to(self.device)
+            for key, value in self._micro_loss(micro, agg, temperature).items():
+                totals[key] = totals[key] + value if key in totals else value
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.cfg.grad_clip if self.cfg.grad_clip is not None else float("inf")
+        )
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {k: float(v) for k, v in totals.items()}
+        out["grad_norm"] = float(grad_norm)
+        out["grad_norm_nonfinite"] = float(not torch.isfinite(grad_norm))
+        # metric means were accumulated weighted by each micro-batch's share of tokens
+        return out
+
+    def _micro_loss(self, micro: TrajectoryBatch, agg: LossAggregation, temperature: float) -> dict[str, torch.Tensor]:
+        mask = micro.loss_mask
+        need_entropy = self.algo.entropy_coef > 0
+        with autocast(self.device, self.bf16):
+            logprobs, entropy = response_logprobs(
+                self.model, micro, temperature=temperature, packed=self.cfg.padding_free, entropy=need_entropy
+            )
+        weights = micro["is_weights"] if "is_weights" in micro.tensors else None
+        pg_loss, pg_metrics = self.policy_loss(
+            logprobs,
+            micro["old_logprobs"],
+            micro["advantages"],
+            mask,
+            clip_low=self.algo.clip_low,
+            clip_high=self.algo.clip_high,
+            dual_clip=self.algo.dual_clip,
+            agg=agg,
+            rollout_is_weights=weights,
+        )
+        loss = pg_loss
+        share = mask.sum() / agg.global_token_count  # type: ignore[operator]
+        out: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
+        out.update({k: v * share for k, v in pg_metrics.items()})
+        if entropy is not None:
+            entropy_loss = aggregate_with(entropy, mask, agg)
+            loss = loss - self.algo.entropy_coef * entropy_loss
+            out["entropy_loss"] = entropy_loss.detach()
+        if self.algo.use_kl_loss:
+            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl_loss_type)
+            kl_loss = aggregate_with(kl, mask, agg)
+            loss = loss + self.algo.kl_loss_coef * kl_loss
+            out["kl_loss"] = kl_loss.detach()
+            out["kl_mean"] = masked_mean(kl.detach(), mask) * share
+        loss.backward()  # type: ignore[no-untyped-call]
+        out["loss"] = loss.detach()
+        return out
+
+    def named_weights(self) -> Mapping[str, torch.Tensor]:
+        if hasattr(self.model, "merge_and_unload"):
+            # LoRA: engines load plain HF weights, so send base + merged adapter deltas
+            return _merged_lora_weights(self.model)
+        return dict(self.model.state_dict())
+
+    def save_pretrained(self, path: str) -> None:
+        """HF weights at `path`; with LoRA, the merged model there and the adapter in `path/adapter`."""
+        if hasattr(self.model, "merge_and_unload"):
+            base = self.model.get_base_model()  # type: ignore[operator]
+            base.save_pretrained(path, state_dict=_merged_lora_weights(self.model))
+            self.model.save_pretrained(str(Path(path) / ADAPTER_DIR))
+        else:
+            self.model.save_pretrained(path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+
+
+def _merged_lora_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Base-model weights with LoRA deltas folded in, under the base model's HF names."""
+    model.merge_adapter()  # type: ignore[operator]
+    try:
+        base = model.get_base_model()  # type: ignore[operator]
+        weights = {
+            k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k
+        }
+    finally:
+        model.unmerge_adapter()  # type: ignore[operator]
+    return weights
+
+
+class ReferencePolicy:
+    """Frozen reference log-probs (implements `ReferenceWorker`)."""
+
+    def __init__(
+        self, model: nn.Module, *, max_tokens: int, packed: bool, device: torch.device, bf16: bool = True
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.packed = packed
+        self.device = device
+        self.bf16 = bf16
+        self._lora = hasattr(model, "disable_adapter")
+        if not self._lora:
+            for p in model.parameters():
+                p.requires_grad_(False)
+            model.eval()
+
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with self._base_model():
+            self.model.eval()
+            return logprobs_in_micro_batches(
+                self.model,
+                batch,
+                temperature=temperature,
+                max_tokens=self.max_tokens,
+                packed=self.packed,
+                entropy=entropy,
+                device=self.device,
+                bf16=self.bf16,
+            )
+
+    @contextlib.contextmanager
+    def _base_model(self) -> Iterator[None]:
+        if self._lora:
+            with self.model.disable_adapter():  # type: ignore[operator]
+                yield
+        else:
+            yield

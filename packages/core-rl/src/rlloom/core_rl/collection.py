@@ -1,0 +1,59 @@
+"""Turning prompts into scored trajectories: single-turn sampling through a `RolloutEngine`, then rewards.
+
+Multi-turn agents bring their own `collect` function with the same signature (rows, sampling, step) →
+trajectories; the trainer does not care which produced them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rlloom.core_rl.data import Row, generation_request, ground_truth
+from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.protocols import RewardFn, RolloutEngine
+from rlloom.core_rl.trajectory import Trajectory
+
+CollectFn = Callable[[Sequence[Row], SamplingParams, str], list[Trajectory]]
+"""(rows, sampling, group-id prefix) → trajectories, `sampling.n` per row, sharing a group id per row."""
+
+
+def single_turn_collector(engine: RolloutEngine) -> CollectFn:
+    """A `CollectFn` that samples `n` completions per prompt from `engine`."""
+
+    def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
+        requests = [generation_request(row, sampling) for row in rows]
+        outputs = engine.generate(requests)
+        if len(outputs) != len(rows):
+            raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
+        trajectories = []
+        for i, (row, completions) in enumerate(zip(rows, outputs, strict=True)):
+            for completion in completions:
+                trajectories.append(
+                    Trajectory(
+                        prompt_ids=list(completion.prompt_ids),
+                        response_ids=list(completion.token_ids),
+                        loss_mask=[1] * len(completion.token_ids),
+                        rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
+                        group_id=f"{prefix}-{i}",
+                        data_source=str(row.get("data_source", "")),
+                        ground_truth=ground_truth(row),
+                        response_text=completion.text,
+                        finish_reason=completion.finish_reason,
+                        extra_info=dict(row.get("extra_info") or {}),
+                    )
+                )
+        return trajectories
+
+    return collect
+
+
+def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> None:
+    """Fill `reward` and `reward_components` of each trajectory in place."""
+    outputs = reward_fn(trajectories)
+    if len(outputs) != len(trajectories):
+        raise RuntimeError(f"reward function returned {len(outputs)} rewards for {len(trajectories)} trajectories")
+    for traj, out in zip(trajectories, outputs, strict=True):
+        traj.reward = float(out.score)
+        traj.reward_components = dict(out.components)
+        if out.error:
+            traj.metrics["reward_error"] = 1.0

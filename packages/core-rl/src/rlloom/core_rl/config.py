@@ -1,0 +1,269 @@
+"""The training config: pydantic models loaded from YAML, overridden by dotted `key=value` pairs.
+
+Every field says what it does (and which paper it comes from); unknown keys are errors that name the key and the
+nearest valid one, because a silently ignored typo (`actor.lr_warmup_step`) wastes a GPU-day. Batch sizes count
+prompts (`data.train_batch_size`, `actor.mini_batch_size`) and tokens (`actor.max_tokens_per_micro_batch`); none has
+to divide another: remainders become a smaller last mini-batch or micro-batch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TrackerName = Literal["console", "jsonl", "tensorboard", "wandb"]
+
+
+def _default_trackers() -> list[TrackerName]:
+    return ["console", "jsonl"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    path: str = Field(description="Local directory of a Hugging Face causal LM (Qwen2/Qwen2.5/Llama, ...).")
+    tokenizer_path: str | None = Field(default=None, description="Tokenizer directory; defaults to `path`.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32", description="Parameter dtype. bf16 autocast on GPU is `trainer.bf16_autocast`."
+    )
+    attn_implementation: str = Field(
+        default="sdpa", description="HF attention backend: sdpa, eager, or flash_attention_2 (needs flash-attn)."
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in backward: less memory, about 30% more compute."
+    )
+    lora_rank: int = Field(
+        default=0,
+        ge=0,
+        description="LoRA rank (Hu et al. 2021); 0 trains all weights. With LoRA the reference model is the "
+        "adapter-disabled base, so no second copy is kept. Needs the `lora` extra (peft).",
+    )
+    lora_alpha: int = Field(default=16, ge=1, description="LoRA scaling numerator (scale = alpha / rank).")
+    lora_target_modules: str | list[str] = Field(
+        default="all-linear", description="Modules that get adapters (peft's `target_modules`)."
+    )
+
+
+class DataConfig(_Section):
+    train_batch_size: int = Field(default=8, ge=1, description="Prompts per training step (before n samples each).")
+    shuffle: bool = Field(default=True, description="Reshuffle the prompts every epoch (seeded by trainer.seed).")
+    drop_last: bool = Field(
+        default=False, description="Skip an epoch's last partial batch instead of training on a smaller one."
+    )
+
+
+class RolloutConfig(_Section):
+    n: int = Field(default=4, ge=1, description="Samples per prompt: the group size of GRPO/RLOO.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature; logprobs use it too.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 disables it).")
+    top_k: int = Field(default=0, ge=0, description="Top-k sampling (0 disables it).")
+    max_tokens: int = Field(default=256, ge=1, description="Response length limit in tokens.")
+    val_temperature: float = Field(default=0.0, ge=0.0, description="Validation sampling temperature (0 = greedy).")
+    val_n: int = Field(default=1, ge=1, description="Validation samples per prompt.")
+
+
+class AlgorithmConfig(_Section):
+    adv_estimator: str = Field(
+        default="grpo",
+        description="Advantage estimator by registry name: gae (Schulman et al. 2016), grpo (Shao et al. 2024), "
+        "dr_grpo (Liu et al. 2025), rloo (Ahmadian et al. 2024), remax (Li et al. 2023), reinforce_plus_plus, "
+        "reinforce_plus_plus_baseline (Hu 2025).",
+    )
+    norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
+    gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor (GAE, REINFORCE++).")
+    lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda (Schulman et al. 2016).")
+    policy_loss: str = Field(
+        default="ppo", description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, cispo."
+    )
+    clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below 1 (epsilon_low).")
+    clip_high: float = Field(
+        default=0.2, ge=0.0, description="PPO ratio clip above 1; 0.28 is DAPO's clip-higher (Yu et al. 2025)."
+    )
+    dual_clip: float | None = Field(
+        default=None, gt=1.0, description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off."
+    )
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        Field(
+            default="token-mean",
+            description="How token losses become a scalar: token-mean (DAPO), seq-mean-token-mean (GRPO), "
+            "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum.",
+        )
+    )
+    entropy_coef: float = Field(default=0.0, ge=0.0, description="Entropy bonus weight (subtracted from the loss).")
+    use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
+    kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")
+    kl_loss_type: str = Field(
+        default="low_var_kl",
+        description="KL estimator for the loss: k1, k2, k3/low_var_kl, abs; a `+` suffix (k3+) keeps the value "
+        "and takes k2's gradient (straight-through). Schulman 2020, 'Approximating KL Divergence'.",
+    )
+    use_kl_in_reward: bool = Field(
+        default=False, description="Subtract beta x KL from the token rewards (Ziegler et al. 2019, InstructGPT)."
+    )
+    kl_in_reward_type: str = Field(default="k1", description="KL estimator for the in-reward penalty.")
+    kl_controller: Literal["fixed", "adaptive"] = Field(
+        default="fixed", description="In-reward KL coefficient: fixed, or adaptive to a target (Ziegler et al.)."
+    )
+    kl_coef: float = Field(default=0.001, ge=0.0, description="Initial in-reward KL coefficient.")
+    target_kl: float = Field(default=6.0, gt=0.0, description="Adaptive controller target KL.")
+    kl_horizon: int = Field(default=10000, ge=1, description="Adaptive controller horizon.")
+    tis_cap: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Truncated importance sampling cap C: weight tokens by min(pi_old/pi_rollout, C) to correct "
+        "the engine/trainer mismatch (Yao et al. 2025); None = off. The mismatch KL is logged either way.",
+    )
+    dynamic_sampling: bool = Field(
+        default=False,
+        description="DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards all agree and sample more "
+        "prompts until the batch is full.",
+    )
+    max_sampling_rounds: int = Field(
+        default=3, ge=1, description="Cap on rollout rounds per step with dynamic sampling, then train on what is in."
+    )
+    overlong_filter: bool = Field(
+        default=False, description="DAPO overlong filtering: truncated responses carry no loss (Yu et al. 2025)."
+    )
+
+
+class ActorConfig(_Section):
+    lr: float = Field(default=1e-6, gt=0.0, description="AdamW peak learning rate.")
+    weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up, in training steps.")
+    lr_schedule: Literal["constant", "cosine"] = Field(default="constant", description="Schedule after warm-up.")
+    min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Cosine floor as a fraction of lr.")
+    grad_clip: float | None = Field(default=1.0, gt=0.0, description="Max global grad norm; None = no clipping.")
+    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each step's batch (Schulman et al. 2017).")
+    mini_batch_size: int = Field(
+        default=8, ge=1, description="Prompts per optimizer step (x n samples); a remainder makes a smaller one."
+    )
+    max_tokens_per_micro_batch: int = Field(
+        default=8192, ge=1, description="Token budget of one forward/backward (dynamic batch size)."
+    )
+    padding_free: bool = Field(
+        default=False, description="Pack sequences without padding (varlen attention) in training forwards."
+    )
+    shuffle: bool = Field(default=True, description="Shuffle rows before splitting into mini-batches.")
+
+
+class CriticConfig(ActorConfig):
+    lr: float = Field(default=1e-5, gt=0.0, description="AdamW peak learning rate of the critic.")
+    value_clip: float | None = Field(default=0.5, gt=0.0, description="PPO value clipping range; None = off.")
+    path: str | None = Field(default=None, description="Critic initialisation; defaults to model.path.")
+
+
+class TrainerConfig(_Section):
+    total_steps: int | None = Field(default=None, ge=1, description="Training steps; None = total_epochs epochs.")
+    total_epochs: int = Field(default=1, ge=1, description="Epochs over the prompts when total_steps is None.")
+    output_dir: str = Field(default="runs/rlloom", description="Run folder: config, metrics, checkpoints.")
+    save_every: int = Field(default=0, ge=0, description="Checkpoint every N steps (and at the end); 0 = end only.")
+    keep_last: int = Field(default=2, ge=1, description="Checkpoints kept; older ones are deleted.")
+    resume: str = Field(
+        default="auto", description="auto (latest checkpoint if any), never, or a checkpoint directory."
+    )
+    val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
+    val_before_train: bool = Field(default=False, description="Validate once before the first step.")
+    seed: int = Field(default=0, description="Seed of python, numpy and torch RNGs and of data shuffling.")
+    deterministic: bool = Field(
+        default=False, description="torch.use_deterministic_algorithms: bitwise-repeatable runs, some speed cost."
+    )
+    device: str = Field(default="auto", description="auto (cuda if available, else cpu), cpu, cuda, cuda:1 ...")
+    bf16_autocast: bool = Field(default=True, description="bf16 autocast for forwards on GPU (ignored on CPU).")
+    trackers: list[TrackerName] = Field(default_factory=_default_trackers, description="Where metrics go.")
+    project: str = Field(default="rlloom", description="Project name for W&B.")
+    run_name: str | None = Field(default=None, description="Run name for W&B/TensorBoard; default output_dir's name.")
+
+
+class RLConfig(_Section):
+    """A whole training run."""
+
+    model: ModelConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _check_names(self) -> RLConfig:
+        from rlloom.core_rl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, kl_penalty
+
+        ADVANTAGE_ESTIMATORS.get(self.algorithm.adv_estimator)  # raises with the nearest valid name
+        POLICY_LOSSES.get(self.algorithm.policy_loss)
+        import torch
+
+        probe = torch.zeros(1)
+        kl_penalty(probe, probe, self.algorithm.kl_loss_type)
+        kl_penalty(probe, probe, self.algorithm.kl_in_reward_type)
+        return self
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.algorithm.adv_estimator == "gae"
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.algorithm.use_kl_loss or self.algorithm.use_kl_in_reward
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+class ConfigError(ValueError):
+    """A config key or value that cannot be used; the message names the key and a fix."""
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RLConfig:
+    """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+        raw = loaded or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=200)")
+        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+    return config_from_dict(raw, source=str(path) if path else "config")
+
+
+def config_from_dict(raw: Mapping[str, Any], *, source: str = "config") -> RLConfig:
+    """Validate a nested dict, reporting unknown keys with the nearest valid name."""
+    _check_keys(raw, RLConfig, prefix="", source=source)
+    return RLConfig.model_validate(raw)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key!r}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _check_keys(raw: Mapping[str, Any], model: type[BaseModel], *, prefix: str, source: str) -> None:
+    fields = model.model_fields
+    for key, value in raw.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"{source}: unknown key '{prefix}{key}'{hint} Valid keys here: {', '.join(sorted(fields))}"
+            )
+        annotation = fields[key].annotation
+        if isinstance(value, Mapping) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _check_keys(value, annotation, prefix=f"{prefix}{key}.", source=source)

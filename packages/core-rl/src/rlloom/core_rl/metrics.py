@@ -1,0 +1,75 @@
+"""The standard per-step metrics computed from a finished batch, and wall-clock timing per phase."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import torch
+
+from rlloom.core_rl.algorithms import masked_mean
+from rlloom.core_rl.batch import TrajectoryBatch
+
+
+class PhaseTimer:
+    """Accumulates seconds per named phase (`with timer("rollout"): ...`); a phase may run several times."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"timing/{k}_s": v for k, v in self.seconds.items()}
+        out["timing/step_s"] = sum(self.seconds.values())
+        return out
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    if values.numel() == 0:
+        return {}
+    return {
+        f"{prefix}/mean": float(values.mean()),
+        f"{prefix}/std": float(values.std()) if values.numel() > 1 else 0.0,
+        f"{prefix}/max": float(values.max()),
+        f"{prefix}/min": float(values.min()),
+    }
+
+
+def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[str, float]:
+    """Reward mean/std (and per component, per data source), lengths and clip ratio, advantage/value stats."""
+    out: dict[str, float] = {}
+    if "scores" in batch.tensors:
+        scores = batch["scores"]
+        out.update(_stats("reward", scores))
+        sources = batch.non_tensors.get("data_source", [])
+        for source in sorted(set(sources)) if len(set(sources)) > 1 else []:
+            rows = [i for i, s in enumerate(sources) if s == source]
+            out[f"reward/{source}/mean"] = float(scores[rows].mean())
+    components: dict[str, list[float]] = {}
+    for comp in batch.non_tensors.get("reward_components", []):
+        for key, value in comp.items():
+            components.setdefault(key, []).append(float(value))
+    for key, values in sorted(components.items()):
+        out[f"reward_components/{key}"] = sum(values) / len(values)
+    lengths = batch["response_lengths"]
+    out.update({k: v for k, v in _stats("response_length", lengths).items() if not k.endswith("/std")})
+    finish = batch.non_tensors.get("finish_reason", [])
+    clipped = [r == "length" for r in finish] if finish else (lengths >= max_response_length).tolist()
+    out["response_length/clip_ratio"] = sum(clipped) / max(len(clipped), 1)
+    out["prompt_length/mean"] = float(batch["prompt_lengths"].float().mean())
+    mask = batch.loss_mask
+    for key in ("advantages", "returns", "values"):
+        if key in batch.tensors:
+            out[f"{key}/mean"] = float(masked_mean(batch[key], mask))
+    out["batch/samples"] = float(batch.batch_size)
+    out["batch/response_tokens"] = float(mask.sum())
+    return out

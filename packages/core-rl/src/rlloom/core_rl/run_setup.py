@@ -1,0 +1,118 @@
+"""Building a run's parts from its config: device, tokenizer, actor/reference/critic workers, trackers.
+
+Kept apart from the loop so `trainer.py` reads as the algorithm; a distributed backend replaces this file's
+worker construction (Ray worker groups) and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from rlloom.core_rl.actor import PolicyActor, ReferencePolicy, load_causal_lm
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.critic import ValueCritic, ValueModel
+from rlloom.core_rl.protocols import Tracker
+from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
+
+
+@dataclass
+class RunParts:
+    device: torch.device
+    tokenizer: PreTrainedTokenizerBase
+    pad_token_id: int
+    actor: PolicyActor
+    reference: ReferencePolicy | None
+    critic: ValueCritic | None
+    tracker: MultiTracker
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={name!r} but no CUDA device is visible; use trainer.device=cpu")
+    return device
+
+
+def build_run(
+    cfg: RLConfig,
+    *,
+    total_steps: int,
+    resume_from: Path | None,
+    output_dir: Path,
+    start_step: int,
+    trackers: Sequence[Tracker] | None,
+) -> RunParts:
+    """Everything `Trainer` needs; weights come from `resume_from` when resuming, else from `model.path`."""
+    torch.use_deterministic_algorithms(cfg.trainer.deterministic)
+    device = resolve_device(cfg.trainer.device)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(cfg.to_yaml())
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_token_id is None:
+        raise ValueError(f"the tokenizer of {cfg.model.path} has neither a pad nor an eos token; set one")
+
+    actor_model = load_causal_lm(cfg.model, str(resume_from or cfg.model.path), device, resume_from=resume_from)
+    rows_per_mini = cfg.actor.mini_batch_size * cfg.rollout.n
+    bf16 = cfg.trainer.bf16_autocast
+    actor = PolicyActor(
+        actor_model,
+        actor=cfg.actor,
+        algorithm=cfg.algorithm,
+        total_steps=total_steps,
+        mini_batch_rows=rows_per_mini,
+        max_response_length=cfg.rollout.max_tokens,
+        device=device,
+        bf16=bf16,
+        seed=cfg.trainer.seed,
+    )
+    reference = None
+    if cfg.uses_reference:
+        # with LoRA the reference is the adapter-disabled base: no second copy
+        lora = cfg.model.lora_rank > 0
+        ref_model = actor_model if lora else load_causal_lm(cfg.model, cfg.model.path, device)
+        reference = ReferencePolicy(
+            ref_model, max_tokens=cfg.actor.max_tokens_per_micro_batch, packed=cfg.actor.padding_free, device=device,
+            bf16=bf16,
+        )  # fmt: skip
+    critic = None
+    if cfg.uses_critic:
+        critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
+        critic = ValueCritic(
+            ValueModel.from_pretrained(cfg.model, critic_path),
+            critic=cfg.critic,
+            loss_agg_mode=cfg.algorithm.loss_agg_mode,
+            total_steps=total_steps,
+            mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
+            device=device,
+            bf16=bf16,
+            seed=cfg.trainer.seed,
+        )
+    tracker = MultiTracker(
+        list(trackers) if trackers is not None else default_trackers(cfg, output_dir, total_steps, start_step)
+    )
+    return RunParts(device, tokenizer, int(pad_token_id), actor, reference, critic, tracker)
+
+
+def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_step: int) -> list[Tracker]:
+    """The trackers `trainer.trackers` names, resuming their files at `start_step`."""
+    run_name = cfg.trainer.run_name or output_dir.name
+    made: list[Tracker] = []
+    for name in cfg.trainer.trackers:
+        if name == "console":
+            made.append(ConsoleTracker(total_steps, start_step))
+        elif name == "jsonl":
+            made.append(JSONLTracker(output_dir / "metrics.jsonl", resume_step=start_step))
+        elif name == "tensorboard":
+            made.append(TensorBoardTracker(output_dir / "tensorboard"))
+        else:
+            made.append(WandbTracker(cfg.trainer.project, run_name, output_dir, cfg.model_dump(mode="json")))
+    return made

@@ -1,0 +1,170 @@
+"""Where per-step metrics go: the console (rich), `metrics.jsonl`, TensorBoard, Weights & Biases.
+
+Each tracker implements the `Tracker` protocol. The JSONL file is the run's record: one line per step, and on
+resume the lines after the checkpoint's step are dropped, so a killed-and-resumed run leaves the same file as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rlloom.core_rl.protocols import Tracker
+
+CONSOLE_KEYS = (
+    ("reward/mean", "reward"),
+    ("response_length/mean", "len"),
+    ("actor/pg_loss", "pg"),
+    ("actor/kl_mean", "kl"),
+    ("actor/entropy", "ent"),
+    ("actor/pg_clipfrac", "clip"),
+    ("actor/grad_norm", "gnorm"),
+    ("val/reward/mean", "val"),
+    ("perf/tokens_per_s", "tok/s"),
+)
+
+
+class ConsoleTracker:
+    """A progress bar over the run's steps and one compact line per step."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("train", total=total_steps, completed=start_step)
+        self.progress.start()
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        parts = [f"step {step}"]
+        for key, short in CONSOLE_KEYS:
+            if key in metrics:
+                parts.append(f"{short} {metrics[key]:.4g}")
+        self.progress.console.print(" | ".join(parts))
+        self.progress.update(self.task, completed=step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        import yaml
+
+        self.progress.console.print(yaml.safe_dump(dict(config), sort_keys=False))
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+class JSONLTracker:
+    """Appends `{"step": N, ...metrics}` lines to `metrics.jsonl`; drops lines past `resume_step` first."""
+
+    def __init__(self, path: str | Path, resume_step: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by a crash mid-write
+                if resume_step is not None and int(record.get("step", 0)) <= resume_step:
+                    kept.append(line)
+            self.path.write_text("".join(f"{line}\n" for line in kept))
+        self._file = self.path.open("a")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        record = {"step": step, **{k: _json_number(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        return None  # the config is saved as config.yaml next to this file
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardTracker:
+    """Scalars to a TensorBoard event file (extra `tensorboard`)."""
+
+    def __init__(self, log_dir: str | Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:  # pragma: no cover - depends on the extra
+            raise ImportError("the tensorboard tracker needs: pip install 'rlloom-core-rl[tensorboard]'") from err
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, global_step=step)
+        self.writer.flush()
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        import yaml
+
+        self.writer.add_text("config", f"```yaml\n{yaml.safe_dump(dict(config), sort_keys=False)}\n```")
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    """Weights & Biases (extra `wandb`); honours WANDB_MODE=offline for machines without network."""
+
+    def __init__(self, project: str, run_name: str, output_dir: str | Path, config: Mapping[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as err:
+            raise ImportError("the wandb tracker needs: pip install 'rlloom-core-rl[wandb]'") from err
+        self.run = wandb.init(
+            project=project,
+            name=run_name,
+            dir=str(output_dir),
+            config=dict(config),
+            mode=os.environ.get("WANDB_MODE", "online"),  # type: ignore[arg-type]
+        )
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        self.run.config.update(dict(config), allow_val_change=True)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MultiTracker:
+    """Fans every call out to several trackers."""
+
+    def __init__(self, trackers: Sequence[Tracker]) -> None:
+        self.trackers = list(trackers)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        for tracker in self.trackers:
+            tracker.log_config(config)
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+
+
+def _json_number(value: float) -> float | str:
+    value = float(value)
+    return value if math.isfinite(value) else str(value)  # JSON has no NaN/inf

@@ -1,0 +1,375 @@
+"""The single-controller training loop: one plain Python loop that reads like ARCHITECTURE.md's diagram.
+
+dataloader → rollout → reward → old/ref log-probs and values → advantages → PPO epochs → critic update →
+weight sync → metrics → checkpoint → periodic validation. The workers behind it (`PolicyWorker`,
+`ReferenceWorker`, `CriticWorker`, `RolloutEngine`) are in-process here and Ray/FSDP2 groups at scale; this
+file does not change between the two.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlloom.core_rl.algorithms import (
+    AdvantageInputs,
+    apply_kl_in_reward,
+    filter_zero_variance_groups,
+    get_advantage_estimator,
+    kl_penalty,
+    make_kl_controller,
+    mask_truncated_responses,
+    masked_mean,
+    mismatch_metrics,
+    tis_weights,
+)
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.checkpoint import latest_checkpoint, load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from rlloom.core_rl.collection import CollectFn, score, single_turn_collector
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.data import PromptLoader, Row
+from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.metrics import PhaseTimer, batch_metrics
+from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
+from rlloom.core_rl.run_setup import RunParts, build_run
+from rlloom.core_rl.trajectory import Trajectory
+
+
+class RunFinished(SystemExit):
+    """Raised when asked to resume a run that already reached `trainer.total_steps` (exit status 1)."""
+
+
+class Trainer:
+    """Owns the run's state; `fit()` trains from the start or from the latest checkpoint."""
+
+    def __init__(
+        self,
+        config: RLConfig,
+        *,
+        engine: RolloutEngine,
+        reward_fn: RewardFn,
+        train_data: Sequence[Row],
+        val_data: Sequence[Row] | None = None,
+        collect: CollectFn | None = None,
+        trackers: Sequence[Tracker] | None = None,
+    ) -> None:
+        self.cfg = config
+        self.engine = engine
+        self.reward_fn = reward_fn
+        self.val_data = list(val_data or [])
+        self.collect = collect or single_turn_collector(engine)
+        self.loader = PromptLoader(
+            train_data,
+            config.data.train_batch_size,
+            shuffle=config.data.shuffle,
+            seed=config.trainer.seed,
+            drop_last=config.data.drop_last,
+        )
+        self.total_steps = config.trainer.total_steps or config.trainer.total_epochs * self.loader.batches_per_epoch
+        self.output_dir = Path(config.trainer.output_dir)
+        self.checkpoint_dir = self.output_dir / "checkpoints"
+        self.resume_from = self._resume_path()
+        state = load_trainer_state(self.resume_from) if self.resume_from else None
+        self.step = int(state["step"]) if state else 0
+        if self.step >= self.total_steps:
+            raise RunFinished(
+                f"the run in {self.output_dir} already finished: checkpoint {self.resume_from} is at step "
+                f"{self.step} of trainer.total_steps={self.total_steps}. Ask for more steps "
+                f"(trainer.total_steps={self.total_steps + 100}) or use a new trainer.output_dir."
+            )
+        self.parts: RunParts = build_run(
+            config,
+            total_steps=self.total_steps,
+            resume_from=self.resume_from,
+            output_dir=self.output_dir,
+            start_step=self.step,
+            trackers=trackers,
+        )
+        self.kl_ctrl = make_kl_controller(
+            config.algorithm.kl_controller,
+            config.algorithm.kl_coef,
+            target_kl=config.algorithm.target_kl,
+            horizon=config.algorithm.kl_horizon,
+        )
+        self.sampling = SamplingParams(
+            n=config.rollout.n,
+            temperature=config.rollout.temperature,
+            top_p=config.rollout.top_p,
+            top_k=config.rollout.top_k,
+            max_tokens=config.rollout.max_tokens,
+        )
+        if state:
+            self._restore(state)
+        else:
+            _seed_everything(config.trainer.seed)
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        """Train until `trainer.total_steps`; returns the last step's metrics."""
+        cfg, actor, tracker = self.cfg, self.parts.actor, self.parts.tracker
+        tracker.log_config(cfg.model_dump(mode="json"))
+        self.engine.update_weights(actor.named_weights())  # the engine may have loaded an older checkpoint
+        if cfg.trainer.val_before_train and self.step == 0 and self.val_data:
+            tracker.log(self.validate(), step=0)
+        metrics: dict[str, float] = {}
+        try:
+            while self.step < self.total_steps:
+                self.step += 1
+                metrics = self.train_step()
+                tracker.log(metrics, step=self.step)
+                last = self.step == self.total_steps
+                if last or (cfg.trainer.save_every and self.step % cfg.trainer.save_every == 0):
+                    self.save()
+                if self.val_data and cfg.trainer.val_every and (last or self.step % cfg.trainer.val_every == 0):
+                    val = self.validate()
+                    tracker.log(val, step=self.step)
+                    metrics.update(val)
+        finally:
+            tracker.close()
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        """One step of rollout → reward → log-probs/values → advantages → updates → weight sync."""
+        cfg, actor, timer = self.cfg, self.parts.actor, PhaseTimer()
+        trajectories, metrics = self._collect_scored(timer)
+        batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
+        if cfg.algorithm.overlong_filter:
+            truncated = torch.tensor([r == "length" for r in batch.non_tensors["finish_reason"]])
+            batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
+            metrics["overlong/filtered_frac"] = float(truncated.float().mean())
+
+        with timer("old_logprobs"):
+            old_logprobs, entropy = actor.compute_logprobs(batch, temperature=self.sampling.temperature, entropy=True)
+            batch["old_logprobs"] = old_logprobs
+        if self.parts.reference is not None:
+            with timer("ref_logprobs"):
+                batch["ref_logprobs"], _ = self.parts.reference.compute_logprobs(
+                    batch, temperature=self.sampling.temperature
+                )
+        if self.parts.critic is not None:
+            with timer("values"):
+                batch["values"] = self.parts.critic.compute_values(batch)
+        metrics.update(self._policy_diagnostics(batch, entropy))
+
+        with timer("advantages"):
+            metrics.update(self._compute_advantages(batch, trajectories))
+        with timer("update_actor"):
+            metrics.update(actor.update_policy(batch, temperature=self.sampling.temperature))
+        if self.parts.critic is not None:
+            with timer("update_critic"):
+                metrics.update(self.parts.critic.update_critic(batch))
+        with timer("weight_sync"):
+            self.engine.update_weights(actor.named_weights())
+
+        metrics.update(batch_metrics(batch, max_response_length=cfg.rollout.max_tokens))
+        metrics.update(timer.metrics())
+        tokens = float(batch["attention_mask"].sum())
+        metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        metrics["train/epoch"] = float(self.loader.epoch)
+        return metrics
+
+    # ------------------------------------------------------------------ phases
+    def _collect_scored(self, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
+        """Rollout + reward; with DAPO dynamic sampling, more rounds until the batch has enough useful groups."""
+        algo, want = self.cfg.algorithm, self.cfg.data.train_batch_size
+        kept: list[Trajectory] = []
+        groups: list[str] = []
+        rounds = 0
+        seen_groups = 0
+        while True:
+            rounds += 1
+            rows = self.loader.next_batch()
+            with timer("rollout"):
+                trajectories = self.collect(rows, self.sampling, f"s{self.step}r{rounds}")
+            with timer("reward"):
+                score(trajectories, self.reward_fn)
+                if algo.adv_estimator == "remax":
+                    self._greedy_baselines(rows, trajectories, f"s{self.step}r{rounds}")
+            if not algo.dynamic_sampling:
+                return trajectories, {}
+            scores = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+            keep = filter_zero_variance_groups(scores, [t.group_id for t in trajectories]).tolist()
+            seen_groups += len(rows)
+            for traj, ok in zip(trajectories, keep, strict=True):
+                if ok:
+                    if traj.group_id not in groups:
+                        groups.append(traj.group_id)
+                    kept.append(traj)
+            if len(groups) >= want or rounds >= algo.max_sampling_rounds:
+                break
+        metrics = {
+            "dynamic_sampling/rounds": float(rounds),
+            "dynamic_sampling/kept_group_frac": len(groups) / max(seen_groups, 1),
+        }
+        if not kept:  # nothing had signal: train on the last round (zero advantages, but the loop goes on)
+            return trajectories, metrics
+        wanted = set(groups[:want])
+        return [t for t in kept if t.group_id in wanted], metrics
+
+    def _greedy_baselines(self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str) -> None:
+        """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples."""
+        greedy = self.sampling.model_copy(update={"n": 1, "temperature": 0.0})
+        baselines = self.collect(rows, greedy, prefix)
+        score(baselines, self.reward_fn)
+        by_group = {t.group_id: t.reward for t in baselines}
+        for traj in trajectories:
+            traj.extra_info["remax_baseline"] = by_group[traj.group_id]
+
+    def _policy_diagnostics(self, batch: TrajectoryBatch, entropy: torch.Tensor | None) -> dict[str, float]:
+        """Entropy, KL to the reference, and the rollout/trainer mismatch (TIS weights when enabled)."""
+        mask, algo = batch.loss_mask, self.cfg.algorithm
+        out: dict[str, float] = {}
+        if entropy is not None:
+            out["actor/entropy"] = float(masked_mean(entropy, mask))
+        if "ref_logprobs" in batch:
+            kl = kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], algo.kl_loss_type)
+            out["actor/kl_mean"] = float(masked_mean(kl, mask))
+        if "rollout_logprobs" in batch:
+            mismatch = mismatch_metrics(batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap)
+            out.update({f"mismatch/{k}": float(v) for k, v in mismatch.items()})
+            if algo.tis_cap is not None:
+                batch["is_weights"] = tis_weights(
+                    batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap
+                )
+        return out
+
+    def _compute_advantages(self, batch: TrajectoryBatch, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Outcome reward on each response's last sampled token, KL-in-reward if asked, then the estimator."""
+        algo, mask = self.cfg.algorithm, batch.loss_mask
+        token_rewards = outcome_token_rewards(batch["scores"], mask)
+        out: dict[str, float] = {}
+        if algo.use_kl_in_reward:
+            token_rewards, current_kl = apply_kl_in_reward(
+                token_rewards, batch["old_logprobs"], batch["ref_logprobs"], mask, self.kl_ctrl.value,
+                algo.kl_in_reward_type,
+            )  # fmt: skip
+            out["kl_in_reward/kl"] = float(current_kl)
+            out["kl_in_reward/coef"] = self.kl_ctrl.value
+            self.kl_ctrl.update(float(current_kl), n_steps=batch.batch_size)
+        batch["token_rewards"] = token_rewards
+        baselines = None
+        if algo.adv_estimator == "remax":
+            baselines = torch.tensor([t.extra_info["remax_baseline"] for t in trajectories], dtype=torch.float32)
+        inputs = AdvantageInputs(
+            token_rewards=token_rewards,
+            mask=mask,
+            group_ids=batch.non_tensors["group_id"],
+            values=batch.tensors.get("values"),
+            baseline_scores=baselines,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            norm_by_std=algo.norm_adv_by_std,
+        )
+        batch["advantages"], batch["returns"] = get_advantage_estimator(algo.adv_estimator)(inputs)
+        return out
+
+    def validate(self) -> dict[str, float]:
+        """Score the validation prompts (greedy by default) without disturbing the training RNG streams."""
+        rollout = self.cfg.rollout
+        sampling = self.sampling.model_copy(update={"n": rollout.val_n, "temperature": rollout.val_temperature})
+        py_state, np_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            trajectories = self.collect(self.val_data, sampling, f"val{self.step}")
+            score(trajectories, self.reward_fn)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        rewards = torch.tensor([t.reward or 0.0 for t in trajectories])
+        out = {"val/reward/mean": float(rewards.mean())}
+        for source in sorted({t.data_source for t in trajectories}):
+            picked = [t.reward or 0.0 for t in trajectories if t.data_source == source]
+            out[f"val/reward/{source or 'default'}/mean"] = sum(picked) / len(picked)
+        out["val/response_length/mean"] = sum(len(t.response_ids) for t in trajectories) / len(trajectories)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        parts = self.parts
+
+        def write_model(path: Path) -> None:
+            parts.actor.save_pretrained(str(path))
+            parts.tokenizer.save_pretrained(str(path))
+            if parts.critic is not None:
+                parts.critic.save_pretrained(str(path / "critic"))
+
+        state: dict[str, Any] = {
+            "step": self.step,
+            "actor": parts.actor.state_dict(),
+            "critic": parts.critic.state_dict() if parts.critic is not None else None,
+            "loader": self.loader.state_dict(),
+            "kl_controller": self.kl_ctrl.state_dict(),
+            "rng": rng_state(),
+        }
+        return save_checkpoint(
+            self.checkpoint_dir,
+            self.step,
+            write_model=write_model,
+            trainer_state=state,
+            config_yaml=self.cfg.to_yaml(),
+            keep_last=self.cfg.trainer.keep_last,
+        )
+
+    def _resume_path(self) -> Path | None:
+        resume = self.cfg.trainer.resume
+        if resume == "never":
+            return None
+        if resume == "auto":
+            return latest_checkpoint(self.checkpoint_dir)
+        path = Path(resume)
+        if not path.is_dir():
+            raise FileNotFoundError(f"trainer.resume={resume!r}: no such checkpoint directory (or use auto/never)")
+        return path
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        self.parts.actor.load_state_dict(state["actor"])
+        if self.parts.critic is not None:
+            if state.get("critic") is None:
+                raise ValueError(f"{self.resume_from} has no critic state but the config trains a critic")
+            self.parts.critic.load_state_dict(state["critic"])
+        self.loader.load_state_dict(state["loader"])
+        self.kl_ctrl.load_state_dict(state["kl_controller"])
+        set_rng_state(state["rng"])
+
+
+def outcome_token_rewards(scores: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """`[B, R]` rewards: each score on its response's last sampled token (0 for a response with none)."""
+    positions = torch.arange(1, loss_mask.shape[1] + 1, device=loss_mask.device)
+    last = (loss_mask * positions).argmax(-1)
+    rewards = torch.zeros(loss_mask.shape, dtype=torch.float32, device=loss_mask.device)
+    has_tokens = loss_mask.bool().any(-1)
+    rows = torch.arange(loss_mask.shape[0], device=loss_mask.device)
+    rewards[rows[has_tokens], last[has_tokens]] = scores[has_tokens].float()
+    return rewards
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(
+    config: RLConfig,
+    *,
+    engine: RolloutEngine,
+    reward_fn: RewardFn,
+    train_data: Sequence[Row],
+    val_data: Sequence[Row] | None = None,
+    collect: CollectFn | None = None,
+    trackers: Sequence[Tracker] | None = None,
+) -> dict[str, float]:
+    """Build a `Trainer` and run it; the entry point apps call. Returns the last step's metrics."""
+    trainer = Trainer(
+        config,
+        engine=engine,
+        reward_fn=reward_fn,
+        train_data=train_data,
+        val_data=val_data,
+        collect=collect,
+        trackers=trackers,
+    )
+    return trainer.fit()
