@@ -1,5 +1,41 @@
 """rlloom.agent: multi-turn agent loop, environments, parsers, tools and loss masks."""
 
 from rlloom.agent.__about__ import __version__
+from rlloom.agent.environment import Environment, Observation, Prompt, Sample, StepResult
+from rlloom.agent.envs.search import SearchEnv, SearchEnvConfig
+from rlloom.agent.envs.single_turn import SingleTurnEnv
+from rlloom.agent.envs.tool import ToolEnv
+from rlloom.agent.loop import AgentLoop, AgentLoopConfig, rollout_metrics, to_batch
+from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_tag_content
+from rlloom.agent.rewards import AgentRubric, EpisodeSummary
+from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
+from rlloom.agent.tools import Tool, ToolResult, Toolset
 
-__all__ = ["__version__"]
+__all__ = [
+    "AgentLoop",
+    "AgentLoopConfig",
+    "AgentRubric",
+    "Environment",
+    "EpisodeSummary",
+    "HermesToolCallParser",
+    "Observation",
+    "Prompt",
+    "Sample",
+    "SearchEnv",
+    "SearchEnvConfig",
+    "SingleTurnEnv",
+    "StepResult",
+    "Tool",
+    "ToolCall",
+    "ToolCallParser",
+    "ToolEnv",
+    "ToolResult",
+    "Toolset",
+    "XMLParser",
+    "__version__",
+    "extract_answer",
+    "first_action",
+    "last_tag_content",
+    "rollout_metrics",
+    "to_batch",
+]

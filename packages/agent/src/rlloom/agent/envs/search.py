@@ -1,0 +1,182 @@
+"""`SearchEnv`: Search-R1's protocol, with its defaults, on any rlloom-retrieval retriever.
+
+The model writes `<search> query </search>`; generation stops right there (a stop string, so nothing past the
+tag is sampled or trained on); the environment retrieves top-k passages and appends
+`\n\n<information>Doc 1(Title: ...) text\nDoc 2...</information>\n\n` inside the same assistant turn;
+`<answer> ... </answer>` ends the episode; any other turn gets Search-R1's corrective text. Search-R1 reads
+only the first `<search>`/`<answer>` block of a turn, and so do we. Retrieval is awaited, so while one
+conversation waits for its passages the others keep generating: a sync retriever (in-process BM25) runs in a
+worker thread, an async HTTP client is awaited directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlloom.agent.environment import Observation, Prompt, Sample, StepResult
+from rlloom.agent.envs.single_turn import chat_messages
+from rlloom.agent.parsers import XMLParser, first_action
+from rlloom.agent.rewards import AgentRubric, EpisodeSummary
+from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.trajectory import Trajectory
+
+SEARCH_R1_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge "
+    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+"""Search-R1's `make_prefix` (scripts/data_process/nq_search.py), verbatim."""
+
+SEARCH_R1_INVALID_ACTION = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+    "Let me try again.\n"
+)
+"""Search-R1's corrective observation for a turn with neither a search nor an answer, verbatim."""
+
+PassageFormatter = Callable[[Sequence[Any]], str]
+
+
+class SearchEnvConfig(BaseModel):
+    """Search-R1's protocol knobs; every default is Search-R1's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: str = Field(default=SEARCH_R1_TEMPLATE, description="User prompt; `{question}` is filled in.")
+    system_prompt: str | None = Field(default=None, description="Optional system message before the prompt.")
+    add_question_mark: bool = Field(default=True, description="Append '?' to questions lacking one (Search-R1).")
+    search_tag: str = Field(default="search", description="Tag whose content is the search query.")
+    answer_tag: str = Field(default="answer", description="Tag whose content is the final answer (ends episode).")
+    think_tag: str = Field(default="think", description="Reasoning tag (only used by the format check).")
+    information_tag: str = Field(default="information", description="Tag wrapping the retrieved passages.")
+    top_k: int = Field(default=3, ge=1, description="Passages per search (Search-R1 trains with 3).")
+    doc_template: str = Field(
+        default="Doc {rank}(Title: {title}) {text}\n",
+        description="One passage; fields: rank (1-based), title, text, doc_id, score.",
+    )
+    invalid_action_text: str = Field(default=SEARCH_R1_INVALID_ACTION, description="Observation for a bad turn.")
+    stop_at_answer: bool = Field(
+        default=True, description="Also stop generation at the closing answer tag (nothing after it is sampled)."
+    )
+    search_timeout_s: float = Field(default=60.0, gt=0, description="A search slower than this is an error.")
+
+
+class SearchEnv:
+    """One Search-R1 conversation against a shared retriever."""
+
+    def __init__(
+        self,
+        retriever: Any,
+        rubric: AgentRubric,
+        config: SearchEnvConfig | None = None,
+        *,
+        format_passages: PassageFormatter | None = None,
+    ) -> None:
+        if not callable(getattr(retriever, "search", None)) and not callable(getattr(retriever, "asearch", None)):
+            raise TypeError(
+                f"SearchEnv: retriever {type(retriever).__name__} has no `search(queries, k)` or `asearch` method; "
+                "pass an rlloom.retrieval retriever or client"
+            )
+        self.retriever = retriever
+        self.rubric = rubric
+        self.config = config or SearchEnvConfig()
+        self.format_passages = format_passages or self._format_passages
+        cfg = self.config
+        self._parser = XMLParser([cfg.think_tag, cfg.search_tag, cfg.information_tag, cfg.answer_tag])
+        self._sample: Sample | None = None
+        self._actions: list[str] = []
+        self._well_formed = 0
+        self._answered = False
+
+    @property
+    def stop(self) -> list[str]:
+        cfg = self.config
+        stops = [f"</{cfg.search_tag}>"]
+        if cfg.stop_at_answer:
+            stops.append(f"</{cfg.answer_tag}>")
+        return stops
+
+    def reset(self, sample: Sample) -> Prompt:
+        self._sample = sample
+        if sample.prompt is not None:
+            return Prompt(messages=chat_messages(sample, system_prompt=self.config.system_prompt))
+        question = (sample.question or "").strip()
+        if not question:
+            raise ValueError("SearchEnv: sample has an empty question and no prompt messages")
+        if self.config.add_question_mark and not question.endswith("?"):
+            question += "?"
+        probe = sample.model_copy(update={"question": question})
+        return Prompt(
+            messages=chat_messages(probe, system_prompt=self.config.system_prompt, template=self.config.template)
+        )
+
+    async def step(self, action: str) -> StepResult:
+        cfg = self.config
+        self._actions.append(action)
+        # Format is judged per turn (balanced, un-nested tags); an episode that never answers scores 0 on it.
+        self._well_formed += int(self._parser.parse(action).format_ok)
+        found = first_action(action, (cfg.search_tag, cfg.answer_tag))
+        if found is None:
+            return StepResult(Observation(text=cfg.invalid_action_text), False, {"invalid_actions": 1.0})
+        tag, content = found
+        if tag == cfg.answer_tag:
+            self._answered = True
+            return StepResult(None, True, {"answers": 1.0})
+        t0 = time.perf_counter()
+        try:
+            hits = await asyncio.wait_for(self._search(content), cfg.search_timeout_s)
+        except Exception as exc:  # a failed search is shown to the model, the rollout goes on
+            info = {"searches": 1.0, "search_errors": 1.0, "search_latency_s": time.perf_counter() - t0}
+            text = f"Search failed: {type(exc).__name__}: {exc}"
+            return StepResult(self._information(text), False, info)
+        info = {"searches": 1.0, "search_latency_s": time.perf_counter() - t0}
+        return StepResult(self._information(self.format_passages(hits).strip()), False, info)
+
+    async def reward(self, trajectory: Trajectory) -> RewardOutput:
+        if self._sample is None:
+            raise RuntimeError("SearchEnv.reward called before reset()")
+        episode = EpisodeSummary(
+            model_text="".join(self._actions),
+            ground_truth=self._sample.ground_truth,
+            extra_info=self._sample.extra_info,
+            turns_well_formed=self._well_formed if self._answered else 0,
+            turns=len(self._actions),
+        )
+        return self.rubric.score(episode)
+
+    # -- retrieval -----------------------------------------------------------------------------------------
+    def _information(self, body: str) -> Observation:
+        tag = self.config.information_tag
+        return Observation(text=body, before=f"\n\n<{tag}>", after=f"</{tag}>\n\n")
+
+    async def _search(self, query: str) -> list[Any]:
+        k = self.config.top_k
+        asearch = getattr(self.retriever, "asearch", None)
+        if asearch is not None and inspect.iscoroutinefunction(asearch):
+            results = await asearch([query], k)
+        elif inspect.iscoroutinefunction(self.retriever.search):
+            results = await self.retriever.search([query], k)
+        else:
+            results = await asyncio.to_thread(self.retriever.search, [query], k)
+        return list(results[0])
+
+    def _format_passages(self, hits: Sequence[Any]) -> str:
+        return "".join(
+            self.config.doc_template.format(
+                rank=i + 1,
+                title=getattr(h, "title", ""),
+                text=getattr(h, "text", ""),
+                doc_id=getattr(h, "doc_id", ""),
+                score=getattr(h, "score", 0.0),
+            )
+            for i, h in enumerate(hits)
+        )

@@ -1,0 +1,99 @@
+"""`ToolEnv`: the model calls plain Python functions in its native tool-call format until it answers.
+
+A turn with tool calls gets one `tool` message per call (results, or the error text), rendered by the chat
+template as the model was trained to read them; a turn without a tool call is the final answer and ends the
+episode. Calls within a turn run concurrently; across conversations they overlap with generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlloom.agent.environment import Observation, Prompt, Sample, StepResult
+from rlloom.agent.envs.single_turn import chat_messages
+from rlloom.agent.rewards import AgentRubric, EpisodeSummary
+from rlloom.agent.tool_calls import HermesToolCallParser, ToolCallParser
+from rlloom.agent.tools import Toolset
+from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.trajectory import Trajectory
+
+
+class ToolEnv:
+    """One tool-using conversation over a shared `Toolset`."""
+
+    def __init__(
+        self,
+        toolset: Toolset,
+        rubric: AgentRubric,
+        *,
+        parser: ToolCallParser | None = None,
+        system_prompt: str | None = None,
+        template: str = "{question}",
+        max_calls_per_turn: int = 8,
+        tool_role: str = "tool",
+    ) -> None:
+        if max_calls_per_turn < 1:
+            raise ValueError(f"ToolEnv: max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
+        self.toolset = toolset
+        self.rubric = rubric
+        self.parser: ToolCallParser = parser or HermesToolCallParser()
+        self.system_prompt = system_prompt
+        self.template = template
+        self.max_calls_per_turn = max_calls_per_turn
+        self.tool_role = tool_role
+        self._sample: Sample | None = None
+        self._actions: list[str] = []
+        self._well_formed = 0
+        self._calls = 0
+        self._errors = 0
+
+    @property
+    def stop(self) -> list[str]:
+        return []  # a turn ends at the model's end-of-turn token
+
+    def reset(self, sample: Sample) -> Prompt:
+        self._sample = sample
+        messages = chat_messages(sample, system_prompt=self.system_prompt, template=self.template)
+        return Prompt(messages=messages, tools=self.toolset.schemas)
+
+    async def step(self, action: str) -> StepResult:
+        self._actions.append(action)
+        parsed = self.parser.parse(action)
+        if not parsed.found_any:
+            self._well_formed += 1
+            return StepResult(None, True, {})
+        if not parsed.errors:
+            self._well_formed += 1
+        calls = parsed.calls[: self.max_calls_per_turn]
+        results = await asyncio.gather(*(self.toolset.call(c) for c in calls))
+        contents = [r.content for r in results]
+        contents += [f"Error: {e}" for e in parsed.errors]
+        if len(parsed.calls) > self.max_calls_per_turn:
+            contents.append(
+                f"Error: {len(parsed.calls)} tool calls in one turn; only the first {self.max_calls_per_turn} ran"
+            )
+        n_errors = sum(not r.ok for r in results) + len(parsed.errors)
+        n_calls = len(calls) + len(parsed.errors)
+        self._calls += n_calls
+        self._errors += n_errors
+        info = {
+            "tool_calls": float(n_calls),
+            "tool_errors": float(n_errors),
+            "tool_latency_s": sum(r.latency_s for r in results),
+        }
+        messages = [{"role": self.tool_role, "content": c} for c in contents]
+        return StepResult(Observation(messages=messages), False, info)
+
+    async def reward(self, trajectory: Trajectory) -> RewardOutput:
+        if self._sample is None:
+            raise RuntimeError("ToolEnv.reward called before reset()")
+        episode = EpisodeSummary(
+            model_text=self._actions[-1] if self._actions else "",
+            ground_truth=self._sample.ground_truth,
+            extra_info=self._sample.extra_info,
+            turns_well_formed=self._well_formed,
+            turns=len(self._actions),
+            tool_calls=self._calls,
+            tool_errors=self._errors,
+        )
+        return self.rubric.score(episode)

@@ -1,0 +1,213 @@
+"""`AgentLoop`: many multi-turn conversations at once, token-in/token-out, into trainer-ready trajectories.
+
+Each conversation is one asyncio task: generate a turn (the engine batches concurrent requests), let the
+environment act on it (tool calls and retrieval overlap with other conversations' generation), append the
+observation, repeat until the environment is done or a limit is hit. The engine is always given token ids,
+never text, and every sampled token goes into the trajectory unchanged; see `conversation.py` for the mask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+
+from rlloom.agent.conversation import ConversationTokens
+from rlloom.agent.environment import Environment, Sample
+from rlloom.agent.turns import TurnTemplate
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.trajectory import Trajectory
+
+FINISH_REASONS = ("stop", "length", "max_turns")
+"""stop: the environment ended the episode; length: max_total_tokens reached; max_turns: turn budget spent."""
+
+
+class AgentLoopConfig(BaseModel):
+    """Limits and sampling of a multi-turn rollout (Search-R1's defaults where it has one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=5, ge=1, description="Model turns per conversation at most (finish 'max_turns').")
+    max_tokens_per_turn: int = Field(default=500, ge=1, description="New tokens per model turn (Search-R1: 500).")
+    max_total_tokens: int = Field(
+        default=4096, ge=2, description="Prompt + response tokens at most; reaching it ends with finish 'length'."
+    )
+    max_obs_tokens: int | None = Field(
+        default=500, ge=1, description="Tokens of one observation's content at most (Search-R1: 500); None: no cap."
+    )
+    truncation_marker: str = Field(
+        default=" ...[truncated]", description="Appended to an observation cut by max_obs_tokens (within the cap)."
+    )
+    max_concurrency: int = Field(default=512, ge=1, description="Conversations in flight at once.")
+    sampling: SamplingParams = Field(
+        default_factory=SamplingParams,
+        description="Per-turn sampling; `n` and `max_tokens` are set by the loop, `stop` is extended by the env's.",
+    )
+    compute_reward: bool = Field(default=True, description="Call the environment's reward hook on each trajectory.")
+    progress: bool = Field(default=False, description="Show a progress bar over finished conversations.")
+
+
+class AgentLoop:
+    """Runs environments against a rollout engine and returns one `Trajectory` per conversation."""
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        tokenizer: Any,
+        make_env: Callable[[], Environment],
+        config: AgentLoopConfig | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.make_env = make_env
+        self.config = config or AgentLoopConfig()
+        self.template = TurnTemplate(tokenizer, getattr(engine, "eos_token_ids", None))
+        self._marker = self.template.encode(self.config.truncation_marker)
+        if self.config.max_obs_tokens is not None and len(self._marker) > self.config.max_obs_tokens:
+            raise ValueError(
+                f"AgentLoopConfig.truncation_marker is {len(self._marker)} tokens, more than max_obs_tokens="
+                f"{self.config.max_obs_tokens}; shorten the marker"
+            )
+
+    def run(self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1) -> list[Trajectory]:
+        """Blocking `arun` for scripts (must not be called from inside a running event loop)."""
+        return asyncio.run(self.arun(samples, n))
+
+    async def arun(self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1) -> list[Trajectory]:
+        """`n` conversations per sample (a group each), all concurrently; results follow `samples` order."""
+        if n < 1:
+            raise ValueError(f"AgentLoop.arun: n must be >= 1, got {n}")
+        parsed = [s if isinstance(s, Sample) else Sample.from_row(s) for s in samples]
+        limit = asyncio.Semaphore(self.config.max_concurrency)
+        bar = tqdm(total=len(parsed) * n, desc="agent rollouts", disable=not self.config.progress)
+        results: list[Trajectory | None] = [None] * (len(parsed) * n)
+
+        async def one(index: int, sample: Sample, group_id: str) -> None:
+            async with limit:
+                results[index] = await self.rollout(sample, group_id=group_id, seed_offset=index)
+            bar.update(1)
+
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for i, sample in enumerate(parsed):
+                    group_id = uuid.uuid4().hex
+                    for j in range(n):
+                        tasks.create_task(one(i * n + j, sample, group_id))
+        finally:
+            bar.close()
+        return [t for t in results if t is not None]
+
+    async def rollout(self, sample: Sample, *, group_id: str = "", seed_offset: int = 0) -> Trajectory:
+        """One conversation from reset to finish (and reward)."""
+        cfg = self.config
+        start = time.perf_counter()
+        env = self.make_env()
+        prompt = env.reset(sample)
+        conv = ConversationTokens(self.template.prompt_ids(prompt), cfg.max_total_tokens)
+        metrics = {"turns": 0.0, "gen_latency_s": 0.0, "env_latency_s": 0.0, "obs_truncated": 0.0}
+        stop = list(dict.fromkeys([*cfg.sampling.stop, *env.stop]))
+        finish = "max_turns"
+        for turn in range(cfg.max_turns):
+            budget = min(cfg.max_tokens_per_turn, conv.remaining)
+            update: dict[str, Any] = {"n": 1, "max_tokens": budget, "stop": stop}
+            if cfg.sampling.seed is not None:
+                update["seed"] = cfg.sampling.seed + 1_000_003 * seed_offset + turn
+            request = GenerationRequest(prompt_ids=conv.context, sampling=cfg.sampling.model_copy(update=update))
+            t0 = time.perf_counter()
+            completion = (await self.engine.agenerate(request))[0]
+            metrics["gen_latency_s"] += time.perf_counter() - t0
+            conv.add_model_turn(completion.token_ids, completion.logprobs)
+            metrics["turns"] += 1
+            t0 = time.perf_counter()
+            result = await env.step(completion.text)
+            metrics["env_latency_s"] += time.perf_counter() - t0
+            for key, value in result.info.items():
+                metrics[key] = metrics.get(key, 0.0) + float(value)
+            if result.done:
+                finish = "stop"
+                break
+            if conv.remaining <= 0 or (completion.finish_reason == "length" and budget < cfg.max_tokens_per_turn):
+                finish = "length"
+                break
+            if turn == cfg.max_turns - 1:
+                break
+            if result.observation is None:  # nothing to show: the model simply continues its turn
+                continue
+            segments = self.template.observation_segments(result.observation, completion.token_ids)
+            fits, truncated = conv.add_context(segments, cfg.max_obs_tokens, self._marker)
+            metrics["obs_truncated"] += float(truncated)
+            if not fits or conv.remaining <= 0:
+                finish = "length"
+                break
+        metrics.update(
+            model_tokens=float(conv.model_tokens),
+            context_tokens=float(conv.context_tokens),
+            response_tokens=float(len(conv.response_ids)),
+            wall_s=time.perf_counter() - start,
+        )
+        traj = Trajectory(
+            prompt_ids=conv.prompt_ids,
+            response_ids=conv.response_ids,
+            loss_mask=conv.loss_mask,
+            rollout_logprobs=conv.logprobs if conv.has_logprobs else None,
+            group_id=group_id,
+            data_source=sample.data_source,
+            ground_truth=sample.ground_truth,
+            prompt_text=self.tokenizer.decode(conv.prompt_ids, skip_special_tokens=False),
+            response_text=self.tokenizer.decode(conv.response_ids, skip_special_tokens=False),
+            finish_reason=finish,
+            extra_info=dict(sample.extra_info),
+            metrics=metrics,
+        )
+        if cfg.compute_reward:
+            await self._score(env, traj)
+        return traj
+
+    async def _score(self, env: Environment, traj: Trajectory) -> None:
+        """Reward via the env's hook; a crashing reward scores 0 with the error recorded, never kills the batch."""
+        try:
+            out = await env.reward(traj)
+        except Exception as exc:
+            traj.reward = 0.0
+            traj.reward_components = {"reward_error": 1.0}
+            traj.extra_info["reward_error"] = f"{type(exc).__name__}: {exc}"
+            return
+        traj.reward = float(out.score)
+        traj.reward_components = dict(out.components)
+        if out.error:
+            traj.extra_info["reward_error"] = out.error
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Batch means of every per-trajectory metric plus finish-reason fractions, for the trainer's tracker."""
+    if not trajectories:
+        return {}
+    out: dict[str, float] = {}
+    keys = sorted({k for t in trajectories for k in t.metrics})
+    for key in keys:
+        out[f"agent/{key}/mean"] = sum(t.metrics.get(key, 0.0) for t in trajectories) / len(trajectories)
+    for reason in sorted({*FINISH_REASONS, *(t.finish_reason for t in trajectories)}):
+        out[f"agent/finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / len(trajectories)
+    rewards = [t.reward for t in trajectories if t.reward is not None]
+    if rewards:
+        out["agent/reward/mean"] = sum(rewards) / len(rewards)
+    components = sorted({k for t in trajectories for k in t.reward_components})
+    for key in components:
+        vals = [t.reward_components[key] for t in trajectories if key in t.reward_components]
+        out[f"agent/reward/{key}/mean"] = sum(vals) / len(vals)
+    return out
+
+
+def to_batch(trajectories: Sequence[Trajectory], tokenizer_or_pad_id: Any) -> TrajectoryBatch:
+    """core-rl's padded `TrajectoryBatch` (prompts left-padded, responses right-padded), ready for the trainer."""
+    pad = tokenizer_or_pad_id if isinstance(tokenizer_or_pad_id, int) else tokenizer_or_pad_id.pad_token_id
+    if pad is None:
+        raise ValueError("to_batch: the tokenizer has no pad_token_id; pass a pad id explicitly")
+    return TrajectoryBatch.from_trajectories(trajectories, int(pad))

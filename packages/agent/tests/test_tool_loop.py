@@ -1,0 +1,162 @@
+"""ToolEnv through AgentLoop: chat-template turn glue as masked tokens, tool errors as observations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from rlloom.agent.envs.tool import ToolEnv
+from rlloom.agent.loop import AgentLoop, rollout_metrics
+from rlloom.agent.rewards import AgentRubric
+from rlloom.agent.tools import Toolset
+from rlloom.agent.turns import with_tool_instructions
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first addend
+        b: second addend
+    """
+    return a + b
+
+
+def divide(a: float, b: float) -> float:
+    """Divide a by b.
+
+    Args:
+        a: numerator
+        b: denominator
+    """
+    return a / b
+
+
+def answer_is(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:
+    return float(response.strip() == f"<answer>{ground_truth}</answer>")
+
+
+TURNS = [
+    '<tool_call>{"name": "add", "arguments": {"a": 2, "b": "3"}}</tool_call>',
+    '<tool_call>{"name": "divide", "arguments": {"a": 1, "b": 0}}</tool_call>',
+    '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call><tool_call>{not json}</tool_call>',
+    "<answer>5</answer>",
+]
+
+
+def scripted(context: str) -> str:
+    return TURNS[context.count("<|im_start|>assistant") - 1]
+
+
+def test_tool_conversation_matches_the_chat_template(tokenizer: Any, replay_engine: Any) -> None:
+    toolset = Toolset([add, divide])
+    engine = replay_engine(tokenizer, scripted)
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(toolset, AgentRubric(answer_is, tool_use_weight=0.1)))
+    [traj] = loop.run([{"question": "What is 2+3?", "answer": "5"}])
+
+    # Independent expectation: the tokenizer's own template over the full message list. The char tokenizer's
+    # template ignores `tools`, so the loop put Qwen2.5's tool preamble in a system message.
+    messages = with_tool_instructions([{"role": "user", "content": "What is 2+3?"}], toolset.schemas)
+    tool_results = [
+        ["5"],
+        ["Error: divide raised ZeroDivisionError: float division by zero"],
+        [
+            "Error: invalid arguments for add: b: Missing required argument",
+            "Error: tool call is not valid JSON (Expecting property name enclosed in double quotes at position 1):"
+            " {not json}",
+        ],
+    ]
+    for turn, results in zip(TURNS, tool_results, strict=False):
+        messages.append({"role": "assistant", "content": turn})
+        messages += [{"role": "tool", "content": r} for r in results]
+    messages.append({"role": "assistant", "content": TURNS[-1]})
+    expected = tokenizer.apply_chat_template(messages, tokenize=False)
+    full = tokenizer.decode(traj.prompt_ids + traj.response_ids, skip_special_tokens=False)
+    assert full + "\n" == expected  # the template's final "\n" after the last <|im_end|> is not sampled
+
+    # model tokens = the four turns, each with its sampled <|im_end|>; everything else is masked
+    sampled = tokenizer.decode([t for t, m in zip(traj.response_ids, traj.loss_mask, strict=True) if m], False)
+    assert sampled == "".join(t + "<|im_end|>" for t in TURNS)
+    masked = tokenizer.decode([t for t, m in zip(traj.response_ids, traj.loss_mask, strict=True) if not m], False)
+    assert masked.startswith("\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n")
+
+    assert traj.finish_reason == "stop"
+    assert traj.metrics["turns"] == 4
+    assert traj.metrics["tool_calls"] == 4
+    assert traj.metrics["tool_errors"] == 3
+    assert traj.metrics["tool_latency_s"] >= 0.0
+    assert traj.reward_components == {"outcome": 1.0, "format": pytest.approx(3 / 4), "tool_use": 0.25}
+    assert traj.reward == pytest.approx(1.0 + 0.1 * 0.25)
+    stats = rollout_metrics([traj])
+    assert stats["agent/finish/stop"] == 1.0
+    assert stats["agent/tool_errors/mean"] == 3.0
+
+
+def test_unknown_tool_and_timeout_are_observations(tokenizer: Any, replay_engine: Any) -> None:
+    async def slow(seconds: float) -> str:
+        """Sleep.
+
+        Args:
+            seconds: how long
+        """
+        await asyncio.sleep(seconds)
+        return "done"
+
+    calls = [
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "slow", "arguments": {"seconds": 5}}</tool_call>',
+        "final",
+    ]
+    toolset = Toolset([slow], timeout_s=0.05)
+    engine = replay_engine(tokenizer, lambda ctx: calls[ctx.count("<|im_start|>assistant") - 1])
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(toolset, AgentRubric(answer_is)))
+    [traj] = loop.run([{"question": "q", "answer": "x"}])
+    text = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
+    assert "Error: unknown tool 'nope'; available tools: slow" in text
+    assert "Error: slow did not finish within 0.05 s" in text
+    assert traj.metrics["tool_errors"] == 2
+    assert traj.reward == 0.0
+
+
+@pytest.mark.parametrize("sync_tool", [False, True])
+def test_64_conversations_overlap_their_tool_calls(tokenizer: Any, replay_engine: Any, sync_tool: bool) -> None:
+    """Each conversation makes 3 calls to a 100 ms tool; all 64 must take a small multiple of one's own time."""
+
+    async def wait_async(ms: int) -> str:
+        """Wait.
+
+        Args:
+            ms: milliseconds
+        """
+        await asyncio.sleep(ms / 1000)
+        return "ok"
+
+    def wait_sync(ms: int) -> str:
+        """Wait.
+
+        Args:
+            ms: milliseconds
+        """
+        time.sleep(ms / 1000)
+        return "ok"
+
+    fn = wait_sync if sync_tool else wait_async
+    call = json.dumps({"name": fn.__name__, "arguments": {"ms": 100}})
+
+    def script(context: str) -> str:
+        return f"<tool_call>{call}</tool_call>" if context.count("<|im_start|>tool") < 3 else "done"
+
+    toolset = Toolset([fn], max_threads=64)
+    engine = replay_engine(tokenizer, script, delay_s=0.005)
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(toolset, AgentRubric(answer_is)))
+    t0 = time.perf_counter()
+    trajs = loop.run([{"question": f"q{i}", "answer": "x"} for i in range(64)])
+    total = time.perf_counter() - t0
+    slowest_own = max(t.metrics["wall_s"] for t in trajs)
+    assert all(t.metrics["tool_calls"] == 3 and t.metrics["tool_errors"] == 0 for t in trajs)
+    assert slowest_own >= 0.3
+    assert total < 3 * slowest_own  # the sum of the conversations' own times would be > 64 x 0.3 s = 19 s
