@@ -72,6 +72,16 @@ def test_remax_hand_computed() -> None:
     torch.testing.assert_close(adv, torch.tensor([0.5, -0.5]))
 
 
+def test_integer_and_bf16_inputs_give_float_advantages() -> None:
+    adv = grpo_advantages(torch.tensor([1, 0, 1, 0]), [0, 0, 0, 0])
+    assert adv.dtype == torch.float32
+    torch.testing.assert_close(adv, grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0]), [0, 0, 0, 0]))
+    gae_adv, _ = gae_advantages(
+        torch.tensor([[0.0, 1.0]]).bfloat16(), torch.zeros(1, 2).bfloat16(), torch.ones(1, 2), gamma=1.0, lam=1.0
+    )
+    assert gae_adv.dtype == torch.float32
+
+
 def test_group_ids_tensor_list_and_numpy_agree() -> None:
     scores = torch.tensor([3.0, 1.0, 2.0, 2.0, 0.0])
     ids = ["p1", "p2", "p1", "p2", "p1"]

@@ -36,7 +36,7 @@ def _one_token_grad(log_ratio: float, adv: float, **kw: float | None) -> tuple[f
     """(loss, d loss / d logp) of PPO on a single token with old logp 0."""
     logp = torch.tensor([[log_ratio]], dtype=torch.float64, requires_grad=True)
     loss, _ = ppo_policy_loss(
-        logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([[adv]]), torch.ones(1, 1), **kw
+        logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([[adv]], dtype=torch.float64), torch.ones(1, 1), **kw
     )  # type: ignore[arg-type]
     loss.backward()
     assert logp.grad is not None
@@ -81,6 +81,27 @@ def test_dual_clip_caps_negative_advantages_at_c() -> None:
     # Positive advantages are untouched by the dual clip.
     loss, grad = _one_token_grad(math.log(5.0), 1.0, **kw)
     assert loss == pytest.approx(-1.2) and grad == 0.0
+
+
+@FAST
+@given(
+    st.floats(-3, 3, allow_nan=False),
+    st.floats(-2, 2, allow_nan=False).filter(lambda a: abs(a) > 1e-3),
+    st.sampled_from([None, 2.0, 3.0]),
+)
+def test_ppo_gradient_is_zero_exactly_where_a_clip_binds(log_ratio: float, adv: float, dual: float | None) -> None:
+    clip_low, clip_high = 0.2, 0.28
+    ratio = math.exp(log_ratio)
+    near_edge = min(abs(ratio - 1 - clip_high), abs(ratio - 1 + clip_low), abs(ratio - (dual or 0.0)))
+    if near_edge < 1e-9:
+        return  # exactly on a boundary the subgradient is either value
+    _, grad = _one_token_grad(log_ratio, adv, clip_low=clip_low, clip_high=clip_high, dual_clip=dual)
+    clipped = (adv > 0 and ratio > 1 + clip_high) or (adv < 0 and ratio < 1 - clip_low)
+    dual_bound = dual is not None and adv < 0 and ratio > dual
+    if clipped or dual_bound:
+        assert grad == 0.0
+    else:
+        assert grad == pytest.approx(-adv * ratio, rel=1e-9)  # d(−A·ρ)/d log π = −A·ρ
 
 
 def test_ppo_metrics_hand_computed() -> None:

@@ -4,7 +4,7 @@ Outcome estimators (GRPO, RLOO, ReMax) take one score per response ([B]) and ret
 the trainer broadcasts it over the response tokens (see `estimators.py`). Token estimators (GAE, REINFORCE++) take
 [B, T] tensors and a mask. Tokens with mask 0 *inside* a response (tool observations in multi-turn trajectories)
 are skipped by the recursions as if they were absent: they get advantage 0 and do not break the chain. Nothing
-here carries a gradient: inputs are detached.
+here carries a gradient: inputs are detached. Outputs are at least float32 (bf16 or integer inputs are upcast).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def grpo_advantages(scores: Tensor, group_ids: GroupIds, *, norm_by_std: bool = 
     adv = scores.detach().to(stats.mean.dtype) - stats.mean
     if norm_by_std:
         adv = adv / (stats.std + eps)
-    return torch.where(stats.count > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
+    return torch.where(stats.count > 1, adv, torch.zeros_like(adv))
 
 
 def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
@@ -49,7 +49,7 @@ def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
     stats = group_stats(scores, group_ids)
     n = stats.count
     adv = (scores.detach().to(n.dtype) - stats.mean) * n / (n - 1).clamp(min=1)
-    return torch.where(n > 1, adv, torch.zeros_like(adv)).to(scores.dtype)
+    return torch.where(n > 1, adv, torch.zeros_like(adv))
 
 
 def remax_advantages(scores: Tensor, baseline_scores: Tensor) -> Tensor:
@@ -58,7 +58,8 @@ def remax_advantages(scores: Tensor, baseline_scores: Tensor) -> Tensor:
     Li et al. 2023, "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for Aligning LLMs".
     """
     check_same_shape(scores=scores, baseline_scores=baseline_scores)
-    return scores.detach() - baseline_scores.detach()
+    dtype = torch.promote_types(torch.promote_types(scores.dtype, baseline_scores.dtype), torch.float32)
+    return scores.detach().to(dtype) - baseline_scores.detach().to(dtype)
 
 
 def _reverse_recursion(
@@ -66,7 +67,7 @@ def _reverse_recursion(
 ) -> tuple[Tensor, Tensor]:
     """Backward GAE sweep over valid tokens only; masked positions carry next value and running sum across."""
     valid = mask.bool()
-    dtype = torch.promote_types(values.dtype, torch.float32)
+    dtype = torch.promote_types(torch.promote_types(values.dtype, token_rewards.dtype), torch.float32)
     rewards = token_rewards.detach().to(dtype)
     vals = values.detach().to(dtype)
     batch, length = vals.shape
@@ -100,8 +101,7 @@ def gae_advantages(
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")
     check_rewards_on_valid_tokens(token_rewards, mask)
-    advantages, returns = _reverse_recursion(token_rewards, values, mask, gamma=gamma, lam=lam)
-    return advantages.to(values.dtype), returns.to(values.dtype)
+    return _reverse_recursion(token_rewards, values, mask, gamma=gamma, lam=lam)
 
 
 def discounted_returns(token_rewards: Tensor, mask: Tensor, *, gamma: float) -> Tensor:
@@ -123,8 +123,7 @@ def reinforce_pp_advantages(token_rewards: Tensor, mask: Tensor, *, gamma: float
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
     returns = discounted_returns(token_rewards, mask, gamma=gamma)
-    advantages = masked_whiten(returns, mask)
-    return advantages.to(token_rewards.dtype), returns.to(token_rewards.dtype)
+    return masked_whiten(returns, mask), returns
 
 
 def reinforce_pp_baseline_advantages(scores: Tensor, group_ids: GroupIds, mask: Tensor) -> Tensor:
@@ -140,4 +139,4 @@ def reinforce_pp_baseline_advantages(scores: Tensor, group_ids: GroupIds, mask: 
     stats = group_stats(scores, group_ids)
     centred = scores.detach().to(stats.mean.dtype) - stats.mean
     per_token = centred.unsqueeze(-1).expand(mask.shape)
-    return masked_whiten(per_token, mask).to(scores.dtype)
+    return masked_whiten(per_token, mask)
