@@ -1,0 +1,172 @@
+"""`RolloutPool`: N engine replicas behind one dispatcher, itself a `RolloutEngine`.
+
+Requests go to the replica with the fewest pending tokens (prompt plus `max_tokens`, times n), so a replica
+stuck with long generations is not handed more. Replicas are Ray actors when Ray is initialised (one GPU each,
+across nodes) and threads in this process otherwise (torch releases the GIL, so CPU replicas use separate
+cores). Weight updates are broadcast to every replica and remembered, so a replica that dies is rebuilt from
+the factory, given the latest weights, and its requests are retried. Request errors (`ValueError`,
+`KeyError`, `TypeError`) are the caller's fault and propagate without a restart.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+import torch
+
+from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.rollout.pool_replicas import LocalReplica, RayReplica, Replica, ray_is_initialized
+
+_CALLER_ERRORS = (ValueError, KeyError, TypeError)
+
+
+def request_tokens(request: GenerationRequest) -> int:
+    """Tokens a request will occupy at most: (prompt + max_tokens) x n; chat prompts estimated at 4 chars/token."""
+    if request.prompt_ids is not None:
+        prompt = len(request.prompt_ids)
+    else:
+        prompt = sum(len(str(m.get("content", ""))) for m in request.messages or []) // 4 + 1
+    return (prompt + request.sampling.max_tokens) * request.sampling.n
+
+
+def assign_by_tokens(costs: Sequence[int], loads: Sequence[int]) -> list[int]:
+    """Replica index for each request: largest first, each to the replica with the least pending tokens."""
+    heap = [(load, r) for r, load in enumerate(loads)]
+    heapq.heapify(heap)
+    out = [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        load, r = heapq.heappop(heap)
+        out[i] = r
+        heapq.heappush(heap, (load + costs[i], r))
+    return out
+
+
+class RolloutPool:
+    """Dispatches requests over engine replicas made by `engine_factory`; implements `RolloutEngine`."""
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], RolloutEngine],
+        replicas: int = 2,
+        *,
+        backend: Literal["auto", "thread", "ray"] = "auto",
+        max_restarts: int = 3,
+        ray_actor_options: Mapping[str, Any] | None = None,
+        call_timeout_s: float = 3600.0,
+    ) -> None:
+        if replicas < 1:
+            raise ValueError(f"RolloutPool: replicas={replicas}; need at least 1")
+        self.backend = ("ray" if ray_is_initialized() else "thread") if backend == "auto" else backend
+        if self.backend == "ray" and not ray_is_initialized():
+            raise RuntimeError("RolloutPool(backend='ray') needs ray.init() first (pip install rlloom-rollout[ray])")
+        self._factory = engine_factory
+        self._ray_options = dict(ray_actor_options or {})
+        self._timeout = call_timeout_s
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._latest_weights: Mapping[str, torch.Tensor] | None = None
+        self._replicas: list[Replica] = [self._spawn() for _ in range(replicas)]
+        self.pending_tokens = [0] * replicas
+        self.dispatched = [0] * replicas  # requests sent to each replica so far
+        self._threads = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="rlloom-pool")
+
+    def _spawn(self) -> Replica:
+        if self.backend == "ray":
+            return RayReplica(self._factory, self._ray_options, self._timeout)
+        return LocalReplica(self._factory())
+
+    def _restart(self, index: int, dead: Replica, error: BaseException) -> Replica:
+        """Replace a failed replica (once, even if several callers saw it fail) and give it the latest weights."""
+        with self._lock:
+            if self._replicas[index] is not dead:
+                return self._replicas[index]  # someone else already restarted it
+            if self.restarts >= self.max_restarts:
+                raise RuntimeError(
+                    f"RolloutPool: replica {index} failed ({type(error).__name__}: {error}) and the pool has "
+                    f"used all {self.max_restarts} restarts (raise max_restarts or fix the engine)"
+                ) from error
+            self.restarts += 1
+            dead.close()
+            fresh = self._spawn()
+            if self._latest_weights is not None:
+                fresh.update_weights(self._latest_weights)
+            self._replicas[index] = fresh
+            return fresh
+
+    # -- RolloutEngine -------------------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Split the batch over replicas by pending tokens, run the parts in parallel, keep request order."""
+        costs = [request_tokens(r) for r in requests]
+        with self._lock:
+            owner = assign_by_tokens(costs, self.pending_tokens)
+            for i, r in enumerate(owner):
+                self.pending_tokens[r] += costs[i]
+                self.dispatched[r] += 1
+        parts: dict[int, list[int]] = {}
+        for i, r in enumerate(owner):
+            parts.setdefault(r, []).append(i)
+        futures = {
+            r: self._threads.submit(self._run_part, r, [requests[i] for i in idx], sum(costs[i] for i in idx))
+            for r, idx in parts.items()
+        }
+        results: list[list[Completion]] = [[] for _ in requests]
+        for r, fut in futures.items():
+            for i, completions in zip(parts[r], fut.result(), strict=True):
+                results[i] = completions
+        return results
+
+    def _run_part(self, index: int, requests: list[GenerationRequest], cost: int) -> list[list[Completion]]:
+        try:
+            while True:
+                replica = self._replicas[index]
+                try:
+                    return replica.generate(requests)
+                except _CALLER_ERRORS:
+                    raise
+                except Exception as exc:
+                    self._restart(index, replica, exc)
+        finally:
+            with self._lock:
+                self.pending_tokens[index] -= cost
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        """Send one request to the least-loaded replica; on a replica failure restart it and retry."""
+        cost = request_tokens(request)
+        with self._lock:
+            index = min(range(len(self._replicas)), key=lambda r: self.pending_tokens[r])
+            self.pending_tokens[index] += cost
+            self.dispatched[index] += 1
+        try:
+            while True:
+                replica = self._replicas[index]
+                try:
+                    return await replica.agenerate(request)
+                except _CALLER_ERRORS:
+                    raise
+                except Exception as exc:
+                    self._restart(index, replica, exc)
+        finally:
+            with self._lock:
+                self.pending_tokens[index] -= cost
+
+    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        """Broadcast to all replicas in parallel; the weights are kept for replicas restarted later."""
+        self._latest_weights = named_tensors
+        shared = RayReplica.put(named_tensors) if self.backend == "ray" else named_tensors
+        list(self._threads.map(lambda rep: rep.update_weights(shared), list(self._replicas)))
+
+    def close(self) -> None:
+        """Close every replica and the dispatcher threads."""
+        for replica in self._replicas:
+            replica.close()
+        self._threads.shutdown(wait=True)
+
+    @property
+    def size(self) -> int:
+        return len(self._replicas)

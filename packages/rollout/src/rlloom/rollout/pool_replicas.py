@@ -1,0 +1,110 @@
+"""The two kinds of replica a `RolloutPool` drives: an engine in this process, or one in a Ray actor.
+
+Both expose the same four calls, so the pool's dispatch and restart logic is written once. Ray is imported
+only when a Ray replica is made; every blocking Ray call carries a timeout, because an actor that cannot get
+its resources stays pending forever rather than failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.protocols import RolloutEngine
+
+
+def ray_is_initialized() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return bool(ray.is_initialized())
+
+
+class Replica(Protocol):
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]: ...
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]: ...
+
+    def update_weights(self, named_tensors: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalReplica:
+    """An engine living in this process; the pool calls it from its dispatcher threads."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        return self.engine.generate(requests)
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        return await self.engine.agenerate(request)
+
+    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        self.engine.update_weights(named_tensors)
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+
+
+class _EngineActorBody:
+    """What runs inside the Ray actor: builds its engine from the factory and forwards calls to it."""
+
+    def __init__(self, factory: Callable[[], RolloutEngine]) -> None:
+        self.engine = factory()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        return self.engine.generate(requests)
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        return await self.engine.agenerate(request)
+
+    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        self.engine.update_weights(named_tensors)
+
+    def ready(self) -> bool:
+        return True
+
+
+class RayReplica:
+    """An engine inside a Ray actor (placed by `ray_actor_options`, e.g. {"num_gpus": 1})."""
+
+    def __init__(self, factory: Callable[[], RolloutEngine], options: Mapping[str, Any], timeout_s: float) -> None:
+        import ray
+
+        self._ray = ray
+        self._timeout = timeout_s
+        actor_cls = ray.remote(_EngineActorBody)
+        opts = {"num_cpus": 0.5, "max_concurrency": 64, **options}
+        self.actor = actor_cls.options(**opts).remote(factory)
+        ray.get(self.actor.ready.remote(), timeout=timeout_s)
+
+    @staticmethod
+    def put(named_tensors: Mapping[str, torch.Tensor]) -> Any:
+        """Store the weights once in Ray's object store; every replica reads the same copy."""
+        import ray
+
+        return ray.put({k: v.detach().to("cpu") for k, v in named_tensors.items()})
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        return self._ray.get(self.actor.generate.remote(list(requests)), timeout=self._timeout)
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        import asyncio
+
+        return await asyncio.wait_for(self.actor.agenerate.remote(request), timeout=self._timeout)
+
+    def update_weights(self, named_tensors: Any) -> None:
+        ref = named_tensors if isinstance(named_tensors, self._ray.ObjectRef) else self.put(named_tensors)
+        self._ray.get(self.actor.update_weights.remote(ref), timeout=self._timeout)
+
+    def close(self) -> None:
+        self._ray.kill(self.actor, no_restart=True)
