@@ -203,3 +203,37 @@ def adaptive_kl(value: float, target: float, horizon: int, kls: Sequence[float],
         err = -0.2 if err < -0.2 else (0.2 if err > 0.2 else err)
         value = value * (1 + err * n_steps / horizon)
     return value
+
+
+def opo(scores: Sequence[float], group_ids: Sequence[Hashable], lengths: Sequence[float]):
+    out = np.zeros(len(scores))
+    for idx in _groups(group_ids).values():
+        if len(idx) == 1:
+            continue
+        total = sum(lengths[i] for i in idx)
+        if total > 0:
+            baseline = sum(lengths[i] * scores[i] for i in idx) / total
+        else:
+            baseline = sum(scores[i] for i in idx) / len(idx)
+        for i in idx:
+            out[i] = scores[i] - baseline
+    return out
+
+
+def gmpo_loss(logp, old, adv, mask, *, clip_low: float, clip_high: float) -> float:
+    """GMPO (Zhao et al. 2025, eq. 3), negated: per sequence −Ā·(Π_t ρ̃_t)^(1/|y|), ρ̃ clipped in log space."""
+    logp, old, adv, mask = (np.asarray(x, float) for x in (logp, old, adv, mask))
+    losses = []
+    for b in range(logp.shape[0]):
+        keep = [t for t in range(logp.shape[1]) if mask[b, t]]
+        if not keep:
+            continue
+        log_terms = []
+        for t in keep:
+            d = logp[b, t] - old[b, t]
+            clipped = min(max(d, -clip_low), clip_high)
+            # pessimistic: the smaller surrogate for A > 0 (smaller log-ratio), the larger one for A < 0
+            log_terms.append(min(d, clipped) if adv[b, t] > 0 else (max(d, clipped) if adv[b, t] < 0 else 0.0))
+        mean_adv = sum(adv[b, t] for t in keep) / len(keep)
+        losses.append(-mean_adv * math.exp(sum(log_terms) / len(keep)))
+    return sum(losses) / len(losses)

@@ -18,6 +18,7 @@ from rlloom.core_rl.algorithms import (
     get_advantage_estimator,
     grpo_advantages,
     masked_whiten,
+    opo_advantages,
     register_advantage,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
@@ -134,6 +135,21 @@ def test_rloo_matches_numpy_and_is_zero_mean(data: tuple[list[float], list[int]]
     for g in set(groups):
         members = [i for i, x in enumerate(groups) if x == g]
         assert abs(float(got[members].sum())) < 1e-8 * max(1.0, float(np.abs(scores).max()) * len(members))
+
+
+def test_opo_hand_computed() -> None:
+    # group a: lengths 1, 3 → baseline (1·1 + 3·0)/4 = 0.25; singleton b → 0
+    adv = opo_advantages(torch.tensor([1.0, 0.0, 7.0]), ["a", "a", "b"], torch.tensor([1, 3, 5]))
+    torch.testing.assert_close(adv, torch.tensor([0.75, -0.25, 0.0]))
+
+
+@FAST
+@given(scores_and_groups, st.data())
+def test_opo_matches_numpy(data: tuple[list[float], list[int]], draw: st.DataObject) -> None:
+    scores, groups = data
+    lengths = draw.draw(st.lists(st.integers(0, 50), min_size=len(scores), max_size=len(scores)))
+    got = opo_advantages(torch.tensor(scores, dtype=torch.float64), groups, torch.tensor(lengths))
+    np.testing.assert_allclose(got.numpy(), ref.opo(scores, groups, lengths), rtol=1e-9, atol=1e-9)
 
 
 # ---- GAE ----------------------------------------------------------------------------------------------------------
@@ -271,6 +287,7 @@ def test_registered_outcome_estimators_broadcast_over_tokens() -> None:
         ("grpo", grpo_advantages(scores, ["a"] * 3)),
         ("dr_grpo", grpo_advantages(scores, ["a"] * 3, norm_by_std=False)),
         ("rloo", rloo_advantages(scores, ["a"] * 3)),
+        ("opo", opo_advantages(scores, ["a"] * 3, mask.sum(-1))),
     ]:
         adv, ret = get_advantage_estimator(name)(inputs)
         torch.testing.assert_close(adv, expected[:, None] * mask)

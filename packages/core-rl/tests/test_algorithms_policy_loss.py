@@ -17,6 +17,7 @@ from rlloom.core_rl.algorithms import (
     UnknownNameError,
     cispo_policy_loss,
     get_policy_loss,
+    gmpo_policy_loss,
     gspo_policy_loss,
     ppo_policy_loss,
     value_loss,
@@ -226,6 +227,48 @@ def test_gspo_refuses_dual_clip() -> None:
     x = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="GSPO has no dual clip"):
         gspo_policy_loss(x, x, x, x, dual_clip=3.0)
+
+
+# ---- GMPO -------------------------------------------------------------------------------------------------------
+
+
+def test_gmpo_hand_computed() -> None:
+    # one sequence, A = 1 on both tokens, log-ratios 0.1 and 0.6: the 0.6 is clipped to 0.4 (A > 0) →
+    # ρ̄ = exp((0.1 + 0.4)/2), loss = −ρ̄. With A = −1 the pessimistic side is the larger log-ratio → exp(0.35).
+    logp = torch.tensor([[0.1, 0.6]], dtype=torch.float64, requires_grad=True)
+    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2)
+    loss, m = gmpo_policy_loss(logp, old, torch.ones(1, 2, dtype=torch.float64), mask)
+    assert float(loss.detach()) == pytest.approx(-math.exp(0.25))
+    assert float(m["pg_clipfrac"]) == pytest.approx(0.5)
+    loss.backward()
+    assert logp.grad is not None
+    np.testing.assert_allclose(logp.grad.numpy(), [[-math.exp(0.25) / 2, 0.0]])  # the clipped token: no gradient
+    neg, _ = gmpo_policy_loss(logp.detach(), old, -torch.ones(1, 2, dtype=torch.float64), mask)
+    assert float(neg) == pytest.approx(math.exp(0.35))
+
+
+@FAST
+@given(loss_batches)
+def test_gmpo_matches_numpy_and_masks_gradients(data) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, _, mask = _unpack(data)
+    if not mask.any():
+        return
+    logp = logp.clone().requires_grad_(True)
+    loss, _ = gmpo_policy_loss(logp, old, adv, mask, clip_low=0.4, clip_high=0.4)
+    expected = ref.gmpo_loss(logp.detach().numpy(), old.numpy(), adv.numpy(), mask.numpy(), clip_low=0.4, clip_high=0.4)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    loss.backward()
+    assert logp.grad is not None
+    assert torch.all(logp.grad[~mask.bool()] == 0)
+
+
+def test_gmpo_refuses_what_it_cannot_honour() -> None:
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="set loss_agg_mode='seq-mean-token-mean'"):
+        gmpo_policy_loss(x, x, x, x, agg="token-mean")
+    with pytest.raises(ValueError, match="use policy_loss=ppo with TIS"):
+        gmpo_policy_loss(x, x, x, x, rollout_is_weights=x)
+    assert get_policy_loss("geo_mean") is gmpo_policy_loss is get_policy_loss("gmpo")
 
 
 # ---- CISPO ------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Every advantage estimator and loss of rlloom as pure tensor functions, selected by name.
 
-Modules: `advantages` (GRPO, Dr.GRPO, RLOO, ReMax, GAE, REINFORCE++), `estimators` (the name registry over them),
-`policy_loss` (PPO clip / clip-higher / dual clip, GSPO, CISPO), `value_loss`, `aggregation` (loss_agg_mode),
+Modules: `advantages` (GRPO, Dr.GRPO, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name registry over them),
+`policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO), `value_loss`, `aggregation` (loss_agg_mode),
 `kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`, `logits` (chunked log-probs and entropy),
 `mismatch` (TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic sampling and overlong filters).
 Tensors in, tensors out; the trainer owns all state.
@@ -11,6 +11,7 @@ from rlloom.core_rl.algorithms.advantages import (
     discounted_returns,
     gae_advantages,
     grpo_advantages,
+    opo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     remax_advantages,
@@ -53,6 +54,7 @@ from rlloom.core_rl.algorithms.policy_loss import (
     PolicyLossFn,
     cispo_policy_loss,
     get_policy_loss,
+    gmpo_policy_loss,
     gspo_policy_loss,
     ppo_policy_loss,
     register_policy_loss,
@@ -87,6 +89,7 @@ __all__ = [
     "gae_advantages",
     "get_advantage_estimator",
     "get_policy_loss",
+    "gmpo_policy_loss",
     "group_index",
     "group_stats",
     "grpo_advantages",
@@ -100,6 +103,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "mismatch_metrics",
+    "opo_advantages",
     "overlong_reward_penalty",
     "ppo_policy_loss",
     "register_advantage",

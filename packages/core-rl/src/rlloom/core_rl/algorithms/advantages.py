@@ -52,6 +52,28 @@ def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
     return torch.where(n > 1, adv, torch.zeros_like(adv))
 
 
+def opo_advantages(scores: Tensor, group_ids: GroupIds, lengths: Tensor) -> Tensor:
+    """OPO: Aᵢ = rᵢ − b_g with the length-weighted baseline b_g = Σⱼ|yⱼ|rⱼ / Σⱼ|yⱼ|; a group of one gets 0.
+
+    The baseline that minimises gradient variance when the per-token gradient norms are similar, so longer
+    responses weigh more in it. Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline" (arXiv 2505.23585).
+    """
+    check_same_shape(scores=scores, lengths=lengths)
+    weights = lengths.detach().to(torch.promote_types(scores.dtype, torch.float32))
+    if bool((weights < 0).any()):
+        raise ValueError("lengths must be ≥ 0 (response lengths in tokens)")
+    stats = group_stats(scores, group_ids)
+    x = scores.detach().to(weights.dtype)
+    num_groups = int(stats.index.max().item()) + 1 if x.numel() else 0
+    weighted = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, stats.index, weights * x)
+    total = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, stats.index, weights)
+    group_baseline = (weighted / total.clamp(min=torch.finfo(x.dtype).tiny))[stats.index]
+    # A group whose responses are all empty has no length weights: fall back to the plain mean.
+    baseline = torch.where(total[stats.index] > 0, group_baseline, stats.mean)
+    adv = x - baseline
+    return torch.where(stats.count > 1, adv, torch.zeros_like(adv))
+
+
 def remax_advantages(scores: Tensor, baseline_scores: Tensor) -> Tensor:
     """ReMax: Aᵢ = r(yᵢ) − r(ŷᵢ), the baseline being the reward of the greedy response to the same prompt.
 

@@ -22,6 +22,7 @@ from rlloom.core_rl.algorithms.advantages import (
     discounted_returns,
     gae_advantages,
     grpo_advantages,
+    opo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
@@ -121,6 +122,14 @@ def dr_grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
 def rloo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """RLOO leave-one-out baseline (`rloo_advantages`)."""
     tokens = _broadcast(rloo_advantages(inputs.scores(), inputs.require_group_ids("rloo")), inputs.mask)
+    return tokens, tokens
+
+
+@register_advantage("opo")
+def opo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    """OPO length-weighted group baseline (`opo_advantages`), lengths = valid tokens per response."""
+    lengths = inputs.mask.bool().sum(-1)
+    tokens = _broadcast(opo_advantages(inputs.scores(), inputs.require_group_ids("opo"), lengths), inputs.mask)
     return tokens, tokens
 
 

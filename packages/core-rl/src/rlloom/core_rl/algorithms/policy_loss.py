@@ -164,6 +164,64 @@ def gspo_policy_loss(
     return pg_loss, metrics
 
 
+@register_policy_loss("gmpo")
+@register_policy_loss("geo_mean")
+def gmpo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.4,
+    clip_high: float = 0.4,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "seq-mean-token-mean",
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GMPO: maximise the geometric mean of the token surrogates instead of their arithmetic mean, per sequence.
+
+    With Δₜ = log π − log π_old clipped in log space to [−ε_low, ε_high] pessimistically for sign(A):
+    ρ̄ᵢ = exp(meanₜ sign(A)·min(sign(A)·Δₜ, sign(A)·clip(Δₜ))), Lᵢ = −Āᵢ·ρ̄ᵢ (Āᵢ the sequence's mean advantage),
+    loss = mean over sequences. The geometric mean is less sensitive to outlier token ratios, which allows a wider
+    clip (paper: ε = 0.4 in log space). Zhao et al. 2025, "Geometric-Mean Policy Optimization" (arXiv 2507.20673);
+    veRL `geo_mean`. The loss is per sequence, so only `seq-mean-token-mean` (with its global_seq_count) applies.
+    Per-token `rollout_is_weights` have no place in a sequence-level ratio and are refused.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(
+            f"GMPO clips log-ratios to [−clip_low, clip_high]; both must be ≥ 0, got {clip_low}, {clip_high}"
+        )
+    if dual_clip is not None:
+        raise ValueError("GMPO has no dual clip; leave dual_clip=None")
+    if rollout_is_weights is not None:
+        raise ValueError("GMPO's sequence-level ratio has no per-token weighting; use policy_loss=ppo with TIS")
+    agg = LossAggregation(agg) if isinstance(agg, str) else agg
+    if agg.mode != "seq-mean-token-mean":
+        raise ValueError(
+            f"GMPO's loss is one term per sequence; set loss_agg_mode='seq-mean-token-mean' (got {agg.mode!r})"
+        )
+    valid = mask.bool()
+    lengths = valid.sum(-1).clamp(min=1).to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    sign = torch.sign(advantages)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-clip_low, clip_high))
+    zeros = torch.zeros_like(log_ratio)
+    seq_ratio = torch.exp(torch.where(valid, pessimistic, zeros).sum(-1) / lengths)
+    seq_adv = torch.where(valid, advantages, zeros).sum(-1) / lengths
+    seq_loss = -seq_adv * seq_ratio
+    # Put Lᵢ on each of its valid tokens: seq-mean-token-mean then gives (1/|S|)·Σᵢ Lᵢ exactly.
+    per_token = torch.where(valid, seq_loss.unsqueeze(-1).expand_as(log_ratio), zeros)
+    pg_loss = aggregate_with(per_token, mask, agg)
+    clip_active = (sign * log_ratio) > (sign * log_ratio.clamp(-clip_low, clip_high))
+    metrics = {
+        "pg_clipfrac": masked_mean(clip_active.to(logprobs.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
 @register_policy_loss("cispo")
 def cispo_policy_loss(
     logprobs: Tensor,
