@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.rollout.batching import AsyncBatcher
 from rlloom.rollout.decoding import DecodeSettings, SampleRow, decode
+from rlloom.rollout.prompts import render_prompt
 from rlloom.rollout.stopping import StopStringWatcher, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
 
@@ -82,18 +83,7 @@ class HFEngine:
     # -- prompts -------------------------------------------------------------------------------------------
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         """The request's prompt as token ids, rendering chat messages with the tokenizer's chat template."""
-        if request.prompt_ids is not None:
-            return list(request.prompt_ids)
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                f"request {request.request_id}: `messages` given but the tokenizer has no chat template; "
-                "set tokenizer.chat_template or send `prompt_ids`."
-            )
-        text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError(f"request {request.request_id}: `messages` rendered to an empty prompt")
-        return list(ids)
+        return render_prompt(self.tokenizer, request)
 
     # -- generation ----------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
