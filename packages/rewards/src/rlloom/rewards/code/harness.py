@@ -1,0 +1,187 @@
+"""Check a solution against tests in the sandbox and report only what the harness observed.
+
+`check_asserts` (MBPP), `check_function` (HumanEval) and `check_io` (stdin/stdout) return a `CodeResult`. For the
+first two, a test counts as passed only when the sandboxed harness wrote a nonce-stamped pass record for it after
+the statement ran, and the run ended with the harness's own completion record; a run without one (early exit,
+`os._exit`, a kill, a timeout) scores zero, and any forged line on the result channel marks the run `tampered`.
+For `check_io` the parent compares each case's output itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from rlloom.rewards.code.isolation import SandboxError, require
+from rlloom.rewards.code.runner import Limits, Run, run_program
+from rlloom.rewards.code.testplan import Unit, assert_units, function_units
+
+CodeStatus = Literal[
+    "passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "incomplete", "tampered"
+]
+_RUN_STATUS: dict[str, CodeStatus] = {
+    "timeout": "timeout", "memory": "memory", "output_limit": "output_limit", "killed": "killed", "error": "error"
+}  # fmt: skip
+
+
+class TestOutcome(BaseModel):
+    """One test's verdict as observed by the harness."""
+
+    index: int = Field(description="Position among the tests (0-based).")
+    passed: bool = Field(description="True only when the harness saw the test statement complete.")
+    reason: str = Field(default="", description="Why it failed: exception type and message, or what was missing.")
+
+
+class CodeResult(BaseModel):
+    """The verdict on one solution: counts, overall status, score and per-test details."""
+
+    passed: int = Field(description="Tests the harness observed passing.")
+    total: int = Field(description="Tests in the task.")
+    status: CodeStatus = Field(description="passed when all passed; failed; else how the run ended.")
+    score: float = Field(description="passed/total, or 1.0/0.0 when all-or-nothing scoring was asked for.")
+    tests: list[TestOutcome] = Field(default_factory=list, description="Per-test outcomes, in order.")
+    stdout: str = Field(default="", description="What the program printed (first 2,000 characters).")
+    stderr: str = Field(default="", description="Its standard error (last 2,000 characters).")
+    duration: float = Field(default=0.0, description="Wall-clock seconds spent running it.")
+
+
+def _score(passed: int, total: int, partial: bool) -> float:
+    if partial:
+        return passed / total if total else 0.0
+    return 1.0 if total and passed == total else 0.0
+
+
+def _judge(run: Run, units: list[Unit], partial: bool) -> CodeResult:
+    """Count only well-formed records for real test indexes, once each, closed by a matching END record."""
+    if run.status == "sandbox_error":
+        raise SandboxError(f"the sandbox failed to start the program: {run.stderr[-1000:]}")
+    test_indexes = [i for i, (kind, _) in enumerate(units) if kind == "test"]
+    outcomes: dict[int, TestOutcome] = {}
+    forged, ended = run.forged, False
+    for key, value, reason in run.records:
+        if ended:
+            forged = True  # nothing may follow the completion record
+        elif key == "END":
+            ended = value == str(len(units))
+            forged = forged or not ended
+        elif key.isdigit() and int(key) in test_indexes and int(key) not in outcomes and value in ("P", "F"):
+            outcomes[int(key)] = TestOutcome(index=test_indexes.index(int(key)), passed=value == "P", reason=reason)
+        else:
+            forged = True
+    total = len(test_indexes)
+    status: CodeStatus
+    if forged or not ended or run.status != "ok":
+        if forged:
+            status, why = "tampered", "the result channel carried forged records"
+        else:
+            status = _RUN_STATUS.get(run.status, "incomplete") if run.status != "error" else "incomplete"
+            why = f"the run ended without the harness's completion record ({status})"
+        tests = [TestOutcome(index=i, passed=False, reason=why) for i in range(total)]
+        passed = 0
+    else:
+        tests = [
+            outcomes.get(unit, TestOutcome(index=i, passed=False, reason="not observed to pass"))
+            for i, unit in enumerate(test_indexes)
+        ]
+        passed = sum(t.passed for t in tests)
+        load_failed = passed == 0 and all(t.reason.startswith("solution") for t in tests)
+        status = "passed" if passed == total else ("error" if load_failed else "failed")
+    score = _score(passed, total, partial)
+    return CodeResult(
+        passed=passed, total=total, status=status, score=score, tests=tests, stdout=run.stdout[:2000],
+        stderr=run.stderr[-2000:], duration=run.duration,
+    )  # fmt: skip
+
+
+def _run_units(
+    job: dict[str, Any], units: list[Unit], limits: Limits, partial: bool, allow_weak_isolation: bool
+) -> CodeResult:
+    iso = require(allow_weak_isolation)
+    run = run_program({**job, "units": units}, mode=iso.mode, python=iso.python, limits=limits)
+    return _judge(run, units, partial)
+
+
+def check_asserts(
+    code: str,
+    asserts: list[str],
+    *,
+    setup: str = "",
+    timeout: float = 10.0,
+    memory_mb: int = 512,
+    partial: bool = True,
+    limits: Limits | None = None,
+    allow_weak_isolation: bool = False,
+) -> CodeResult:
+    """MBPP style: load `code`, run `setup`, then each assert statement; `timeout` covers the whole run."""
+    units = assert_units(asserts, setup)
+    chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
+    return _run_units({"kind": "asserts", "code": code}, units, chosen, partial, allow_weak_isolation)
+
+
+def check_function(
+    code: str,
+    test: str,
+    entry_point: str,
+    *,
+    timeout: float = 10.0,
+    memory_mb: int = 512,
+    partial: bool = True,
+    limits: Limits | None = None,
+    allow_weak_isolation: bool = False,
+) -> CodeResult:
+    """HumanEval style: load `code`, bind `entry_point` to check's argument, run check's assertions one by one."""
+    units, param = function_units(test, entry_point)
+    chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
+    job = {"kind": "function", "code": code, "entry_point": entry_point, "param": param}
+    return _run_units(job, units, chosen, partial, allow_weak_isolation)
+
+
+def same_output(actual: str, expected: str) -> bool:
+    """Whitespace-tolerant comparison: equal sequences of whitespace-separated tokens."""
+    return actual.split() == expected.split()
+
+
+def check_io(
+    code: str,
+    cases: list[tuple[str, str]],
+    *,
+    timeout: float = 5.0,
+    memory_mb: int = 512,
+    partial: bool = True,
+    stop_on_failure: bool = False,
+    limits: Limits | None = None,
+    allow_weak_isolation: bool = False,
+) -> CodeResult:
+    """Competitive-programming style: run `code` once per (stdin, expected stdout) case; `timeout` is per case."""
+    if not cases:
+        raise ValueError("cases is empty: give at least one (stdin, expected_stdout) pair")
+    iso = require(allow_weak_isolation)
+    chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
+    tests: list[TestOutcome] = []
+    first_bad: Run | None = None
+    duration, stdout, stderr = 0.0, "", ""
+    for i, case in enumerate(cases):
+        if not (isinstance(case, tuple | list) and len(case) == 2 and all(isinstance(s, str) for s in case)):
+            raise ValueError(f"cases[{i}] must be a (stdin, expected_stdout) pair of strings")
+        if stop_on_failure and first_bad is not None:
+            tests.append(TestOutcome(index=i, passed=False, reason="skipped after a failure"))
+            continue
+        job = {"kind": "script", "code": code}
+        run = run_program(job, mode=iso.mode, python=iso.python, limits=chosen, stdin=case[0])
+        if run.status == "sandbox_error":
+            raise SandboxError(f"the sandbox failed to start the program: {run.stderr[-1000:]}")
+        duration += run.duration
+        ok = run.status == "ok" and same_output(run.stdout, case[1])
+        reason = "" if ok else (f"wrong output: {run.stdout[:100]!r}" if run.status == "ok" else run.status)
+        tests.append(TestOutcome(index=i, passed=ok, reason=reason))
+        if not ok and first_bad is None:
+            first_bad, stdout, stderr = run, run.stdout, run.stderr
+    passed = sum(t.passed for t in tests)
+    status: CodeStatus = "passed" if passed == len(cases) else "failed"
+    if passed == 0 and first_bad is not None and first_bad.status != "ok":
+        status = _RUN_STATUS.get(first_bad.status, "error")
+    return CodeResult(
+        passed=passed, total=len(cases), status=status, score=_score(passed, len(cases), partial), tests=tests,
+        stdout=stdout[:2000], stderr=stderr[-2000:], duration=duration,
+    )  # fmt: skip

@@ -1,0 +1,263 @@
+"""Containment: hostile programs run through `execute` stay inside the sandbox and leave nothing behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlloom.rewards.code import execute, isolation
+from rlloom.rewards.code.isolation import Isolation, WeakIsolationError, _found
+
+pytestmark = pytest.mark.timeout(60)
+SANDBOX_UIDS = 1_000_000  # the runner picks each run's uid at or above this
+
+
+def _sandbox_processes() -> list[str]:
+    """Processes still running under a sandbox uid (there must be none once a run has returned)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "Uid: 0")
+        if int(uid_line.split()[1]) >= SANDBOX_UIDS:
+            found.append(f"{entry.name}: {status.splitlines()[0]}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    assert _sandbox_processes() == []
+
+
+HONEST = "print(sum(range(10)))"
+
+
+def _honest_still_works() -> None:
+    result = execute(HONEST, timeout=5)
+    assert (result.status, result.stdout) == ("ok", "45\n")
+
+
+def test_isolation_is_strong_and_verified() -> None:
+    found = isolation()
+    assert found.mode == "namespaces"
+    assert found.strong and found.no_network and found.read_only_root
+    assert found.unprivileged and found.own_pid_namespace
+
+
+def test_plain_program_output_stdin_and_exit_code() -> None:
+    result = execute("import sys\nx = sys.stdin.read()\nprint(x.upper(), end='')\nsys.exit(3)", stdin="abc")
+    assert (result.status, result.exit_code, result.stdout) == ("error", 3, "ABC")
+    result = execute("raise ValueError('boom')")
+    assert result.status == "error" and result.exit_code == 1 and "ValueError: boom" in result.stderr
+
+
+def test_stdin_closed_unless_given() -> None:
+    result = execute("input()")
+    assert result.status == "error" and "EOFError" in result.stderr
+
+
+def test_infinite_loop_times_out_within_margin() -> None:
+    start = time.monotonic()
+    result = execute("while True:\n    pass", timeout=1.0)
+    assert result.status == "timeout"
+    assert time.monotonic() - start < 3.0
+    _honest_still_works()
+
+
+def test_sleeping_program_is_killed_at_wall_clock() -> None:
+    result = execute("import time\ntime.sleep(60)", timeout=1.0)
+    assert result.status == "timeout" and result.duration < 2.5
+
+
+def test_fork_bomb_is_contained() -> None:
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(500):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print(n)\n"
+    )
+    result = execute(code, timeout=10)
+    assert result.status == "ok"
+    assert int(result.stdout) < 16  # RLIMIT_NPROC (16 by default) binds: the uid is unprivileged
+    _honest_still_works()
+
+
+def test_endless_fork_loop_times_out_and_dies_whole() -> None:
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    result = execute(code, timeout=1.5)
+    assert result.status == "timeout"
+    _honest_still_works()
+
+
+def test_memory_bomb_hits_the_cap() -> None:
+    assert execute("x = bytearray(1 << 34)", memory_mb=256).status == "memory"
+    grow = "chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 24))"
+    assert execute(grow, memory_mb=256, timeout=10).status == "memory"
+    _honest_still_works()
+
+
+def test_output_flood_is_capped() -> None:
+    result = execute("while True:\n    print('x' * 4096)", timeout=10)
+    assert result.status == "output_limit"
+    assert len(result.stdout) <= 1 << 20
+    assert execute("import sys\nwhile True:\n    sys.stderr.write('y' * 4096)", timeout=10).status == "output_limit"
+
+
+def test_huge_file_hits_the_file_size_limit() -> None:
+    result = execute("f = open('big', 'wb')\nwhile True:\n    f.write(b'0' * (1 << 20))", timeout=10)
+    assert result.status == "output_limit"
+
+
+@pytest.mark.parametrize("target", ["/tmp", "/var/tmp", "/dev/shm", "/root", str(Path.home()), "/work", "/etc"])
+def test_writes_outside_the_work_dir_never_reach_the_host(target: str) -> None:
+    name = f"rlloom-escape-{uuid.uuid4().hex}"
+    code = f"import os\ntry:\n    open(os.path.join({target!r}, {name!r}), 'w').write('x')\n    print('wrote')\nexcept OSError as e:\n    print(type(e).__name__)"  # noqa: E501
+    result = execute(code)
+    assert result.status == "ok"
+    assert not Path(target, name).exists()
+
+
+def test_work_dir_is_private_writable_and_gone_afterwards() -> None:
+    code = "import os\nopen('a.txt', 'w').write('hi')\nprint(os.getcwd(), open('a.txt').read(), os.listdir('.'))"
+    first = execute(code)
+    assert first.status == "ok" and "hi" in first.stdout
+    second = execute("import os\nprint(sorted(os.listdir('.')))")
+    assert second.stdout.strip() == "['solution.py']"  # only its own program: nothing left from the last run
+
+
+def test_home_is_the_work_dir() -> None:
+    code = "import os\nopen(os.path.expanduser('~/f'), 'w').write('x')\nprint(os.listdir(os.environ['HOME']))"
+    result = execute(code)
+    assert result.status == "ok" and "'f'" in result.stdout
+
+
+def test_no_network_not_even_loopback() -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(3.0)
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            accepted.append(server.accept())
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    code = (
+        "import socket\n"
+        f"for host in ('127.0.0.1', '1.1.1.1', 'example.com'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port} if host == '127.0.0.1' else 80), timeout=1).close()\n"
+        "        print(host, 'connected')\n"
+        "    except OSError as e:\n"
+        "        print(host, 'blocked', type(e).__name__)\n"
+    )
+    result = execute(code, timeout=10)
+    thread.join()
+    server.close()
+    assert result.status == "ok"
+    assert "connected" not in result.stdout and result.stdout.count("blocked") == 3
+    assert accepted == []
+
+
+def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"sk-{uuid.uuid4().hex}"
+    monkeypatch.setenv("RLLOOM_TEST_API_KEY", secret)
+    code = (
+        "import os\n"
+        "print(dict(os.environ))\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    if pid.isdigit():\n"
+        "        try:\n"
+        "            print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "        except OSError as e:\n"
+        "            print(e)\n"
+    )
+    result = execute(code)
+    assert result.status == "ok"
+    assert secret not in result.stdout and "RLLOOM_TEST_API_KEY" not in result.stdout
+
+
+def test_cannot_see_or_signal_host_processes() -> None:
+    me = os.getpid()
+    code = (
+        "import os, signal\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        "print(os.getppid())\n"
+        f"for pid in ({me}, os.getppid(), -1):\n"
+        "    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError as e:\n"
+        "        print(pid, type(e).__name__)\n"
+    )
+    result = execute(code)
+    assert result.stdout.splitlines()[0] == "[1]"  # alone in its PID namespace
+    assert result.stdout.splitlines()[1] == "0"  # its parent is outside the namespace, invisible
+    _honest_still_works()  # and we are alive
+
+
+def test_daemon_grandchildren_and_threads_do_not_outlive_the_run() -> None:
+    marker = f"{uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 10_000}"
+    code = (
+        "import os, subprocess, threading, time\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(100)\n"
+        "    os._exit(0)\n"
+        "threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n"
+        "print('bye')\n"
+    )
+    start = time.monotonic()
+    result = execute(code, timeout=5)
+    assert result.status == "ok" and result.stdout == "bye\n"
+    assert time.monotonic() - start < 3.0
+    time.sleep(0.2)
+    cmdlines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdlines.append((entry / "cmdline").read_bytes())
+    assert not any(marker.encode() in c for c in cmdlines)
+
+
+def test_setuid_binaries_do_not_regain_root() -> None:
+    code = "import subprocess\nprint(subprocess.run(['su', '-c', 'id -u'], capture_output=True, text=True).returncode)"
+    result = execute(code, timeout=5)
+    assert result.status in ("ok", "error")
+    assert "\n0\n" not in result.stdout
+
+
+def test_weak_isolation_refused_unless_opted_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    strong = isolation()
+    weak = strong.model_copy(update={"mode": "rlimits", "strong": False, "reason": "pretend: no namespaces"})
+    monkeypatch.setitem(_found, "active", weak)
+    with pytest.raises(WeakIsolationError, match="allow_weak_isolation=True"):
+        execute(HONEST)
+    result = execute(HONEST, allow_weak_isolation=True)
+    assert (result.status, result.stdout) == ("ok", "45\n")
+    assert isinstance(isolation(), Isolation) and not isolation().strong
