@@ -1,0 +1,87 @@
+"""Stop strings that span several multi-character tokens, with a BPE tokenizer trained in-process.
+
+The character tokenizer maps one token to one character, which hides the hard case: a stop string such as
+`</search>` starting inside one token and ending inside another. The expected ids and text are found by brute
+force over prefixes of the unstopped sample, independently of the engine's incremental detokeniser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.stopping import StopStringWatcher, find_stop
+
+CORPUS = [
+    "<search> capital of France </search> <answer> Paris </answer>",
+    "<think> the user asks about search engines </think> <search> who wrote Hamlet </search>",
+    "searching for answers: the answer is 42, search again",
+] * 20
+
+
+@pytest.fixture(scope="module")
+def bpe() -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<pad>", "<eos>", "<unk>"],
+        show_progress=False,
+    )
+    backend.train_from_iterator(CORPUS, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tok.padding_side = "left"
+    return tok
+
+
+def _minimal_prefix(tok: Any, ids: list[int], stop: str) -> int:
+    return next(k for k in range(1, len(ids) + 1) if stop in tok.decode(ids[:k], skip_special_tokens=True))
+
+
+def test_multi_token_stop_string_cut(bpe: PreTrainedTokenizerFast) -> None:
+    engine = HFEngine(tiny_qwen2(bpe, seed=1), bpe)
+    prompt = list(bpe("<search> who", add_special_tokens=False)["input_ids"])
+    full = engine.generate(
+        [GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(seed=9, max_tokens=40, ignore_eos=True))]
+    )[0][0]
+    pieces = [bpe.decode([t]) for t in full.token_ids]
+    # a stop string from the middle of one multi-character token to the middle of a later one
+    starts = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
+    i = next(i for i in range(2, len(pieces) - 3) if len(pieces[i]) >= 2 and len(pieces[i + 2]) >= 2)
+    stop = full.text[starts[i] + 1 : starts[i + 2] + 1]
+    k = _minimal_prefix(bpe, full.token_ids, stop)
+    at = full.text.find(stop)
+    got = engine.generate(
+        [
+            GenerationRequest(
+                prompt_ids=prompt, sampling=SamplingParams(seed=9, max_tokens=40, ignore_eos=True, stop=[stop])
+            )
+        ]
+    )[0][0]
+    assert got.token_ids == full.token_ids[:k]
+    assert got.text == full.text[: at + len(stop)]
+    assert got.finish_reason == "stop" and got.stop_reason == stop
+    assert len(bpe.decode(got.token_ids)) > len(got.text)  # the last token ran past the stop text
+    engine.close()
+
+
+def test_watcher_matches_brute_force_on_every_prefix(bpe: PreTrainedTokenizerFast) -> None:
+    text = "<think> x </think> <search> capital of France </search> tail"
+    ids = list(bpe(text, add_special_tokens=False)["input_ids"])
+    for stop in ["</search>", "</think>", "France </", "h> c", "tail"]:
+        watcher = StopStringWatcher(bpe, [stop])
+        fired = next(k for k, t in enumerate(ids, start=1) if watcher.push(t))
+        assert fired == _minimal_prefix(bpe, ids, stop), stop
+
+
+def test_find_stop_prefers_the_earliest_end() -> None:
+    m = find_stop("abc </search> </answer>", ["</answer>", "</search>"])
+    assert m is not None and m.stop == "</search>" and m.start == 4
+    assert find_stop("nothing here", ["</x>"]) is None
