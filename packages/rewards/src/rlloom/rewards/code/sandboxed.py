@@ -26,7 +26,7 @@ _HEAPTYPE = 1 << 9
 _DUNDERS = (
     "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__", "__hash__", "__abs__",
     "__sub__", "__rsub__", "__add__", "__radd__", "__mul__", "__rmul__", "__truediv__", "__float__", "__int__",
-    "__index__", "__round__", "__contains__", "__iter__", "__getitem__", "__str__", "__repr__", "__neg__",
+    "__index__", "__round__", "__contains__", "__iter__", "__getitem__", "__neg__", "__format__",
 )  # fmt: skip
 
 
