@@ -5,7 +5,7 @@ Peers, measured in the same run on the same inputs:
   below: dict of lists per uid, torch.mean/torch.std per group) vs our vectorised `grpo_advantages`.
 - token log-probs: `log_softmax(logits.float()).gather(ids)` (materialises [N, V] in float32) vs our chunked
   `logprobs_from_logits`, on bf16 logits as a training step has them. Time, and the peak extra resident
-  memory of a fresh process (Linux /proc high-water mark).
+  memory of a fresh process (Linux /proc high-water mark), without and with backward.
 - entropy: `torch.distributions.Categorical(logits=...).entropy()` vs our chunked `entropy_from_logits`.
 
 Run: .venv/bin/python bench/core_rl_algorithms.py [--repeats 7]
@@ -82,19 +82,23 @@ def _child_peak(variant: str) -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = _proc_status_kib("VmRSS")
-    if variant == "naive":
-        torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None])
-    elif variant == "ours":
-        logprobs_from_logits(logits, ids)
+    if variant.endswith("-grad"):
+        logits.requires_grad_(True)
+    if variant.startswith("naive"):
+        out = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None])
+    elif variant.startswith("ours"):
+        out = logprobs_from_logits(logits, ids)
     else:
         raise ValueError(variant)
+    if variant.endswith("-grad"):
+        out.sum().backward()
     print((_proc_status_kib("VmHWM") - before) / 1024)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--peak-memory", choices=["naive", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--peak-memory", choices=["naive", "ours", "naive-grad", "ours-grad"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_memory:
         _child_peak(args.peak_memory)
@@ -137,11 +141,14 @@ def main() -> None:
     print(f"{'case':<40} {'peer (ms)':>10} {'ours (ms)':>10} {'peer/ours':>10}")
     for name, peer, ours in rows:
         print(f"{name:<40} {peer * 1e3:>10.2f} {ours * 1e3:>10.2f} {peer / ours:>10.2f}")
-    naive, ours_mem = peak_rss_mib("naive"), peak_rss_mib("ours")
-    print(
-        f"\npeak extra memory, token log-probs: log_softmax+gather {naive:.0f} MiB, ours {ours_mem:.0f} MiB "
-        f"(ratio {naive / max(ours_mem, 1.0):.1f}x)"
-    )
+    print("\npeak extra resident memory, token log-probs (fresh process):")
+    for mode in ("", "-grad"):
+        naive, ours_mem = peak_rss_mib("naive" + mode), peak_rss_mib("ours" + mode)
+        label = "forward + backward" if mode else "forward (no grad)"
+        print(
+            f"  {label:<20} log_softmax+gather {naive:>6.0f} MiB   ours {ours_mem:>6.0f} MiB   "
+            f"ratio {naive / max(ours_mem, 1.0):.1f}x"
+        )
 
 
 if __name__ == "__main__":

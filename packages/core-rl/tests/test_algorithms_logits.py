@@ -55,6 +55,16 @@ def test_bf16_logits_are_upcast_per_chunk() -> None:
     torch.testing.assert_close(got, expected)
 
 
+def test_bf16_gradient_with_recomputation_equals_the_direct_gradient() -> None:
+    logits, ids = _batch(5)
+    a = logits.bfloat16().requires_grad_(True)
+    b = logits.bfloat16().requires_grad_(True)
+    logprobs_from_logits(a, ids, chunk_size=4).sum().backward()
+    torch.log_softmax(b.float(), -1).gather(-1, ids[..., None]).sum().backward()
+    assert a.grad is not None and b.grad is not None
+    torch.testing.assert_close(a.grad, b.grad)
+
+
 def test_logprobs_input_errors() -> None:
     logits, ids = _batch()
     with pytest.raises(ValueError, match="must lie in \\[0, 11\\)"):

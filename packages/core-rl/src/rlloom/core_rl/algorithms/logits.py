@@ -47,10 +47,15 @@ def logprobs_from_logits(logits: Tensor, token_ids: Tensor, *, chunk_size: int =
         raise ValueError(f"token_ids must lie in [0, {vocab}) (the logits' vocabulary size)")
     flat_logits = logits.reshape(-1, vocab)
     flat_ids = token_ids.reshape(-1).long()
-    chunks = [
-        _token_logprobs(flat_logits[i : i + chunk_size], flat_ids[i : i + chunk_size])
-        for i in range(0, flat_logits.shape[0], chunk_size)
-    ]
+    # Low-precision logits are upcast per chunk; autograd would keep every chunk's float32 copy for logsumexp's
+    # backward, so recompute the chunk in backward instead (float32/64 logits have no copy to save).
+    recompute = torch.is_grad_enabled() and logits.requires_grad and _upcast(logits).dtype != logits.dtype
+    chunks: list[Tensor] = []
+    for i in range(0, flat_logits.shape[0], chunk_size):
+        part, ids = flat_logits[i : i + chunk_size], flat_ids[i : i + chunk_size]
+        chunks.append(
+            checkpoint(_token_logprobs, part, ids, use_reentrant=False) if recompute else _token_logprobs(part, ids)
+        )
     out = torch.cat(chunks) if chunks else _upcast(flat_logits).new_zeros(0)
     return out.reshape(token_ids.shape)
 
