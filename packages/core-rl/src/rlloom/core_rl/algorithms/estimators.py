@@ -32,7 +32,7 @@ from rlloom.core_rl.algorithms.masked_stats import check_same_shape
 from rlloom.core_rl.algorithms.registry import Registry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AdvantageInputs:
     """Everything any estimator may read; each uses what it needs and names what is missing.
 

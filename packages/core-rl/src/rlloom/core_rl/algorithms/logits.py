@@ -19,9 +19,13 @@ def _check_chunk(chunk_size: int) -> None:
         raise ValueError(f"chunk_size must be ≥ 1 (rows of logits per chunk), got {chunk_size}")
 
 
-def _upcast(logits: Tensor) -> Tensor:
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """bf16/fp16 → float32; float32 and float64 are kept."""
-    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _upcast(logits: Tensor) -> Tensor:
+    return logits.to(_compute_dtype(logits.dtype))
 
 
 def _token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
@@ -33,8 +37,8 @@ def _token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
 def logprobs_from_logits(logits: Tensor, token_ids: Tensor, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tensor:
     """log softmax(logits)[token_id] = logit[token_id] − logsumexp(logits), for logits [..., V] and ids [...].
 
-    Returns log-probs (at least float32) of shape `token_ids.shape`. Equal to `log_softmax(logits).gather(ids)` without
-    building the [..., V] log-softmax; differentiable.
+    Returns log-probs (at least float32) of shape `token_ids.shape`, equal to `log_softmax(logits).gather(ids)`
+    without building the [..., V] log-softmax; differentiable.
     """
     _check_chunk(chunk_size)
     if logits.shape[:-1] != token_ids.shape:
@@ -43,20 +47,20 @@ def logprobs_from_logits(logits: Tensor, token_ids: Tensor, *, chunk_size: int =
             f"{tuple(token_ids.shape)}"
         )
     vocab = logits.shape[-1]
-    if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= vocab):
+    if bool(((token_ids < 0) | (token_ids >= vocab)).any()):  # on GPU, gather would die with a device assert
         raise ValueError(f"token_ids must lie in [0, {vocab}) (the logits' vocabulary size)")
     flat_logits = logits.reshape(-1, vocab)
     flat_ids = token_ids.reshape(-1).long()
     # Low-precision logits are upcast per chunk; autograd would keep every chunk's float32 copy for logsumexp's
     # backward, so recompute the chunk in backward instead (float32/64 logits have no copy to save).
-    recompute = torch.is_grad_enabled() and logits.requires_grad and _upcast(logits).dtype != logits.dtype
+    recompute = torch.is_grad_enabled() and logits.requires_grad and _compute_dtype(logits.dtype) != logits.dtype
     chunks: list[Tensor] = []
     for i in range(0, flat_logits.shape[0], chunk_size):
         part, ids = flat_logits[i : i + chunk_size], flat_ids[i : i + chunk_size]
         chunks.append(
             checkpoint(_token_logprobs, part, ids, use_reentrant=False) if recompute else _token_logprobs(part, ids)
         )
-    out = torch.cat(chunks) if chunks else _upcast(flat_logits).new_zeros(0)
+    out = torch.cat(chunks) if chunks else flat_logits.new_zeros(0, dtype=_compute_dtype(logits.dtype))
     return out.reshape(token_ids.shape)
 
 
@@ -82,5 +86,5 @@ def entropy_from_logits(logits: Tensor, *, chunk_size: int = DEFAULT_CHUNK_SIZE)
     for i in range(0, flat.shape[0], chunk_size):
         part = flat[i : i + chunk_size]
         chunks.append(checkpoint(_entropy, part, use_reentrant=False) if recompute else _entropy(part))
-    out = torch.cat(chunks) if chunks else _upcast(flat).new_zeros(0)
+    out = torch.cat(chunks) if chunks else flat.new_zeros(0, dtype=_compute_dtype(logits.dtype))
     return out.reshape(logits.shape[:-1])
