@@ -1,5 +1,69 @@
-"""rlloom.core_rl: see the package README for what it provides."""
+"""rlloom.core_rl: the batch protocol, the algorithms, the worker protocols and the single-controller trainer.
+
+The main names are importable from here (`from rlloom.core_rl import train, load_config, TrajectoryBatch`);
+they load lazily so that importing a light module such as `rlloom.core_rl.generation` does not pull in
+transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from rlloom.core_rl.__about__ import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from rlloom.core_rl.batch import TrajectoryBatch
+    from rlloom.core_rl.config import RLConfig, load_config
+    from rlloom.core_rl.protocols import (
+        CriticWorker,
+        PolicyWorker,
+        ReferenceWorker,
+        RewardFn,
+        RewardOutput,
+        RolloutEngine,
+        Tracker,
+    )
+    from rlloom.core_rl.trainer import RunFinished, Trainer, train
+    from rlloom.core_rl.trajectory import Trajectory
+
+_LAZY = {
+    "TrajectoryBatch": "rlloom.core_rl.batch",
+    "RLConfig": "rlloom.core_rl.config",
+    "load_config": "rlloom.core_rl.config",
+    "CriticWorker": "rlloom.core_rl.protocols",
+    "PolicyWorker": "rlloom.core_rl.protocols",
+    "ReferenceWorker": "rlloom.core_rl.protocols",
+    "RewardFn": "rlloom.core_rl.protocols",
+    "RewardOutput": "rlloom.core_rl.protocols",
+    "RolloutEngine": "rlloom.core_rl.protocols",
+    "Tracker": "rlloom.core_rl.protocols",
+    "RunFinished": "rlloom.core_rl.trainer",
+    "Trainer": "rlloom.core_rl.trainer",
+    "train": "rlloom.core_rl.trainer",
+    "Trajectory": "rlloom.core_rl.trajectory",
+}
+
+__all__ = [
+    "CriticWorker",
+    "PolicyWorker",
+    "RLConfig",
+    "ReferenceWorker",
+    "RewardFn",
+    "RewardOutput",
+    "RolloutEngine",
+    "RunFinished",
+    "Tracker",
+    "Trainer",
+    "Trajectory",
+    "TrajectoryBatch",
+    "__version__",
+    "load_config",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlloom.core_rl' has no attribute {name!r}")

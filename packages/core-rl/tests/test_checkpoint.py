@@ -1,0 +1,72 @@
+"""Checkpoints are atomic: a crash mid-save leaves the previous checkpoint and `latest` intact."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlloom.core_rl.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+
+
+def write_weights(path: Path) -> None:
+    (path / "model.bin").write_bytes(b"weights")
+
+
+def save(root: Path, step: int, keep_last: int = 2) -> Path:
+    return save_checkpoint(
+        root, step, write_model=write_weights, trainer_state={"step": step}, config_yaml="a: 1\n", keep_last=keep_last
+    )
+
+
+def test_latest_pointer_and_keep_last(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        save(tmp_path, step)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_2", "step_3"]
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_3"
+    assert load_trainer_state(tmp_path / "step_3")["step"] == 3
+    assert (tmp_path / "step_3" / "config.yaml").read_text() == "a: 1\n"
+
+
+def test_crash_mid_save_keeps_previous_checkpoint(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+
+    def crash(path: Path) -> None:
+        (path / "model.bin").write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, 2, write_model=crash, trainer_state={"step": 2}, config_yaml="", keep_last=2)
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_1"
+    assert not (tmp_path / "step_2").exists()
+    assert (tmp_path / "step_1" / "model.bin").read_bytes() == b"weights"
+    # the next successful save replaces the partial temporary directory
+    save(tmp_path, 2)
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_2"
+
+
+def test_missing_pointer_falls_back_to_highest_complete_step(tmp_path: Path) -> None:
+    save(tmp_path, 4, keep_last=5)
+    save(tmp_path, 10, keep_last=5)
+    (tmp_path / "latest").unlink()
+    (tmp_path / "step_12").mkdir()  # incomplete: no trainer_state.pt
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_10"
+    assert latest_checkpoint(tmp_path / "nothing") is None
+    with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
+        load_trainer_state(tmp_path / "step_12")
+
+
+def test_rng_state_round_trip() -> None:
+    state = rng_state()
+    first = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    set_rng_state(state)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == first

@@ -1,0 +1,97 @@
+"""The loop with every optional piece switched on: GAE with a critic, KL in the reward (adaptive controller),
+TIS, DAPO dynamic sampling and overlong filtering, padding-free micro-batches, ReMax baselines, validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
+
+from rlloom.core_rl.config import ModelConfig
+from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
+from rlloom.core_rl.trainer import Trainer
+
+
+def fit(model_dir: Path, out: Path, overrides: list[str]) -> tuple[Trainer, list[dict[str, float]]]:
+    engine = SamplingEngine(model_dir)
+    trainer = Trainer(
+        tiny_config(model_dir, out, overrides),
+        engine=engine,
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(3, seed=5),
+    )
+    trainer.fit()
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert engine.weight_updates == 1 + trainer.step  # once at start, once per step
+    return trainer, lines
+
+
+def test_ppo_with_critic_kl_in_reward_tis_and_filters(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ppo"
+    trainer, lines = fit(
+        tiny_model_dir,
+        out,
+        [
+            "trainer.total_steps=2",
+            "algorithm.adv_estimator=gae",
+            "algorithm.gamma=0.99",
+            "algorithm.lam=0.95",
+            "algorithm.use_kl_loss=false",
+            "algorithm.use_kl_in_reward=true",
+            "algorithm.kl_controller=adaptive",
+            "algorithm.kl_coef=0.05",
+            "algorithm.tis_cap=2.0",
+            "algorithm.overlong_filter=true",
+            "algorithm.dual_clip=3.0",
+            "actor.padding_free=true",
+            "critic.padding_free=true",
+            "critic.lr=1e-3",
+            "trainer.val_every=2",
+            "trainer.trackers=[jsonl,tensorboard]",
+        ],
+    )
+    train_lines = [line for line in lines if "reward/mean" in line]
+    assert [line["step"] for line in train_lines] == [1, 2]
+    for key in (
+        "critic/vf_loss",
+        "kl_in_reward/coef",
+        "mismatch/mismatch_kl_k3",
+        "overlong/filtered_frac",
+        "values/mean",
+    ):
+        assert key in train_lines[0], key
+    # the adaptive controller moved the coefficient after step 1
+    assert train_lines[1]["kl_in_reward/coef"] != train_lines[0]["kl_in_reward/coef"]
+    # sampling and training log-probs come from the same fp32 weights here: the mismatch is float noise
+    assert abs(train_lines[0]["mismatch/mismatch_kl_k1"]) < 1e-4
+    assert any("val/reward/mean" in line for line in lines)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # the critic is checkpointed too and reloads with its value head
+    critic_dir = out / "checkpoints" / "step_2" / "critic"
+    assert (critic_dir / VALUE_HEAD_FILE).exists()
+    reloaded = ValueModel.from_pretrained(ModelConfig(path=str(critic_dir)), str(critic_dir))
+    assert trainer.parts.critic is not None
+    live = trainer.parts.critic.model.value_head.weight
+    assert bool((reloaded.value_head.weight == live.cpu()).all()) and bool(live.abs().sum() > 0)
+
+
+def test_dynamic_sampling_and_remax(tiny_model_dir: Path, tmp_path: Path) -> None:
+    _, lines = fit(
+        tiny_model_dir,
+        tmp_path / "dapo",
+        [
+            "trainer.total_steps=2",
+            "algorithm.adv_estimator=remax",
+            "algorithm.dynamic_sampling=true",
+            "algorithm.max_sampling_rounds=2",
+            "algorithm.use_kl_loss=false",
+            "trainer.val_before_train=true",
+        ],
+    )
+    assert lines[0]["step"] == 0 and "val/reward/mean" in lines[0]
+    for line in lines[1:]:
+        assert 1 <= line["dynamic_sampling/rounds"] <= 2
+        # never more groups than asked for: 4 prompts x 4 samples
+        assert line["batch/samples"] <= 16
