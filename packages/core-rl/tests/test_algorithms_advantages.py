@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlloom.core_rl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
     AdvantageInputs,
     UnknownNameError,
     gae_advantages,
@@ -334,9 +335,13 @@ def test_a_new_estimator_is_one_decorated_function() -> None:
         adv = inputs.scores()[:, None] * inputs.mask
         return adv, adv
 
-    adv, _ = get_advantage_estimator("test_only_score_as_advantage")(
-        AdvantageInputs(torch.tensor([[0.0, 2.0]]), torch.ones(1, 2))
-    )
-    torch.testing.assert_close(adv, torch.tensor([[2.0, 2.0]]))
-    with pytest.raises(ValueError, match="already registered"):
-        register_advantage("grpo")(score_as_advantage)
+    try:
+        adv, _ = get_advantage_estimator("test_only_score_as_advantage")(
+            AdvantageInputs(torch.tensor([[0.0, 2.0]]), torch.ones(1, 2))
+        )
+        torch.testing.assert_close(adv, torch.tensor([[2.0, 2.0]]))
+        with pytest.raises(ValueError, match="already registered"):
+            register_advantage("grpo")(score_as_advantage)
+    finally:
+        ADVANTAGE_ESTIMATORS.unregister("test_only_score_as_advantage")
+    assert "test_only_score_as_advantage" not in ADVANTAGE_ESTIMATORS

@@ -55,6 +55,11 @@ class Registry(Generic[F]):
         except KeyError:
             raise UnknownNameError(unknown_name_message(self.kind, name, list(self._entries))) from None
 
+    def unregister(self, name: str) -> None:
+        """Remove `name` (for tests and notebooks that re-define an experiment); unknown names raise."""
+        self.get(name)
+        del self._entries[name]
+
     def names(self) -> list[str]:
         """Every registered name, sorted."""
         return sorted(self._entries)
