@@ -34,7 +34,7 @@ assert _spec is not None and _spec.loader is not None
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=25, deadline=None)
 
 
 # ---- GRPO / Dr.GRPO / RLOO / ReMax: hand-computed -------------------------------------------------------------

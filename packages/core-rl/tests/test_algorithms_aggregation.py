@@ -25,7 +25,7 @@ assert _spec is not None and _spec.loader is not None
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=25, deadline=None)
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])

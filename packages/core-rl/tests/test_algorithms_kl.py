@@ -27,7 +27,7 @@ assert _spec is not None and _spec.loader is not None
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=25, deadline=None)
 pairs = st.lists(st.tuples(st.floats(-8, 0, width=32), st.floats(-8, 0, width=32)), min_size=1, max_size=12)
 
 
