@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlloom.rewards.code import execute, isolation
-from rlloom.rewards.code.isolation import Isolation, WeakIsolationError, _found
+from rlloom.rewards.code.containment import Isolation, WeakIsolationError, _found
 
 pytestmark = pytest.mark.timeout(60)
 SANDBOX_UIDS = 1_000_000  # the runner picks each run's uid at or above this

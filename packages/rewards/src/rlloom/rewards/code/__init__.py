@@ -5,8 +5,8 @@
 registry. `isolation()` reports what the sandbox verified on this machine.
 """
 
+from rlloom.rewards.code.containment import Isolation, SandboxError, WeakIsolationError, isolation
 from rlloom.rewards.code.harness import CodeResult, TestOutcome, check_asserts, check_function, check_io
-from rlloom.rewards.code.isolation import Isolation, SandboxError, WeakIsolationError, isolation
 from rlloom.rewards.code.pool import CodeTask, check_many, check_task
 from rlloom.rewards.code.runner import ExecResult, Limits, execute
 from rlloom.rewards.code.scorers import extract_code, humaneval_scorer, io_scorer, mbpp_scorer

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rlloom.rewards.code.isolation import SandboxError, require
+from rlloom.rewards.code.containment import SandboxError, require
 from rlloom.rewards.code.runner import Limits, Run, run_program
 from rlloom.rewards.code.testplan import Unit, assert_units, function_units
 

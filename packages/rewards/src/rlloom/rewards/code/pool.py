@@ -15,8 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
+from rlloom.rewards.code.containment import require
 from rlloom.rewards.code.harness import CodeResult, TestOutcome, check_asserts, check_function, check_io
-from rlloom.rewards.code.isolation import require
 from rlloom.rewards.code.runner import Limits
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.rewards.code.isolation import Mode, SandboxError, hidden_stdlib, launcher, require
+from rlloom.rewards.code.containment import Mode, SandboxError, empty_netns, hidden_stdlib, launcher, require
 
 SETUP_FAILED = 121
 ExecStatus = Literal["ok", "error", "timeout", "memory", "output_limit", "killed", "sandbox_error"]
@@ -119,6 +119,7 @@ def run_program(
     workdir = "/tmp" if mode == "namespaces" else tempfile.mkdtemp(prefix="rlloom-code-")
     if mode != "namespaces" and os.geteuid() == 0:
         os.chown(workdir, uid, uid)
+    netns = [empty_netns()] if mode == "namespaces" else []
     cpu = math.ceil(limits.timeout) + 1
     rlimits = {
         "RLIMIT_CPU": cpu, "RLIMIT_AS": limits.memory_mb << 20, "RLIMIT_FSIZE": limits.max_file_mb << 20,
@@ -127,6 +128,7 @@ def run_program(
     cfg = {
         **job, "nonce": nonce, "mode": mode, "uid": uid, "workdir": workdir, "limits": rlimits,
         "tmpfs_mb": limits.tmpfs_mb, "value_cap": 1_000_000, "reveal": hidden_stdlib(),
+        "netns_fd": netns[0] if netns else -1,
     }  # fmt: skip
     cfg_fd = _memfd("rlloom-job", marshal.dumps(cfg))
     stdin_fd = _memfd("rlloom-stdin", stdin.encode() if isinstance(stdin, str) else stdin) if stdin else None
@@ -137,7 +139,7 @@ def run_program(
         proc = subprocess.Popen(
             [*launcher(mode, python), str(cfg_fd), str(res_w)],
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, res_w), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, res_w, *netns), env=env,
             start_new_session=True, cwd="/" if mode == "namespaces" else workdir,
         )  # fmt: skip
     except OSError as exc:

@@ -83,6 +83,8 @@ def _seal(cfg):
     call = _libc_caller() if cfg["mode"] == "namespaces" else None
     uid = cfg["uid"]
     if call is not None:
+        call("setns", cfg["netns_fd"], 0x40000000)  # CLONE_NEWNET: join the shared empty network namespace
+        os.close(cfg["netns_fd"])
         _seal_filesystem(call, uid, cfg["tmpfs_mb"], cfg["reveal"])
     os.chdir(cfg["workdir"])
     limits = cfg["limits"]

@@ -1,0 +1,111 @@
+"""Code sandbox throughput: rlloom.rewards.code vs a naive `subprocess.run(["python", file])` per program.
+
+Both sides check HumanEval's 164 canonical solutions with the same parallelism (a thread pool of --workers
+runs, each one child process), in the same run, several times; we report medians. The naive floor is what many
+RL code-reward scripts do: write prompt + solution + test + `check(entry_point)` to a file and run it with no
+isolation at all (full environment, network, writable filesystem, no process limit, trusts the exit code).
+Start-up latency is measured separately on a trivial program, one at a time.
+
+    .venv/bin/python bench/code_sandbox.py [--repeats 5] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rlloom.rewards.code import CodeTask, Limits, check_many, execute, isolation
+
+DATA = Path(__file__).resolve().parents[1] / "packages/rewards/tests/data/code_humaneval.jsonl.gz"
+
+
+def load() -> list[dict[str, Any]]:
+    with gzip.open(DATA, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def naive_one(row: dict[str, Any], tmp: str) -> bool:
+    source = row["prompt"] + row["canonical_solution"] + "\n" + row["test"] + f"\ncheck({row['entry_point']})\n"
+    path = os.path.join(tmp, row["task_id"].replace("/", "_") + ".py")
+    with open(path, "w") as f:
+        f.write(source)
+    try:
+        return subprocess.run([sys.executable, path], check=False, capture_output=True, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def naive(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(workers) as pool:
+        start = time.perf_counter()
+        passed = sum(pool.map(lambda r: naive_one(r, tmp), rows))
+        return time.perf_counter() - start, passed
+
+
+def sandboxed(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
+    tasks = [
+        CodeTask(
+            kind="function", code=r["prompt"] + r["canonical_solution"], test=r["test"],
+            entry_point=r["entry_point"], limits=Limits(timeout=10),
+        )
+        for r in rows
+    ]  # fmt: skip
+    start = time.perf_counter()
+    results = check_many(tasks, max_workers=workers)
+    return time.perf_counter() - start, sum(r.status == "passed" for r in results)
+
+
+def startup_latency(n: int) -> tuple[float, float]:
+    """Median wall time of one trivial program: naive subprocess vs the sandbox (serial, no pool)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "noop.py")
+        Path(path).write_text("pass\n")
+        naive_times, ours = [], []
+        for _ in range(n):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, path], capture_output=True, timeout=10, check=True)
+            naive_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            assert execute("pass").status == "ok"
+            ours.append(time.perf_counter() - start)
+    return statistics.median(naive_times), statistics.median(ours)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--latency-runs", type=int, default=50)
+    args = parser.parse_args()
+    iso = isolation()
+    print(f"isolation: {iso.mode} (strong={iso.strong}); workers={args.workers}; cpus={os.cpu_count()}")
+    rows = load()
+    sandboxed(rows[:8], args.workers)  # warm the page cache and the probe
+    naive_t, ours_t = [], []
+    for rep in range(args.repeats):
+        t_naive, p_naive = naive(rows, args.workers)
+        t_ours, p_ours = sandboxed(rows, args.workers)
+        naive_t.append(t_naive)
+        ours_t.append(t_ours)
+        print(f"repeat {rep}: naive {t_naive:.2f}s ({p_naive}/164 pass)  sandbox {t_ours:.2f}s ({p_ours}/164 pass)")
+    n_med, o_med = statistics.median(naive_t), statistics.median(ours_t)
+    lat_naive, lat_ours = startup_latency(args.latency_runs)
+    print()
+    print("| method | programs/s (median) | time ratio vs naive | start-up latency (median) |")
+    print("|---|---|---|---|")
+    print(f"| naive subprocess.run([python, file]) | {len(rows) / n_med:.1f} | 1.00 | {lat_naive * 1000:.1f} ms |")
+    print(f"| rlloom sandbox ({iso.mode}) | {len(rows) / o_med:.1f} | {o_med / n_med:.2f} | {lat_ours * 1000:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()

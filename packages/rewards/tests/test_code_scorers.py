@@ -1,0 +1,78 @@
+"""Scorer-protocol wrappers: code extraction from model answers and the ScoreResult they return."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from rlloom.rewards.code import extract_code, humaneval_scorer, io_scorer, mbpp_scorer
+from rlloom.rewards.types import ScoreResult
+
+pytestmark = pytest.mark.timeout(60)
+DATA = Path(__file__).parent / "data"
+with gzip.open(DATA / "code_humaneval.jsonl.gz", "rt") as f:
+    HE0 = json.loads(f.readline())  # HumanEval/0: has_close_elements
+
+
+def test_extract_code_prefers_the_last_python_block() -> None:
+    answer = "First try:\n```python\nx = 1\n```\nBetter:\n```py\nx = 2\n```\nShell:\n```bash\nls\n```\n"
+    assert extract_code(answer) == "x = 2\n"
+    assert extract_code("```\ny = 3\n```") == "y = 3\n"
+    assert extract_code("z = 4") == "z = 4"
+
+
+def test_humaneval_scorer_on_a_chat_answer() -> None:
+    answer = f"Here you go:\n```python\n{HE0['prompt']}{HE0['canonical_solution']}```\nDone."
+    result = humaneval_scorer(answer, {"test": HE0["test"], "entry_point": HE0["entry_point"]})
+    assert isinstance(result, ScoreResult)
+    assert result.score == 1.0 and result.error is None
+    assert result.components == {"passed": 7.0, "total": 7.0}
+    assert result.details["status"] == "passed"
+
+
+def test_humaneval_scorer_on_a_completion_with_the_prompt() -> None:
+    truth = {"test": HE0["test"], "entry_point": HE0["entry_point"]}
+    result = humaneval_scorer(HE0["canonical_solution"], truth, extra_info={"prompt": HE0["prompt"]})
+    assert result.score == 1.0
+    # a full function (without the prompt's imports) still works when the prompt is given
+    body = HE0["canonical_solution"]
+    full = f"```python\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n{body}```"
+    assert humaneval_scorer(full, truth, extra_info={"prompt": HE0["prompt"]}).score == 1.0
+
+
+def test_humaneval_scorer_wrong_and_all_or_nothing() -> None:
+    truth = {"test": HE0["test"], "entry_point": HE0["entry_point"]}
+    wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    partial = humaneval_scorer(wrong, truth)
+    assert 0.0 < partial.score < 1.0 and partial.error is None  # 4 of its 7 asserts expect True
+    assert partial.score == pytest.approx(4 / 7)
+    assert humaneval_scorer(wrong, truth, extra_info={"partial": False}).score == 0.0
+
+
+def test_mbpp_scorer() -> None:
+    truth = {"test_list": ["assert square(3) == 9", "assert square(-2) == 4"], "test_setup_code": ""}
+    good = mbpp_scorer("```python\ndef square(x):\n    return x * x\n```", truth)
+    assert good.score == 1.0
+    looping = mbpp_scorer("def square(x):\n    while True:\n        pass", truth, extra_info={"timeout": 1.0})
+    assert looping.score == 0.0 and looping.error is not None and looping.error.startswith("timeout")
+
+
+def test_io_scorer() -> None:
+    truth = {"inputs": ["2 3\n", "10 -4\n"], "outputs": ["5\n", "6\n"]}
+    answer = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    assert io_scorer(answer, truth).score == 1.0
+    assert io_scorer("print(5)", truth).score == 0.5
+
+
+def test_malformed_ground_truth_names_the_field() -> None:
+    with pytest.raises(ValueError, match="'entry_point'"):
+        humaneval_scorer("x", {"test": HE0["test"]})
+    with pytest.raises(ValueError, match="'test_list'"):
+        mbpp_scorer("x", {"tests": []})
+    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
+        io_scorer("x", {"inputs": ["1", "2"], "outputs": ["1"]})
+    with pytest.raises(ValueError, match=r"ground_truth\['inputs'\] must be list"):
+        io_scorer("x", {"inputs": "1", "outputs": ["1"]})
