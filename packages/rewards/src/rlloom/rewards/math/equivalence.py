@@ -1,0 +1,281 @@
+"""Decide whether a predicted answer equals a gold answer: strings and exact numbers first, SymPy last.
+
+The fast path (normalised string equality, exact rational arithmetic, shapes, choice letters, plain words)
+decides most pairs in microseconds. Only scalars it cannot decide go to SymPy, in a killable worker process
+(`worker.py`) after `guard.py` has refused inputs that would explode. Every verdict carries the rule that
+decided it, so a surprising reward can be explained.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from rlloom.rewards.math.guard import symbolic_refusal
+from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, strip_assignment
+from rlloom.rewards.math.numeric import numbers_match, parse_number
+from rlloom.rewards.math.structure import Shape, parse_shape
+from rlloom.rewards.math.worker import bounded_symbolic_equal
+
+DEFAULT_TIMEOUT = 3.0
+MAX_ANSWER_CHARS = 2_000
+_MATH_WORDS = {
+    "sin",
+    "cos",
+    "tan",
+    "cot",
+    "sec",
+    "csc",
+    "log",
+    "ln",
+    "exp",
+    "sqrt",
+    "frac",
+    "pi",
+    "infty",
+    "cdot",
+    "times",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "lim",
+    "sum",
+    "int",
+    "det",
+    "max",
+    "min",
+    "gcd",
+    "lcm",
+    "mod",
+    "pmod",
+    "bmod",
+    "binom",
+    "choose",
+    "leq",
+    "geq",
+    "neq",
+    "cup",
+    "cap",
+    "emptyset",
+    "varnothing",
+    "circ",
+    "dots",
+    "ldots",
+    "cdots",
+    "theta",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "phi",
+    "omega",
+    "lambda",
+    "sigma",
+    "mu",
+    "rho",
+    "tau",
+    "epsilon",
+    "varepsilon",
+    "mathbf",
+    "begin",
+    "end",
+    "pmatrix",
+    "bmatrix",
+    "matrix",
+    "vmatrix",
+    "array",
+    "overline",
+    "hat",
+    "vec",
+    "angle",
+    "triangle",
+    "perp",
+    "parallel",
+    "approx",
+    "pm",
+    "mp",
+    "infinity",
+    "i",
+}
+_WORD_RE = re.compile(r"[A-Za-z]{3,}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether two answers are equivalent, and which rule decided it."""
+
+    equal: bool
+    reason: str
+
+
+class _Budget:
+    """Wall-clock budget shared by all SymPy calls of one comparison, so a 10-part tuple cannot take 10x."""
+
+    def __init__(self, seconds: float) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._deadline = self._clock() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self._deadline - self._clock())
+
+
+def _is_text(s: str) -> bool:
+    """Plain words ("odd", "Devon", "no solution"): compared as text, never parsed as a product of symbols."""
+    words = _WORD_RE.findall(s.replace("\\", " \\"))
+    return any(w.lower() not in _MATH_WORDS for w in words) and not re.search(r"\\(?:frac|sqrt|begin)", s)
+
+
+def _text_key(s: str) -> str:
+    return re.sub(r"[\s{}\\,.]|\b(?:the|a|an)\b", "", s.lower())
+
+
+def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
+    if pred == gold:
+        return Verdict(True, "identical after normalisation")
+    if not pred or not gold:
+        return Verdict(False, "empty answer")
+    pn, gn = parse_number(pred), parse_number(gold)
+    if pn is not None and gn is not None:
+        return Verdict(numbers_match(pn, gn), "exact numbers")
+    if re.fullmatch(r"[-+]?\\infty|[-+]?\\infinity|\\infty", pred) or re.fullmatch(r"[-+]?\\infty", gold):
+        return Verdict(pred.lstrip("+") == gold.lstrip("+"), "infinity")
+    if _is_text(gold) or _is_text(pred):
+        return Verdict(_text_key(pred) == _text_key(gold), "text")
+    refusal = symbolic_refusal(pred) or symbolic_refusal(gold)
+    if refusal:
+        return Verdict(False, f"not checked symbolically: {refusal}")
+    seconds = budget.left()
+    if seconds <= 0:
+        return Verdict(False, "timeout: comparison budget spent")
+    equal, reason = bounded_symbolic_equal(pred, gold, seconds)
+    return Verdict(equal, reason)
+
+
+def _match_unordered(preds: tuple[str, ...], golds: tuple[str, ...], budget: _Budget) -> bool:
+    """A perfect matching between two equal-length lists (backtracking; lists are short)."""
+    if len(preds) != len(golds):
+        return False
+    used = [False] * len(golds)
+
+    def assign(i: int) -> bool:
+        if i == len(preds):
+            return True
+        for j, gold in enumerate(golds):
+            if not used[j] and _scalar_or_shape_equal(preds[i], gold, budget).equal:
+                used[j] = True
+                if assign(i + 1):
+                    return True
+                used[j] = False
+        return False
+
+    return assign(0)
+
+
+def _match_ordered(preds: tuple[str, ...], golds: tuple[str, ...], budget: _Budget) -> bool:
+    return len(preds) == len(golds) and all(
+        _scalar_or_shape_equal(p, g, budget).equal for p, g in zip(preds, golds, strict=True)
+    )
+
+
+def _flatten_vector(shape: Shape) -> tuple[str, ...] | None:
+    if shape.kind == "matrix" and shape.rows and all(len(r) == 1 for r in shape.rows):
+        return tuple(r[0] for r in shape.rows)
+    if shape.kind == "matrix" and len(shape.rows) == 1:
+        return shape.rows[0]
+    if shape.kind == "tuple" and shape.brackets in ("()", "[]"):
+        return shape.parts
+    return None
+
+
+def _shapes_equal(ps: Shape, gs: Shape, budget: _Budget) -> Verdict:
+    if gs.kind == "matrix" or ps.kind == "matrix":
+        if gs.kind == ps.kind == "matrix":
+            same_shape = len(ps.rows) == len(gs.rows) and all(
+                len(a) == len(b) for a, b in zip(ps.rows, gs.rows, strict=True)
+            )
+            flat_p = tuple(c for r in ps.rows for c in r)
+            flat_g = tuple(c for r in gs.rows for c in r)
+            return Verdict(same_shape and _match_ordered(flat_p, flat_g, budget), "matrix")
+        pv, gv = _flatten_vector(ps), _flatten_vector(gs)
+        ok = pv is not None and gv is not None and _match_ordered(pv, gv, budget)
+        return Verdict(ok, "vector")
+    if gs.kind == "tuple" and ps.kind == "tuple":
+        return Verdict(ps.brackets == gs.brackets and _match_ordered(ps.parts, gs.parts, budget), "ordered tuple")
+    if gs.kind == "tuple" and ps.kind == "list" and gs.brackets == "()":
+        return Verdict(_match_ordered(ps.parts, gs.parts, budget), "tuple written without brackets")
+    if gs.kind in ("list", "set") and ps.kind in ("list", "set"):
+        return Verdict(_match_unordered(ps.parts, gs.parts, budget), "unordered collection")
+    if gs.kind == "scalar" and ps.kind == "list":
+        # "\\boxed{15\\frac{39}{40}} or \\boxed{\\frac{639}{40}}" states one answer twice; a hedge lists different ones.
+        same = all(_scalar_or_shape_equal(p, gs.parts[0], budget).equal for p in ps.parts)
+        return Verdict(same, "every listed form equals the gold" if same else "a list where one answer is due")
+    if gs.kind == "union" and ps.kind == "union":
+        return Verdict(_match_unordered(ps.parts, gs.parts, budget), "union of intervals")
+    return Verdict(False, f"shape differs: {ps.kind} vs {gs.kind}")
+
+
+def _scalar_or_shape_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
+    ps, gs = parse_shape(pred), parse_shape(gold)
+    if ps.kind == gs.kind == "scalar":
+        return _scalar_equal(pred, gold, budget)
+    if gs.kind == "set" and ps.kind == "scalar" and len(gs.parts) == 1:
+        return _scalar_equal(pred, gs.parts[0], budget)
+    return _shapes_equal(ps, gs, budget)
+
+
+def _percent_candidates(norm: Normalized) -> list[str]:
+    """A percent answer p% may be meant as p or as p/100; a plain answer only as itself."""
+    if not norm.percent:
+        return [norm.text]
+    number = parse_number(norm.text)
+    if number is None:
+        return [norm.text]
+    return [norm.text, _fraction_text(number.value / 100)]
+
+
+def _fraction_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
+    """Full verdict for one (pred, gold) pair: see `is_equivalent`."""
+    if not isinstance(pred, str) or not isinstance(gold, str):
+        return Verdict(False, "answer is not a string")
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return Verdict(False, f"answer longer than {MAX_ANSWER_CHARS} characters")
+    pn, gn = normalize(pred), normalize(gold)
+    if not pn.text or not gn.text:
+        return Verdict(False, "empty answer after normalisation")
+    gold_letter = choice_letter(gold)
+    if gold_letter is not None:
+        return Verdict(choice_letter(pred) == gold_letter, "multiple-choice letter")
+    if ("=" in pn.text) != ("=" in gn.text):
+        pn = Normalized(strip_assignment(pn.text), pn.percent)
+        gn = Normalized(strip_assignment(gn.text), gn.percent)
+    budget = _Budget(timeout)
+    if pn.percent == gn.percent:
+        return _scalar_or_shape_equal(pn.text, gn.text, budget)
+    # Exactly one side has a percent sign: "10%" equals "10" and "0.1", but never both ways for the same side.
+    last = Verdict(False, "percent")
+    for p in _percent_candidates(pn):
+        for g in _percent_candidates(gn):
+            last = _scalar_or_shape_equal(p, g, budget)
+            if last.equal:
+                return Verdict(True, f"percent: {last.reason}")
+    return last
+
+
+def is_equivalent(pred: str, gold: str | list[str], *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+    """Whether `pred` is mathematically the same answer as `gold` (or any of its accepted forms).
+
+    `timeout` bounds the SymPy stage per gold form (seconds, enforced by killing a worker process); the string
+    and exact-number fast path runs first and usually decides without SymPy.
+    """
+    golds = [gold] if isinstance(gold, str) else list(gold)
+    return any(compare(pred, g, timeout=timeout).equal for g in golds)

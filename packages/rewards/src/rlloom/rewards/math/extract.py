@@ -1,0 +1,136 @@
+"""Find the final answer in a model response.
+
+A grader that reads the wrong span is wrong whatever its equivalence check does, so extraction is strict and
+ordered: the last `\\boxed{}`/`\\fbox{}` (nested braces), then the last `<answer>...</answer>`, then
+"the answer is ...", then GSM8K's `#### n`, then the last bare number. Adjacent boxes joined only by a
+separator ("\\boxed{3} or \\boxed{4}") are read as ONE answer listing both, so a hedge cannot match a single
+gold, while a self-correction (boxes far apart) keeps only the last box.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+ExtractionMode = Literal["boxed", "answer_tag", "answer_is", "gsm8k", "final_number"]
+DEFAULT_MODES: tuple[ExtractionMode, ...] = ("boxed", "answer_tag", "answer_is", "gsm8k", "final_number")
+ALL_MODES: frozenset[str] = frozenset(DEFAULT_MODES)
+
+# Text longer than this is searched only in its tail: final answers sit at the end, and regexes over 1 MB of
+# adversarial text must stay fast.
+TAIL_CHARS = 20_000
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
+_HEDGE_GAP_RE = re.compile(r"^[\s$.,;:]*(?:,|;|\bor\b|\band\b|&)?[\s$.,;:]*(?:\\\]|\\\)|\\\[|\\\()?[\s$]*$")
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_MARKER_RE = re.compile(r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|:)\s*:?\s*", re.IGNORECASE)
+_SENTENCE_RE = re.compile(r"(.+?)(?:\.(?=\s|$)|\n|$)")
+_GSM8K_RE = re.compile(r"####\s*([^\n]+)")
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Index of each `{` -> index of its `}`, in one pass (escaped `\\{` `\\}` skipped; unclosed ones absent)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+def _boxes(text: str) -> list[tuple[str, int, int]]:
+    """All `\\boxed{...}` / `\\fbox{...}` contents with their spans; `\\boxed 5` (no braces) too."""
+    found: list[tuple[str, int, int]] = []
+    pairs: dict[int, int] | None = None
+    for m in _BOX_RE.finditer(text):
+        j = m.end()
+        if j < len(text) and text[j] == "{":
+            pairs = _matching_braces(text) if pairs is None else pairs
+            close = pairs.get(j)
+            if close is not None:
+                found.append((text[j + 1 : close], m.start(), close + 1))
+        elif j < len(text) and m.group(0).endswith(" "):
+            word = re.match(r"[^\s$]+", text[j:])
+            if word:
+                found.append((word.group(0), m.start(), j + word.end()))
+    return found
+
+
+def extract_boxed(text: str) -> str | None:
+    """The last boxed answer; boxes separated only by ',', 'and', 'or' are joined into one list answer."""
+    boxes = _boxes(text)
+    if not boxes:
+        return None
+    answers = [boxes[-1][0]]
+    for k in range(len(boxes) - 1, 0, -1):
+        gap = text[boxes[k - 1][2] : boxes[k][1]]
+        if len(gap) > 24 or not _HEDGE_GAP_RE.match(gap):
+            break
+        answers.insert(0, boxes[k - 1][0])
+    return ", ".join(a.strip() for a in answers)
+
+
+def _strip_math_delimiters(span: str) -> str:
+    span = span.strip()
+    for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
+        if span.startswith(left) and span.endswith(right) and len(span) >= len(left) + len(right):
+            span = span[len(left) : len(span) - len(right)].strip()
+    return span.strip().rstrip(".").strip()
+
+
+def _extract_answer_is(text: str) -> str | None:
+    # The LAST marker wins: "Final Answer: The final answer is 3.5" reads 3.5, not "The final answer is 3.5".
+    for marker in reversed(list(_ANSWER_MARKER_RE.finditer(text))):
+        sentence = _SENTENCE_RE.match(text, marker.end())
+        span = _strip_math_delimiters(sentence.group(1)) if sentence else ""
+        if span:
+            return span
+    return None
+
+
+def _extract_final_number(text: str) -> str | None:
+    matches = _NUMBER_RE.findall(text)
+    return matches[-1].replace(" ", "") if matches else None
+
+
+def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES) -> str | None:
+    """The final answer in `text`, trying `modes` in order; None when no mode finds one.
+
+    Modes: "boxed" (last `\\boxed{}`/`\\fbox{}`), "answer_tag" (last `<answer>...</answer>`, whose own box wins),
+    "answer_is" ("The answer is X", "Final answer: X"), "gsm8k" (`#### n`), "final_number" (the last number).
+    Drop "final_number" to refuse unmarked answers, which stops rewarding text that merely ends in a number.
+    """
+    unknown = set(modes) - ALL_MODES
+    if unknown:
+        raise ValueError(f"extract_answer: unknown modes {sorted(unknown)}; choose from {sorted(ALL_MODES)}")
+    if not isinstance(text, str) or not text:
+        return None
+    tail = text[-TAIL_CHARS:]
+    for mode in modes:
+        found: str | None = None
+        if mode == "boxed":
+            found = extract_boxed(tail)
+        elif mode == "answer_tag":
+            tags = _ANSWER_TAG_RE.findall(tail)
+            if tags:
+                inner = tags[-1]
+                found = extract_boxed(inner) or _strip_math_delimiters(inner)
+        elif mode == "answer_is":
+            found = _extract_answer_is(tail)
+        elif mode == "gsm8k":
+            hits = _GSM8K_RE.findall(tail)
+            found = hits[-1].strip() if hits else None
+        elif mode == "final_number":
+            found = _extract_final_number(tail[-2000:])
+        if found is not None and found.strip():
+            return found.strip()
+    return None

@@ -1,0 +1,135 @@
+"""Canonical text for an answer: the string rules that decide most comparisons without SymPy.
+
+Normalising removes what never changes a value (`\\left`, spacing commands, `\\dfrac` vs `\\frac`, `\\text{}`
+wrappers, units, currency, degree marks, a trailing period, a leading `x =`), fixes malformed-but-common
+LaTeX (`\\frac12`, `\\sqrt3`), and records the percent sign instead of dropping it, so that 50% can equal
+0.5 without 0.5 equalling 50.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Unit words dropped after a number ("10 cm", "5 \\text{ dollars}"). Longer words first so "meters" beats "m".
+_UNIT_WORDS_TEXT = """
+    units unit degrees degree dollars dollar cents cent euros euro pounds pound yuan usd
+    mph kph km/h m/s kilometers kilometer kilometres kilometre km meters meter metres metre centimeters
+    centimeter cm millimeters millimeter mm inches inch in feet foot ft yards yard yd
+    miles mile mi square sq cubic seconds second sec minutes minute min hours hour
+    hr hrs days day weeks week months month years year grams gram kilograms kilogram
+    kg milligrams mg liters liter litres litre ml gallons gallon gal ounces ounce oz
+    lbs lb tons ton people persons person students student apples apples marbles cookies points
+    point ways times cups cup pages page boxes box books book
+"""
+_UNITS = sorted(_UNIT_WORDS_TEXT.split(), key=len, reverse=True)
+_UNIT_WORDS = set(_UNITS)
+_UNIT_TAIL_RE = re.compile(
+    r"([\d}.)])\s*(?:(?:" + "|".join(re.escape(u) for u in _UNITS) + r")\b\.?(?:\s*\^\{?[23]\}?)?\s*)+$",
+    re.IGNORECASE,
+)
+_TEXT_RE = re.compile(
+    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname|mathit|mathsf|mathtt)\s*\{([^{}]*)\}"
+)
+_SPACING_RE = re.compile(r"(?<!\\)\\[,:;! ]|\\quad|\\qquad|~|\\displaystyle|\\limits")
+_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?=[()\[\]|.]|\\[{}|])")
+_FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
+_FRAC_HALF_RE = re.compile(r"\\frac\s*(\d)\s*(?=\{)")
+_FRAC_HALF2_RE = re.compile(r"\\frac\s*(\{[^{}]*\})\s*(\d)")
+_SQRT_SHORT_RE = re.compile(r"\\sqrt\s*(\d+|[a-zA-Z])")
+_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+_CURRENCY_RE = re.compile(r"\\\$|\$|€|£|¥|\\euro|\\pounds|\bUSD\b|\bRs\.?")
+_ASSIGN_RE = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-zA-Z]\))?\s*=\s*(?=[^=])")
+_THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:(?:,|\{,\}|\\,| )\d{3})+)(?![\d])")
+# "0.1666 repeating", "0.333\\ldots": the digits shown are an approximation, compared with tolerance later.
+_REPEATING_RE = re.compile(r"(?<=\d)\s*(?:\\ldots|\\dots|\.\.\.|…|\s(?:repeating|recurring))", re.IGNORECASE)
+_MC_RE = re.compile(r"^\(?\s*([A-J])\s*\)?[.:]?$")
+_MC_PREFIX_RE = re.compile(r"^\(([A-J])\)(?:\s|$)")
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """An answer after string normalisation; `percent` is True when the answer carried a percent sign."""
+
+    text: str
+    percent: bool
+
+
+def _unwrap_text(s: str) -> str:
+    prev = None
+    while prev != s:
+        prev = s
+        s = _TEXT_RE.sub(lambda m: " " + m.group(1) + " ", s)
+    return s
+
+
+def _strip_units(s: str) -> str:
+    # Only strip a unit tail after something numeric-looking, so "x \\text{ or } y" keeps its words.
+    stripped = _UNIT_TAIL_RE.sub(r"\1", s).strip()
+    return stripped if stripped else s
+
+
+def _join_thousands(s: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        return re.sub(r"\{,\}|\\,|,| ", "", m.group(1))
+
+    # "1,000" is a thousands separator, but "1, 000" or tuples "(1,234)" are not changed by a lone match below
+    # the bracket level, so only join when no bracket surrounds the whole answer.
+    if s.startswith(("(", "[", "\\{")):
+        return s
+    if re.search(r"\d, \d", s):  # "1, 2, 3" is a list, not thousands
+        return s
+    return _THOUSANDS_RE.sub(repl, s)
+
+
+def normalize(answer: str) -> Normalized:
+    """Canonical form of one answer string (see module docstring for what is removed and why)."""
+    s = answer.strip()
+    s = s.replace("\n", " ").replace("\\\\", "\\") if "\\begin" not in s else s.replace("\n", " ")
+    s = re.sub(r"^\$+|\$+$", "", s.strip()) if not s.startswith("\\$") else s
+    s = s.strip().removeprefix("\\(").removesuffix("\\)").removeprefix("\\[").removesuffix("\\]")
+    s = re.sub(r"\\boxed\s*\{(.*)\}", r"\1", s)
+    s = _SPACING_RE.sub(" ", s)
+    s = _LEFT_RIGHT_RE.sub("", s)
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
+    s = s.replace("\\le ", "\\leq ").replace("\\ge ", "\\geq ").replace("\\neq", "\\ne")
+    s = s.replace("−", "-").replace("–", "-").replace("×", "\\times").replace("·", "\\cdot").replace("π", "\\pi")
+    s = s.replace("∞", "\\infty").replace("√", "\\sqrt")
+    s = _unwrap_text(s)
+    s = _DEGREE_RE.sub("", s)
+    s = _CURRENCY_RE.sub("", s)
+    percent = bool(re.search(r"\\?%|\bpercent\b", s))
+    s = re.sub(r"\\?%|\bpercent\b", "", s)
+    s = _REPEATING_RE.sub("", s)
+    s = s.strip().rstrip(".").strip()
+    s = _strip_units(s)
+    s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+    s = _FRAC_HALF_RE.sub(r"\\frac{\1}", s)
+    s = _FRAC_HALF2_RE.sub(r"\\frac\1{\2}", s)
+    s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
+    s = _join_thousands(s)
+    s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"\s*([(),\[\]{}^_+*/=<>-])\s*", r"\1", s)
+    s = re.sub(r"(?<![\d])\.(\d)", r"0.\1", s)  # ".5" -> "0.5"
+    s = re.sub(r"^\{([^{}]*)\}$", r"\1", s)
+    return Normalized(text=s, percent=percent)
+
+
+def strip_assignment(text: str) -> str:
+    """`x=3` -> `3` (and `f(x)=...`, `a_1=...`); used only when the other answer is not an equation."""
+    if text.count("=") != 1 or re.search(r"[<>]|\\[lg]eq|\\ne", text):
+        return text
+    return _ASSIGN_RE.sub("", text, count=1)
+
+
+def choice_letter(answer: str) -> str | None:
+    """The multiple-choice letter an answer names ("B", "(B)", "\\text{(B)}", "B.", "(B) 42"), else None."""
+    s = _unwrap_text(answer.strip().strip("$")).strip()
+    s = re.sub(r"^(?:option|choice|answer)\s*:?\s*", "", s, flags=re.IGNORECASE)
+    m = _MC_RE.match(s) or _MC_PREFIX_RE.match(s)
+    return m.group(1) if m else None
+
+
+def is_unit_word(word: str) -> bool:
+    """Whether `word` is a unit or counted noun we drop after a number."""
+    return word.lower() in _UNIT_WORDS

@@ -1,0 +1,99 @@
+"""The math reward: extract the final answer, compare it with the gold answer(s), return 1.0 or 0.0.
+
+`math_scorer` follows the package's `Scorer` protocol and reports what it read and why it decided, with an
+extraction failure, an unusable gold answer and a timeout told apart in `error`/`details` rather than all
+silently becoming 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlloom.rewards.math.equivalence import DEFAULT_TIMEOUT, compare
+from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer
+from rlloom.rewards.types import ScoreResult
+
+
+def _golds(gold: str | Sequence[str]) -> list[str]:
+    if isinstance(gold, str):
+        return [gold]
+    if isinstance(gold, Sequence) and all(isinstance(g, str) for g in gold):
+        return list(gold)
+    raise TypeError(f"gold must be a str or a list of str, got {type(gold).__name__}; pass the answer text")
+
+
+def _extract_gold(gold: str) -> str:
+    """A gold written as a full solution ("... \\boxed{5}" or "#### 5") is reduced to its answer."""
+    if "\\boxed" in gold or "\\fbox" in gold or "####" in gold:
+        return extract_answer(gold, modes=("boxed", "gsm8k")) or gold
+    return gold
+
+
+def score_detailed(
+    response: str,
+    gold: str | Sequence[str],
+    *,
+    modes: Sequence[ExtractionMode] = DEFAULT_MODES,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ScoreResult:
+    """1.0 if the answer extracted from `response` equals any gold form, else 0.0, with the reason."""
+    golds = [_extract_gold(g) for g in _golds(gold)]
+    if not any(g.strip() for g in golds):
+        return ScoreResult(score=0.0, error="gold answer is empty; fix the dataset's ground_truth")
+    if isinstance(response, bytes):
+        response = response.decode("utf-8", errors="replace")
+    if not isinstance(response, str):
+        return ScoreResult(score=0.0, error=f"response must be str, got {type(response).__name__}")
+    extracted = extract_answer(response, modes=modes)
+    if extracted is None:
+        return ScoreResult(score=0.0, details={"reason": "no answer found in the response"})
+    reasons = []
+    for g in golds:
+        verdict = compare(extracted, g, timeout=timeout)
+        reasons.append(verdict.reason)
+        if verdict.equal:
+            return ScoreResult(score=1.0, extracted=extracted, details={"reason": verdict.reason, "gold": g})
+    timed_out = any(r.startswith("timeout") for r in reasons)
+    return ScoreResult(
+        score=0.0,
+        extracted=extracted,
+        error="symbolic check timed out" if timed_out else None,
+        details={"reason": "; ".join(reasons)},
+    )
+
+
+def score(
+    response: str,
+    gold: str | Sequence[str],
+    *,
+    modes: Sequence[ExtractionMode] = DEFAULT_MODES,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> float:
+    """1.0 if the final answer in `response` equals `gold` (a string or a list of accepted forms), else 0.0."""
+    return score_detailed(response, gold, modes=modes, timeout=timeout).score
+
+
+def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """`Scorer`-protocol entry point (registry: gsm8k, math, math500, aime, amc, minerva, olympiadbench, ...).
+
+    `extra_info` may set "timeout" (seconds) and "modes" (extraction modes); other keys are ignored.
+    """
+    info = dict(extra_info or {})
+    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        ground_truth = str(ground_truth)
+    if not isinstance(ground_truth, (str, list, tuple)):
+        return ScoreResult(
+            score=0.0, error=f"ground_truth must be a str or list of str, got {type(ground_truth).__name__}"
+        )
+    modes = tuple(info.get("modes", DEFAULT_MODES))
+    timeout = float(info.get("timeout", DEFAULT_TIMEOUT))
+    try:
+        return score_detailed(
+            response,
+            [str(g) for g in ground_truth] if not isinstance(ground_truth, str) else ground_truth,
+            modes=modes,
+            timeout=timeout,
+        )
+    except (TypeError, ValueError) as exc:
+        return ScoreResult(score=0.0, error=str(exc))

@@ -1,0 +1,87 @@
+"""is_equivalent / compare: hand-labelled pairs per category (positive and negative), plus targeted rules.
+
+The bulk of the cases live in data/math_handlabelled.jsonl, each with the reason for its label written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlloom.rewards.math import compare, is_equivalent, score
+
+DATA = Path(__file__).parent / "data"
+
+
+def _rows(name: str) -> list[dict[str, Any]]:
+    with (DATA / name).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+HAND = _rows("math_handlabelled.jsonl")
+
+
+def test_handlabelled_set_is_big_and_covers_both_labels() -> None:
+    assert len(HAND) >= 60
+    for category in {r["category"] for r in HAND if r["category"] != "extraction"}:
+        labels = {r["label"] for r in HAND if r["category"] == category}
+        assert labels, category
+    assert sum(r["label"] for r in HAND) > 20 and sum(not r["label"] for r in HAND) > 20
+    assert all(r["reason"] for r in HAND)
+
+
+@pytest.mark.parametrize("row", HAND, ids=[f"{r['id']}-{r['category']}" for r in HAND])
+def test_handlabelled(row: dict[str, Any]) -> None:
+    pair = "pred" in row
+    got = is_equivalent(row["pred"], row["gold"]) if pair else score(row["response"], row["gold"]) == 1.0
+    assert got is row["label"], row["reason"]
+
+
+def test_gold_may_list_several_accepted_forms() -> None:
+    assert is_equivalent("\\frac{\\pi}{2}", ["90", "\\frac{\\pi}{2}"])
+    assert is_equivalent("90^\\circ", ["90", "\\frac{\\pi}{2}"])
+    assert not is_equivalent("45", ["90", "\\frac{\\pi}{2}"])
+
+
+def test_percent_is_read_one_way_only() -> None:
+    # 10% may be meant as 10 or as 0.1; a bare 0.1 against a bare 10 is wrong.
+    assert is_equivalent("10\\%", "0.1") and is_equivalent("0.1", "10\\%") and is_equivalent("10", "10\\%")
+    assert not is_equivalent("0.1", "10") and not is_equivalent("1000\\%", "1")
+
+
+def test_verdict_names_the_deciding_rule() -> None:
+    assert compare("1/2", "0.5").reason == "exact numbers"
+    assert compare("(1,2)", "[1,2]").reason == "ordered tuple"
+    assert compare("\\sqrt{8}", "2\\sqrt{2}").reason.startswith("sympy")
+
+
+def test_tiny_different_numbers_stay_different() -> None:
+    # Math-Verify's 6-digit float rounding calls these equal (its issue #14); exact rationals do not.
+    assert not is_equivalent("10^{-7}", "2 \\times 10^{-7}")
+    assert not is_equivalent("\\frac{1}{3^{40}}", "\\frac{1}{3^{41}}")
+    assert is_equivalent("2^{-10}", "\\frac{1}{1024}")
+
+
+def test_hendrycks_pairs() -> None:
+    rows = _rows("math_hendrycks_pairs.jsonl")
+    disagreements = [r for r in rows if is_equivalent(r["pred"], r["gold"]) is not r["is_correct"]]
+    # Deliberate: a bare comma list is the MATH "all solutions" answer, so its order does not matter; the
+    # hendrycks string checker labels reordered lists wrong. Everything else agrees.
+    assert sorted(r["test_function"] for r in disagreements) == ["test_decimals", "test_order"]
+
+
+def test_gsm8k_model_solutions_slice() -> None:
+    rows = _rows("math_gsm8k_pairs_slice.jsonl")
+    correct = sum((score(r["response"], r["gold"]) == 1.0) is r["is_correct"] for r in rows)
+    assert correct / len(rows) >= 0.99
+
+
+def test_math500_reference_solutions_score_one() -> None:
+    # A reference solution must earn full reward against its own answer (gold self-consistency).
+    rows = _rows("math_math500_slice.jsonl")
+    failures = [r["unique_id"] for r in rows if score(r["solution"], r["answer"]) != 1.0]
+    assert failures == []
+    assert all(is_equivalent(r["answer"], r["answer"]) for r in rows)
