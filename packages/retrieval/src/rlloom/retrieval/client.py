@@ -1,0 +1,168 @@
+"""HTTP clients for a retrieval server (ours or Search-R1's), implementing the same `search` as a local index.
+
+One pooled httpx client per object; each call has a timeout and is retried with exponential backoff and jitter on
+connection errors, timeouts and 502/503/504 (a 503 from our server means "queue full, retry"). Other 4xx/5xx
+answers raise `RetrievalError` with the server's message, since repeating a bad request cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any, Literal
+
+import httpx
+
+from rlloom.retrieval.corpus import split_contents
+from rlloom.retrieval.types import Hit
+
+RETRY_STATUS = frozenset({502, 503, 504})
+Api = Literal["native", "search-r1"]
+
+
+class RetrievalError(RuntimeError):
+    """The server rejected a request or stayed unavailable after all retries."""
+
+
+def _request(api: Api, queries: list[str], k: int) -> tuple[str, dict[str, Any]]:
+    if api == "native":
+        return "/search", {"queries": queries, "k": k}
+    return "/retrieve", {"queries": queries, "topk": k, "return_scores": True}
+
+
+def _parse(api: Api, body: Any, n_queries: int) -> list[list[Hit]]:
+    if api == "native":
+        results = [[Hit.model_validate(h) for h in hits] for hits in body["results"]]
+    else:
+        results = []
+        for hits in body["result"]:
+            parsed = []
+            for item in hits:
+                doc = item.get("document", item)
+                title, text = split_contents(doc["contents"])
+                parsed.append(Hit(doc_id=str(doc["id"]), score=float(item.get("score", 0.0)), text=text, title=title))
+            results.append(parsed)
+    if len(results) != n_queries:
+        raise RetrievalError(f"server answered {len(results)} result lists for {n_queries} queries")
+    return results
+
+
+def _error(response: httpx.Response) -> RetrievalError:
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    return RetrievalError(f"{response.request.url} answered {response.status_code}: {detail}")
+
+
+def _backoff(attempt: int, base: float) -> float:
+    return base * (2**attempt) * (0.5 + random.random())
+
+
+class RetrievalClient:
+    """Blocking client; `search(queries, k)` like any `Retriever`. Use as a context manager or call `close()`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api: Api = "native",
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        max_connections: int = 64,
+    ) -> None:
+        self.api, self.retries, self.backoff = api, retries, backoff
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        path, payload = _request(self.api, queries, k)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self._http.post(path, json=payload)
+            except httpx.TransportError as err:
+                if last:
+                    raise RetrievalError(
+                        f"{self._http.base_url}{path} unreachable after {attempt + 1} tries: {err}"
+                    ) from err
+            else:
+                if response.status_code == 200:
+                    return _parse(self.api, response.json(), len(queries))
+                if response.status_code not in RETRY_STATUS or last:
+                    raise _error(response)
+            time.sleep(_backoff(attempt, self.backoff))
+        raise AssertionError("unreachable")
+
+    def health(self) -> dict[str, Any]:
+        response = self._http.get("/health")
+        response.raise_for_status()
+        return dict(response.json())
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RetrievalClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncRetrievalClient:
+    """asyncio client: `await client.search(queries, k)`; many concurrent calls share one connection pool."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api: Api = "native",
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        max_connections: int = 64,
+    ) -> None:
+        self.api, self.retries, self.backoff = api, retries, backoff
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        path, payload = _request(self.api, queries, k)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = await self._http.post(path, json=payload)
+            except httpx.TransportError as err:
+                if last:
+                    raise RetrievalError(
+                        f"{self._http.base_url}{path} unreachable after {attempt + 1} tries: {err}"
+                    ) from err
+            else:
+                if response.status_code == 200:
+                    return _parse(self.api, response.json(), len(queries))
+                if response.status_code not in RETRY_STATUS or last:
+                    raise _error(response)
+            await asyncio.sleep(_backoff(attempt, self.backoff))
+        raise AssertionError("unreachable")
+
+    async def health(self) -> dict[str, Any]:
+        response = await self._http.get("/health")
+        response.raise_for_status()
+        return dict(response.json())
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncRetrievalClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

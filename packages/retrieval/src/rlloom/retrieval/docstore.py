@@ -1,0 +1,125 @@
+"""Passage storage for an index: one UTF-8 byte file plus offset arrays, memory-mapped when read.
+
+The raw text lives once on disk and is paged in on demand, so a wiki-scale corpus is served without loading it
+into Python strings. Layout under `docs/`: `text.bin` (title bytes then body bytes per passage), `text_offsets.npy`
+(n+1 starts), `title_ends.npy` (where each title stops; equal to the start when there is none), `has_title.npy`,
+and the same scheme for ids (`ids.bin`, `id_offsets.npy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rlloom.retrieval.corpus import Document
+from rlloom.retrieval.types import IndexLoadError
+
+DOCS_DIR = "docs"
+
+
+class DocStoreWriter:
+    """Append passages one at a time; offsets are kept as growing int64 arrays (8 bytes/passage each)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder / DOCS_DIR
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._text: BinaryIO = (self.folder / "text.bin").open("wb")
+        self._ids: BinaryIO = (self.folder / "ids.bin").open("wb")
+        self._text_offsets: list[int] = [0]
+        self._title_ends: list[int] = []
+        self._has_title: list[bool] = []
+        self._id_offsets: list[int] = [0]
+
+    def add(self, doc: Document) -> None:
+        title = (doc.title or "").encode("utf-8")
+        body = doc.text.encode("utf-8")
+        start = self._text_offsets[-1]
+        self._text.write(title)
+        self._text.write(body)
+        self._title_ends.append(start + len(title))
+        self._has_title.append(doc.title is not None)
+        self._text_offsets.append(start + len(title) + len(body))
+        raw_id = doc.doc_id.encode("utf-8")
+        self._ids.write(raw_id)
+        self._id_offsets.append(self._id_offsets[-1] + len(raw_id))
+
+    def close(self) -> int:
+        """Flush everything and return the number of passages written."""
+        self._text.close()
+        self._ids.close()
+        np.save(self.folder / "text_offsets.npy", np.asarray(self._text_offsets, dtype=np.int64))
+        np.save(self.folder / "title_ends.npy", np.asarray(self._title_ends, dtype=np.int64))
+        np.save(self.folder / "has_title.npy", np.asarray(self._has_title, dtype=bool))
+        np.save(self.folder / "id_offsets.npy", np.asarray(self._id_offsets, dtype=np.int64))
+        return len(self._title_ends)
+
+
+class DocStore:
+    """Read-only, memory-mapped passages addressed by their row number in the index."""
+
+    def __init__(self, folder: Path) -> None:
+        root = folder / DOCS_DIR
+        try:
+            self._text_offsets: NDArray[np.int64] = np.load(root / "text_offsets.npy", mmap_mode="r")
+            self._title_ends: NDArray[np.int64] = np.load(root / "title_ends.npy", mmap_mode="r")
+            self._has_title: NDArray[np.bool_] = np.load(root / "has_title.npy", mmap_mode="r")
+            self._id_offsets: NDArray[np.int64] = np.load(root / "id_offsets.npy", mmap_mode="r")
+            self._text = _map_bytes(root / "text.bin")
+            self._ids = _map_bytes(root / "ids.bin")
+        except (OSError, ValueError) as err:
+            raise IndexLoadError(f"passage store {root} is missing or corrupt ({err}); rebuild the index") from None
+        n = len(self._title_ends)
+        consistent = (
+            len(self._text_offsets) == n + 1
+            and len(self._has_title) == n
+            and len(self._id_offsets) == n + 1
+            and int(self._text_offsets[-1]) == len(self._text)
+            and int(self._id_offsets[-1]) == len(self._ids)
+        )
+        if not consistent:
+            raise IndexLoadError(f"passage store {root} is truncated or inconsistent; rebuild the index")
+        self._id_rows: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._title_ends)
+
+    def doc_id(self, row: int) -> str:
+        return bytes(self._ids[self._id_offsets[row] : self._id_offsets[row + 1]]).decode("utf-8")
+
+    def document(self, row: int) -> Document:
+        start, title_end, end = self._text_offsets[row], self._title_ends[row], self._text_offsets[row + 1]
+        title = bytes(self._text[start:title_end]).decode("utf-8") if self._has_title[row] else None
+        text = bytes(self._text[title_end:end]).decode("utf-8")
+        return Document(doc_id=self.doc_id(row), text=text, title=title)
+
+    def row_of(self, doc_id: str) -> int:
+        """The row of a passage id (the id map is built on first use)."""
+        if self._id_rows is None:
+            self._id_rows = {self.doc_id(i): i for i in range(len(self))}
+        return self._id_rows[doc_id]
+
+    def iter_contents(self, batch_size: int = 10_000) -> Iterator[list[str]]:
+        """Batches of indexed text (Search-R1 `contents`), read from the map so memory stays bounded."""
+        for lo in range(0, len(self), batch_size):
+            yield [self.document(i).contents for i in range(lo, min(lo + batch_size, len(self)))]
+
+
+def _map_bytes(path: Path) -> NDArray[np.uint8]:
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.memmap(path, dtype=np.uint8, mode="r")
+
+
+def write_docstore(folder: Path, docs: Iterable[Document]) -> int:
+    """Stream passages into a new store under `folder/docs`, returning how many were written."""
+    writer = DocStoreWriter(folder)
+    try:
+        for doc in docs:
+            writer.add(doc)
+    finally:
+        count = writer.close()
+    return count

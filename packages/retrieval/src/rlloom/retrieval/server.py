@@ -1,0 +1,250 @@
+"""The retrieval HTTP server: Search-R1's `POST /retrieve`, the native `POST /search`, `/health` and `/stats`.
+
+Requests from all clients go through one `MicroBatcher`, so 32 agents asking one query each cost about one
+backend call, not 32. Limits (queries per request, topk, query length) answer 422 naming the field; a full queue
+answers 503 at once; any backend error answers 500 for that request only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlloom.retrieval.batching import MicroBatcher, OverloadedError
+from rlloom.retrieval.types import Hit, Retriever
+
+
+class ServerLimits(BaseModel):
+    """Request limits and batching knobs (all per worker process)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_queries: int = Field(default=512, gt=0, description="Queries per request.")
+    max_topk: int = Field(default=100, gt=0, description="Largest topk/k a request may ask for.")
+    max_query_chars: int = Field(default=4096, gt=0, description="Characters per query.")
+    default_topk: int = Field(
+        default=3, gt=0, description="topk when a /retrieve request sends null (Search-R1 uses 3)."
+    )
+    batch_window_ms: float = Field(default=1.0, ge=0, description="How long the batcher waits to gather more queries.")
+    max_batch_queries: int = Field(default=1024, gt=0, description="Queries per backend call.")
+    max_pending_queries: int = Field(default=8192, gt=0, description="Queued queries beyond which requests get 503.")
+
+
+class RetrieveRequest(BaseModel):
+    """Search-R1's request body."""
+
+    queries: list[str]
+    topk: int | None = None
+    return_scores: bool = False
+
+
+class SearchRequest(BaseModel):
+    """The native request body."""
+
+    queries: list[str]
+    k: int = 10
+
+
+class LatencyWindow:
+    """The last `size` request latencies, for percentiles in /stats."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, seconds: float) -> None:
+        self._values.append(seconds)
+
+    def percentiles_ms(self) -> dict[str, float | None]:
+        if not self._values:
+            return {"p50": None, "p90": None, "p99": None, "max": None}
+        arr = np.asarray(self._values) * 1000
+        p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+        return {
+            "p50": round(float(p50), 3),
+            "p90": round(float(p90), 3),
+            "p99": round(float(p99), 3),
+            "max": round(float(arr.max()), 3),
+        }
+
+
+def _invalid(field: str, message: str, value: Any = None) -> JSONResponse:
+    """422 in FastAPI's own validation-error shape, so clients parse limit errors and schema errors alike."""
+    return JSONResponse(
+        status_code=422, content={"detail": [{"loc": ["body", field], "msg": message, "type": "value_error"}]}
+    )
+
+
+def _check(queries: list[str], k: int, k_field: str, limits: ServerLimits) -> JSONResponse | None:
+    if not queries:
+        return _invalid("queries", "must hold at least one query")
+    if len(queries) > limits.max_queries:
+        return _invalid("queries", f"{len(queries)} queries exceed the limit of {limits.max_queries} per request")
+    if k < 1 or k > limits.max_topk:
+        return _invalid(k_field, f"must be between 1 and {limits.max_topk}, got {k}")
+    for i, query in enumerate(queries):
+        if len(query) > limits.max_query_chars:
+            return _invalid(f"queries[{i}]", f"{len(query)} characters exceed the limit of {limits.max_query_chars}")
+    return None
+
+
+def _trim(hits: list[Hit], k: int) -> list[Hit]:
+    return hits[:k]
+
+
+def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: dict[str, Any] | None = None) -> FastAPI:
+    """A FastAPI app serving `retriever`; `info` (backend, doc count, index path) is echoed by /health."""
+    limits = limits or ServerLimits()
+    batcher: MicroBatcher[list[Hit]] = MicroBatcher(
+        search=retriever.search,
+        trim=_trim,
+        window_s=limits.batch_window_ms / 1000,
+        max_batch_queries=limits.max_batch_queries,
+        max_pending_queries=limits.max_pending_queries,
+    )
+    latency = LatencyWindow()
+    counters = {"requests": 0, "queries": 0, "rejected_503": 0, "invalid_422": 0, "errors_500": 0}
+    started = time.time()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="rlloom retrieval", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def _schema_error(_: Request, err: RequestValidationError) -> JSONResponse:
+        counters["invalid_422"] += 1
+        detail = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in err.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    async def run(queries: list[str], k: int, k_field: str) -> list[list[Hit]] | JSONResponse:
+        invalid = _check(queries, k, k_field, limits)
+        if invalid is not None:
+            counters["invalid_422"] += 1
+            return invalid
+        t0 = time.perf_counter()
+        try:
+            results = await batcher.submit(queries, k)
+        except OverloadedError as err:
+            counters["rejected_503"] += 1
+            return JSONResponse(status_code=503, content={"detail": str(err)}, headers={"Retry-After": "1"})
+        except Exception as err:
+            counters["errors_500"] += 1
+            return JSONResponse(status_code=500, content={"detail": f"retrieval failed: {type(err).__name__}: {err}"})
+        latency.add(time.perf_counter() - t0)
+        counters["requests"] += 1
+        counters["queries"] += len(queries)
+        return results
+
+    @app.post("/retrieve")
+    async def retrieve(request: RetrieveRequest) -> Any:
+        """Search-R1 wire format: `{"result": [[{"document": {"id", "contents"}, "score"}...]...]}`."""
+        k = request.topk if request.topk is not None else limits.default_topk
+        results = await run(request.queries, k, "topk")
+        if isinstance(results, JSONResponse):
+            return results
+        if request.return_scores:
+            body = [
+                [{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score} for h in hits]
+                for hits in results
+            ]
+        else:
+            body = [[{"id": h.doc_id, "contents": h.contents} for h in hits] for hits in results]
+        return JSONResponse({"result": body})
+
+    @app.post("/search")
+    async def search(request: SearchRequest) -> Any:
+        """Native format: `{"results": [[{"doc_id", "score", "text", "title"}...]...]}`."""
+        results = await run(request.queries, request.k, "k")
+        if isinstance(results, JSONResponse):
+            return results
+        return JSONResponse({"results": [[h.model_dump() for h in hits] for hits in results]})
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **(info or {})}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        b = batcher.stats
+        return {
+            **counters,
+            "pending_queries": batcher.pending_queries,
+            "batches": b.batches,
+            "mean_batch_queries": round(b.batched_queries / b.batches, 3) if b.batches else None,
+            "largest_batch": b.largest_batch,
+            "backend_seconds": round(b.backend_seconds, 4),
+            "latency_ms": latency.percentiles_ms(),
+            "uptime_s": round(time.time() - started, 1),
+        }
+
+    return app
+
+
+_ENV_INDEX = "RLLOOM_RETRIEVAL_INDEX"
+_ENV_LIMITS = "RLLOOM_RETRIEVAL_LIMITS"
+_ENV_OVERRIDES = "RLLOOM_RETRIEVAL_OVERRIDES"
+
+
+def app_for_index(index: str | Path, limits: ServerLimits | None = None, **overrides: Any) -> FastAPI:
+    """Load an index folder and serve it."""
+    from rlloom.retrieval.index import load_index
+
+    retriever = load_index(index, **overrides)
+    info = {"backend": retriever.manifest.backend, "doc_count": retriever.manifest.doc_count, "index": str(index)}
+    return create_app(retriever, limits, info)
+
+
+def app_from_environment() -> FastAPI:
+    """uvicorn factory for `--workers N`: each worker process loads the index named in the environment."""
+    index = os.environ.get(_ENV_INDEX)
+    if not index:
+        raise RuntimeError(f"set {_ENV_INDEX} to an index folder")
+    limits = ServerLimits.model_validate_json(os.environ.get(_ENV_LIMITS, "{}"))
+    return app_for_index(index, limits, **json.loads(os.environ.get(_ENV_OVERRIDES, "{}")))
+
+
+def serve(
+    index: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    limits: ServerLimits | None = None,
+    log_level: str = "warning",
+    **overrides: Any,
+) -> None:
+    """Run the server until interrupted; with workers > 1 each uvicorn worker process loads the index itself."""
+    import uvicorn
+
+    limits = limits or ServerLimits()
+    if workers == 1:
+        uvicorn.run(app_for_index(index, limits, **overrides), host=host, port=port, log_level=log_level)
+        return
+    os.environ[_ENV_INDEX] = str(Path(index).resolve())
+    os.environ[_ENV_LIMITS] = limits.model_dump_json()
+    os.environ[_ENV_OVERRIDES] = json.dumps(overrides)
+    uvicorn.run(
+        "rlloom.retrieval.server:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )

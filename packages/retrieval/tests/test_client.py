@@ -1,0 +1,63 @@
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlloom.retrieval.client import AsyncRetrievalClient, RetrievalClient, RetrievalError
+from rlloom.retrieval.index import IndexRetriever
+from rlloom.retrieval.types import Retriever
+
+
+def _queries(hotpot: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in (hotpot / "queries.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("api", ["native", "search-r1"])
+def test_sync_client_is_indistinguishable_from_the_local_index(
+    live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path, api: str
+) -> None:
+    queries = _queries(hotpot)
+    with RetrievalClient(live_server.url, api=api) as client:  # type: ignore[arg-type]
+        assert isinstance(client, Retriever)
+        remote = client.search(queries, 5)
+    local = hotpot_bm25.search(queries, 5)
+    for got, want in zip(remote, local, strict=True):
+        assert [(h.doc_id, h.title, h.text) for h in got] == [(h.doc_id, h.title, h.text) for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want])
+
+
+def test_async_client_runs_many_requests_concurrently(
+    live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path
+) -> None:
+    queries = _queries(hotpot)
+
+    async def main() -> list[list[str]]:
+        async with AsyncRetrievalClient(live_server.url) as client:
+            answers = await asyncio.gather(*(client.search([q], 3) for q in queries * 8))
+        return [[h.doc_id for h in a[0]] for a in answers]
+
+    expected = [[h.doc_id for h in hits] for hits in hotpot_bm25.search(queries * 8, 3)]
+    assert asyncio.run(main()) == expected
+
+
+def test_client_reports_a_rejected_request_without_retrying(live_server: Any) -> None:
+    with (
+        RetrievalClient(live_server.url, retries=3) as client,
+        pytest.raises(RetrievalError, match=r"422: .*between 1 and 20"),
+    ):
+        client.search(["q"], 1000)
+
+
+def test_unreachable_server_fails_after_retries() -> None:
+    client = RetrievalClient("http://127.0.0.1:9", retries=2, backoff=0.01, timeout=1)
+    with client, pytest.raises(RetrievalError, match="unreachable after 3 tries"):
+        client.search(["q"], 1)
+
+    async def main() -> None:
+        async with AsyncRetrievalClient("http://127.0.0.1:9", retries=1, backoff=0.01, timeout=1) as client:
+            await client.search(["q"], 1)
+
+    with pytest.raises(RetrievalError, match="unreachable after 2 tries"):
+        asyncio.run(main())

@@ -1,0 +1,129 @@
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rlloom.retrieval.index import IndexRetriever
+from rlloom.retrieval.server import ServerLimits
+from rlloom.retrieval.types import Hit
+
+
+def _queries(hotpot: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in (hotpot / "queries.jsonl").read_text().splitlines()]
+
+
+def test_retrieve_is_search_r1_wire_compatible(live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path) -> None:
+    queries = _queries(hotpot)[:2]
+    expected = hotpot_bm25.search(queries, 3)
+    body = httpx.post(f"{live_server.url}/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}).json()
+    assert set(body) == {"result"} and len(body["result"]) == 2
+    for hits, want in zip(body["result"], expected, strict=True):
+        assert [set(h) for h in hits] == [{"document", "score"}] * 3
+        assert [h["document"]["id"] for h in hits] == [w.doc_id for w in want]
+        assert [h["document"]["contents"] for h in hits] == [f'"{w.title}"\n{w.text}' for w in want]
+        assert [h["score"] for h in hits] == pytest.approx([w.score for w in want])
+    bare = httpx.post(f"{live_server.url}/retrieve", json={"queries": queries, "topk": 3}).json()["result"]
+    assert bare == [[h["document"] for h in hits] for hits in body["result"]]
+
+
+def test_retrieve_defaults_topk_like_search_r1(live_server: Any, hotpot: Path) -> None:
+    body = httpx.post(f"{live_server.url}/retrieve", json={"queries": _queries(hotpot)[:1], "topk": None}).json()
+    assert len(body["result"][0]) == 3
+
+
+def test_native_search_and_health(live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path) -> None:
+    queries = _queries(hotpot)
+    body = httpx.post(f"{live_server.url}/search", json={"queries": queries, "k": 5}).json()
+    assert [[Hit.model_validate(h) for h in hits] for hits in body["results"]] == hotpot_bm25.search(queries, 5)
+    assert httpx.get(f"{live_server.url}/health").json() == {"status": "ok", "backend": "test"}
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "field"),
+    [
+        ("/retrieve", {"queries": ["q"] * 9, "topk": 3}, "queries"),
+        ("/retrieve", {"queries": [], "topk": 3}, "queries"),
+        ("/retrieve", {"queries": ["q"], "topk": 21}, "topk"),
+        ("/retrieve", {"queries": ["q"], "topk": 0}, "topk"),
+        ("/search", {"queries": ["q"], "k": -1}, "k"),
+        ("/search", {"queries": ["x" * 201], "k": 3}, "queries[0]"),
+        ("/retrieve", {"topk": 3}, "queries"),
+        ("/retrieve", {"queries": [1, 2], "topk": 3}, "queries"),
+        ("/retrieve", {"queries": "one string", "topk": 3}, "queries"),
+        ("/retrieve", {"queries": ["q"], "topk": "three"}, "topk"),
+    ],
+)
+def test_bad_requests_get_422_naming_the_field(live_server: Any, path: str, payload: dict, field: str) -> None:
+    response = httpx.post(f"{live_server.url}{path}", json=payload)
+    assert response.status_code == 422
+    locs = [".".join(str(p) for p in d["loc"]) for d in response.json()["detail"]]
+    assert any(loc == f"body.{field}" or loc.startswith(f"body.{field}.") for loc in locs), locs
+
+
+def test_malformed_json_gets_422_and_the_server_lives_on(live_server: Any, hotpot: Path) -> None:
+    response = httpx.post(
+        f"{live_server.url}/retrieve", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert httpx.post(f"{live_server.url}/search", json={"queries": _queries(hotpot)[:1], "k": 1}).status_code == 200
+
+
+def test_concurrent_clients_get_their_own_answers(live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path) -> None:
+    queries = _queries(hotpot)
+    expected = {q: [h.doc_id for h in hits] for q, hits in zip(queries, hotpot_bm25.search(queries, 4), strict=True)}
+    before = httpx.get(f"{live_server.url}/stats").json()
+
+    def client(i: int) -> list[bool]:
+        with httpx.Client(base_url=live_server.url) as http:
+            out = []
+            for j in range(10):
+                query = queries[(i + j) % len(queries)]
+                hits = http.post("/search", json={"queries": [query], "k": 4}).json()["results"][0]
+                out.append([h["doc_id"] for h in hits] == expected[query])
+            return out
+
+    with ThreadPoolExecutor(16) as pool:
+        results = [ok for part in pool.map(client, range(16)) for ok in part]
+    assert len(results) == 160 and all(results)
+    stats = httpx.get(f"{live_server.url}/stats").json()
+    assert stats["requests"] - before["requests"] == 160
+    assert stats["batches"] - before["batches"] <= 160  # gathering never makes more calls than requests
+    assert stats["latency_ms"]["p50"] is not None and stats["latency_ms"]["p99"] >= stats["latency_ms"]["p50"]
+
+
+class _Gate:
+    """A real index whose search waits on an event, so a queue can be filled deterministically."""
+
+    def __init__(self, inner: IndexRetriever) -> None:
+        self.inner, self.release = inner, threading.Event()
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        self.release.wait(timeout=10)
+        if "poison" in queries:
+            raise RuntimeError("backend exploded")
+        return self.inner.search(queries, k)
+
+
+def test_overload_answers_503_fast_and_backend_errors_500(start_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    gate = _Gate(hotpot_bm25)
+    limits = ServerLimits(max_pending_queries=4, batch_window_ms=0)
+    with start_server(gate, limits) as server, ThreadPoolExecutor(2) as pool:
+        blocked = pool.submit(httpx.post, f"{server.url}/search", json={"queries": ["a", "b", "c"], "k": 1}, timeout=20)
+        # wait until the 3 queries are queued, then 2 more exceed the limit of 4
+        for _ in range(200):
+            if httpx.get(f"{server.url}/stats").json()["pending_queries"] == 3:
+                break
+            threading.Event().wait(0.01)
+        over = httpx.post(f"{server.url}/search", json={"queries": ["d", "e"], "k": 1}, timeout=5)
+        assert over.status_code == 503 and "retry later" in over.json()["detail"]
+        gate.release.set()
+        assert blocked.result().status_code == 200
+        failed = httpx.post(f"{server.url}/search", json={"queries": ["poison"], "k": 1})
+        assert failed.status_code == 500 and "backend exploded" in failed.json()["detail"]
+        assert httpx.post(f"{server.url}/search", json={"queries": ["film"], "k": 1}).status_code == 200
+        stats = httpx.get(f"{server.url}/stats").json()
+        assert (stats["rejected_503"], stats["errors_500"]) == (1, 1)
