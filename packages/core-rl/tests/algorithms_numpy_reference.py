@@ -237,3 +237,19 @@ def gmpo_loss(logp, old, adv, mask, *, clip_low: float, clip_high: float) -> flo
         mean_adv = sum(adv[b, t] for t in keep) / len(keep)
         losses.append(-mean_adv * math.exp(sum(log_terms) / len(keep)))
     return sum(losses) / len(losses)
+
+
+def grpo_passk(scores: Sequence[float], group_ids: Sequence[Hashable], norm_by_std: bool = True, eps: float = 1e-6):
+    out = np.zeros(len(scores))
+    for idx in _groups(group_ids).values():
+        if len(idx) == 1:
+            continue
+        ordered = sorted(idx, key=lambda i: (-scores[i], i))  # best first; ties: earliest in the batch
+        best, runner_up = ordered[0], ordered[1]
+        gap = scores[best] - scores[runner_up]
+        if norm_by_std:
+            vals = [scores[i] for i in idx]
+            mean = sum(vals) / len(vals)
+            gap /= math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) + eps
+        out[best] = gap
+    return out

@@ -18,6 +18,7 @@ from rlloom.core_rl.algorithms import (
     gae_advantages,
     get_advantage_estimator,
     grpo_advantages,
+    grpo_passk_advantages,
     masked_whiten,
     opo_advantages,
     register_advantage,
@@ -62,6 +63,16 @@ def test_grpo_std_matches_torch_std() -> None:
 def test_grpo_equal_scores_give_zero_not_nan() -> None:
     adv = grpo_advantages(torch.tensor([1.0, 1.0, 1.0]), ["u", "u", "u"])
     assert torch.equal(adv, torch.zeros(3))
+
+
+def test_grpo_passk_hand_computed() -> None:
+    # group a: best 3, runner-up 2 → gap 1; group b is a tie → gap 0; the singleton c → 0
+    scores = torch.tensor([1.0, 3.0, 2.0, 4.0, 4.0, 9.0])
+    ids = ["a", "a", "a", "b", "b", "c"]
+    got = grpo_passk_advantages(scores, ids, norm_by_std=False)
+    torch.testing.assert_close(got, torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0]))
+    normed = grpo_passk_advantages(scores, ids, eps=0.0)
+    torch.testing.assert_close(normed[1], torch.tensor(1.0))  # std of [1, 3, 2] is 1
 
 
 def test_rloo_hand_computed() -> None:
@@ -151,6 +162,14 @@ def test_opo_matches_numpy(data: tuple[list[float], list[int]], draw: st.DataObj
     lengths = draw.draw(st.lists(st.integers(0, 50), min_size=len(scores), max_size=len(scores)))
     got = opo_advantages(torch.tensor(scores, dtype=torch.float64), groups, torch.tensor(lengths))
     np.testing.assert_allclose(got.numpy(), ref.opo(scores, groups, lengths), rtol=1e-9, atol=1e-9)
+
+
+@FAST
+@given(scores_and_groups, st.booleans())
+def test_grpo_passk_matches_numpy(data: tuple[list[float], list[int]], norm: bool) -> None:
+    scores, groups = data
+    got = grpo_passk_advantages(torch.tensor(scores, dtype=torch.float64), groups, norm_by_std=norm)
+    np.testing.assert_allclose(got.numpy(), ref.grpo_passk(scores, groups, norm_by_std=norm), rtol=1e-9, atol=1e-9)
 
 
 # ---- GAE ----------------------------------------------------------------------------------------------------------
@@ -289,6 +308,7 @@ def test_registered_outcome_estimators_broadcast_over_tokens() -> None:
         ("dr_grpo", grpo_advantages(scores, ["a"] * 3, norm_by_std=False)),
         ("rloo", rloo_advantages(scores, ["a"] * 3)),
         ("opo", opo_advantages(scores, ["a"] * 3, mask.sum(-1))),
+        ("grpo_passk", grpo_passk_advantages(scores, ["a"] * 3)),
     ]:
         adv, ret = get_advantage_estimator(name)(inputs)
         torch.testing.assert_close(adv, expected[:, None] * mask)

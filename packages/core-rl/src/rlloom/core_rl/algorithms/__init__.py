@@ -1,16 +1,17 @@
 """Every advantage estimator and loss of rlloom as pure tensor functions, selected by name.
 
-Modules: `advantages` (GRPO, Dr.GRPO, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name registry over them),
-`policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO), `value_loss`, `aggregation` (loss_agg_mode),
-`kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`, `logits` (chunked log-probs and entropy),
-`mismatch` (TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic sampling and overlong filters).
-Tensors in, tensors out; the trainer owns all state.
+Modules: `advantages` (GRPO, Dr.GRPO, GRPO pass@k, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name
+registry over them), `policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO), `value_loss`,
+`aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`, `logits`
+(chunked log-probs and entropy), `mismatch` (TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic
+sampling and overlong filters). Tensors in, tensors out; the trainer owns all state.
 """
 
 from rlloom.core_rl.algorithms.advantages import (
     discounted_returns,
     gae_advantages,
     grpo_advantages,
+    grpo_passk_advantages,
     opo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
@@ -93,6 +94,7 @@ __all__ = [
     "group_index",
     "group_stats",
     "grpo_advantages",
+    "grpo_passk_advantages",
     "gspo_policy_loss",
     "kl_penalty",
     "logprobs_from_logits",

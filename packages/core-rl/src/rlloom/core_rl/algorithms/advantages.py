@@ -41,6 +41,33 @@ def grpo_advantages(scores: Tensor, group_ids: GroupIds, *, norm_by_std: bool = 
     return torch.where(stats.count > 1, adv, torch.zeros_like(adv))
 
 
+def grpo_passk_advantages(
+    scores: Tensor, group_ids: GroupIds, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """Pass@k GRPO: only each group's best response gets an advantage, r_max − r_second (÷ (std_g + eps)).
+
+    Optimises the chance that the best of k samples is right rather than the average sample; ties go to the
+    first best response in batch order, and a group of one gets 0. arXiv 2503.19595 (veRL `grpo_passk`).
+    """
+    stats = group_stats(scores, group_ids)
+    x = scores.detach().to(stats.mean.dtype)
+    index = stats.index
+    num_groups = int(index.max().item()) + 1 if x.numel() else 0
+    neg_inf = torch.full((num_groups,), float("-inf"), dtype=x.dtype, device=x.device)
+    best = neg_inf.scatter_reduce(0, index, x, reduce="amax")
+    positions = torch.arange(x.shape[0], device=x.device)
+    is_best = x == best[index]
+    first = torch.full((num_groups,), x.shape[0], dtype=torch.long, device=x.device)
+    first = first.scatter_reduce(0, index, torch.where(is_best, positions, x.shape[0]), reduce="amin")
+    chosen = positions == first[index]
+    second = neg_inf.scatter_reduce(0, index, torch.where(chosen, float("-inf"), x), reduce="amax")
+    gap = (best - second)[index]
+    adv = torch.where(chosen & (stats.count > 1), gap, torch.zeros_like(x))
+    if norm_by_std:
+        adv = adv / (stats.std + eps)
+    return adv
+
+
 def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
     """RLOO: Aᵢ = rᵢ − mean_{j≠i} rⱼ = n/(n−1)·(rᵢ − mean_g) (leave-one-out baseline); a group of one gets 0.
 

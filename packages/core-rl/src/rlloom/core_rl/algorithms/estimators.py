@@ -22,6 +22,7 @@ from rlloom.core_rl.algorithms.advantages import (
     discounted_returns,
     gae_advantages,
     grpo_advantages,
+    grpo_passk_advantages,
     opo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
@@ -114,6 +115,16 @@ def grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
 def dr_grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """Dr.GRPO: GRPO without the std division, whatever `norm_by_std` says (Liu et al. 2025)."""
     adv = grpo_advantages(inputs.scores(), inputs.require_group_ids("dr_grpo"), norm_by_std=False)
+    tokens = _broadcast(adv, inputs.mask)
+    return tokens, tokens
+
+
+@register_advantage("grpo_passk")
+def grpo_passk_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    """Pass@k GRPO (`grpo_passk_advantages`): only the best response of each group is reinforced."""
+    adv = grpo_passk_advantages(
+        inputs.scores(), inputs.require_group_ids("grpo_passk"), norm_by_std=inputs.norm_by_std, eps=inputs.eps
+    )
     tokens = _broadcast(adv, inputs.mask)
     return tokens, tokens
 
