@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
+import os
 import random
+import statistics
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,11 +125,157 @@ def accuracy(quick: bool) -> list[str]:
     return rows
 
 
+# ---------------------------------------------------------------- throughput
+def build_responses(n: int) -> list[tuple[str, str]]:
+    """n MATH-style CoT responses from MATH-500 reference solutions; about 40% keep the right final answer."""
+    rows = _jsonl(SHARED / "data" / "math500" / "test.jsonl")
+    rng = random.Random(0)
+    items: list[tuple[str, str]] = []
+    for k in range(n):
+        row = rows[k % len(rows)]
+        solution, answer = row["solution"], row["answer"]
+        variant = (k // len(rows)) % 5
+        if variant in (1, 2, 4):  # a wrong final answer: another problem's answer, or an off-by-one number
+            other = rows[rng.randrange(len(rows))]["answer"]
+            wrong = str(int(answer) + 1) if variant == 2 and answer.lstrip("-").isdigit() else other
+            cut = solution.rfind("\\boxed")
+            solution = (solution[:cut] if cut >= 0 else solution) + f"\\boxed{{{wrong}}}$."
+        elif variant == 3:
+            solution = solution.replace("\\frac", "\\dfrac") + "\nThe final answer is above."
+        items.append((solution, answer))
+    return items
+
+
+def _ours_item(item: tuple[str, str]) -> float:
+    return score(item[0], item[1], timeout=TIMEOUT)
+
+
+def _theirs_item(item: tuple[str, str]) -> float:
+    try:
+        return mv_score(item[0], item[1])
+    except Exception:
+        return 0.0
+
+
+def _rate(
+    fn: Callable[[list[tuple[str, str]]], list[float]], items: list[tuple[str, str]]
+) -> tuple[float, list[float]]:
+    start = time.perf_counter()
+    out = fn(items)
+    return len(items) / (time.perf_counter() - start), out
+
+
+def _batch_runner() -> tuple[str, Callable[[list[tuple[str, str]]], list[float]]]:
+    """rlloom.rewards.score_batch when it exists, else a 2-process multiprocessing Pool."""
+    try:
+        from rlloom.rewards import score_batch  # type: ignore[attr-defined]
+    except ImportError:
+        return "multiprocessing.Pool(2) (score_batch not landed yet)", lambda xs: _pool_map(_ours_item, xs, 2)
+
+    def run(xs: list[tuple[str, str]]) -> list[float]:
+        items = [{"response": r, "ground_truth": g, "data_source": "math"} for r, g in xs]
+        return [float(getattr(x, "score", x)) for x in score_batch(items, workers=2, timeout=TIMEOUT + 2)]
+
+    return "rlloom.rewards.score_batch(workers=2)", run
+
+
+def throughput(quick: bool, repeats: int) -> list[str]:
+    items = build_responses(1000 if quick else 5000)
+    label, batch = _batch_runner()
+    warm = items[:50]
+    [_ours_item(x) for x in warm], [_theirs_item(x) for x in warm]
+    results: dict[str, list[float]] = {"rlloom, 1 process": [], f"rlloom, {label}": [], "Math-Verify loop": []}
+    outs: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, fn in (
+            ("rlloom, 1 process", lambda xs: [_ours_item(x) for x in xs]),
+            (f"rlloom, {label}", batch),
+            ("Math-Verify loop", lambda xs: [_theirs_item(x) for x in xs]),
+        ):
+            rate, outs[name] = _rate(fn, items)
+            results[name].append(rate)
+            print(f"  {name}: {rate:.0f} responses/s", flush=True)
+    base = statistics.median(results["Math-Verify loop"])
+    agree = sum(a == b for a, b in zip(outs["rlloom, 1 process"], outs["Math-Verify loop"], strict=True))
+    rows = [
+        f"{len(items)} responses, {sum(outs['rlloom, 1 process']):.0f} scored correct by rlloom, "
+        f"{sum(outs['Math-Verify loop']):.0f} by Math-Verify; verdicts agree on {agree / len(items):.1%}",
+        f"| scorer | responses/s (median of {repeats}) | ratio to Math-Verify loop |",
+        "|---|---|---|",
+    ]
+    for name, rates in results.items():
+        rows.append(f"| {name} | {statistics.median(rates):.0f} | {statistics.median(rates) / base:.2f}x |")
+    return rows
+
+
+# ---------------------------------------------------------------- worst-case latency
+def adversarial_inputs() -> list[tuple[str, str]]:
+    """Responses and golds built to hang or crash graders (see the issue and the notes on Math-Verify #14/#63/#65)."""
+    responses = [
+        "",
+        "a" * 1_000_000,
+        "1" * 1_000_000,
+        "\\boxed{" * 50_000,
+        "{" * 100_000,
+        "\\boxed{9^{9^{9^9}}}",
+        "\\boxed{10^{10^{10}}}",
+        "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+        "\\boxed{99999999999^{99999999999}}",
+        "\\boxed{100000!}",
+        "\\boxed{(10^{100})!}",
+        "\\boxed{1e999999999}",
+        "\\boxed{" + "(" * 5000 + "1" + ")" * 5000 + "}",
+        "\\boxed{" + "\\frac{1}{" * 400 + "2" + "}" * 400 + "}",
+        "\\boxed{" + "\\sqrt{" * 400 + "2" + "}" * 400 + "}",
+        "\\boxed{" + "x+" * 5000 + "1}",
+        "\\boxed{\\begin{pmatrix}" + "1&" * 3000 + "1\\end{pmatrix}}",
+        "\\boxed{\udcff\udcfe}",
+        "\x00\x01\\boxed{\x00}",
+        "The answer is " + "9" * 5000,
+        "\\boxed{\\frac{1}{0}}",
+        "\\boxed{\\left(}",
+        "\\boxed{(x+1)^{200} - (x-1)^{200}}",
+        "\\boxed{\\sin(x)^{40} + \\cos(x)^{40}}",
+        "\\boxed{\\prod_{k=1}^{100} (x-k)}",
+        "\\boxed{e^{e^{e^{e^{x}}}}}",
+    ]
+    golds = ["42", "x^{200}", "\\frac{1}{2}", "\\sin^{40}(x)+\\cos^{40}(x)+1"]
+    return [(r, golds[i % len(golds)]) for i, r in enumerate(responses)]
+
+
+def latency(quick: bool) -> list[str]:
+    items = adversarial_inputs()
+    times: list[float] = []
+    slowest = ("", 0.0)
+    for response, gold in tqdm(items, desc="adversarial", leave=False):
+        start = time.perf_counter()
+        score(response, gold, timeout=TIMEOUT)
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        if elapsed > slowest[1]:
+            slowest = (response[:40], elapsed)
+    times.sort()
+    p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
+    return [
+        f"{len(items)} adversarial responses, timeout {TIMEOUT:g} s: p50 {statistics.median(times):.3f} s, "
+        f"p99 {p99:.3f} s, max {times[-1]:.3f} s (goal: max <= {TIMEOUT + 0.5:g} s); slowest: {slowest[0]!r}",
+    ]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small samples, for a smoke run")
     parser.add_argument("--parts", default="accuracy,throughput,latency", help="comma list of parts to run")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (median reported)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    print(f"machine: {os.cpu_count()} CPUs (shared with other jobs); python {sys.version.split()[0]}")
+    report: list[str] = []
     if "accuracy" in parts:
-        print("\n".join(accuracy(args.quick)))
+        report += ["", "### accuracy", *accuracy(args.quick)]
+    if "throughput" in parts:
+        report += ["", "### throughput", *throughput(args.quick, 1 if args.quick else args.repeats)]
+    if "latency" in parts:
+        report += ["", "### worst-case latency", *latency(args.quick)]
+    print("\n".join(report))

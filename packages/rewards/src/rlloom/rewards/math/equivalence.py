@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from rlloom.rewards.math.approximate import evaluate, screen
 from rlloom.rewards.math.guard import symbolic_refusal
 from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, strip_assignment
-from rlloom.rewards.math.numeric import numbers_match, parse_number
+from rlloom.rewards.math.numeric import approximates, numbers_match, parse_number
 from rlloom.rewards.math.structure import Shape, parse_shape
 from rlloom.rewards.math.worker import bounded_symbolic_equal
 
@@ -140,6 +141,9 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
         return Verdict(True, "identical after normalisation")
     if not pred or not gold:
         return Verdict(False, "empty answer")
+    base_verdict = _base_numerals_equal(pred, gold)
+    if base_verdict is not None:
+        return base_verdict
     pn, gn = parse_number(pred), parse_number(gold)
     if pn is not None and gn is not None:
         return Verdict(numbers_match(pn, gn), "exact numbers")
@@ -147,6 +151,14 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
         return Verdict(pred.lstrip("+") == gold.lstrip("+"), "infinity")
     if _is_text(gold) or _is_text(pred):
         return Verdict(_text_key(pred) == _text_key(gold), "text")
+    decimal = next((n for n in (pn, gn) if n is not None and n.decimals is not None), None)
+    if decimal is not None and decimal.decimals is not None and decimal.decimals <= 10:
+        other = evaluate(gold if decimal is pn else pred)
+        if other is not None and other.imag == 0:  # against an irrational constant: rounded/truncated digits only
+            return Verdict(approximates(decimal, Fraction(other.real)), "decimal approximation")
+    screened = screen(pred, gold)
+    if screened is not None:
+        return Verdict(screened, "numeric screen")
     refusal = symbolic_refusal(pred) or symbolic_refusal(gold)
     if refusal:
         return Verdict(False, f"not checked symbolically: {refusal}")
@@ -155,6 +167,22 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
         return Verdict(False, "timeout: comparison budget spent")
     equal, reason = bounded_symbolic_equal(pred, gold, seconds)
     return Verdict(equal, reason)
+
+
+_BASE_NUMERAL_RE = re.compile(r"^(\w+)_\{?(\d+)\}?$")
+
+
+def _base_numerals_equal(pred: str, gold: str) -> Verdict | None:
+    """`2516_8`: digits and base must match; a prediction that drops the subscript keeps its digits."""
+    pm, gm = _BASE_NUMERAL_RE.match(pred), _BASE_NUMERAL_RE.match(gold)
+    if gm is None and pm is None:
+        return None
+    p_digits, p_base = (pm.group(1), pm.group(2)) if pm else (pred, None)
+    g_digits, g_base = (gm.group(1), gm.group(2)) if gm else (gold, None)
+    if not (p_digits.isalnum() and g_digits.isalnum()):
+        return None
+    same_base = p_base is None or g_base is None or int(p_base) == int(g_base)
+    return Verdict(same_base and p_digits.upper() == g_digits.upper(), "base-n numeral")
 
 
 def _match_unordered(preds: tuple[str, ...], golds: tuple[str, ...], budget: _Budget) -> bool:
@@ -258,6 +286,8 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
     if ("=" in pn.text) != ("=" in gn.text):
         pn = Normalized(strip_assignment(pn.text), pn.percent)
         gn = Normalized(strip_assignment(gn.text), gn.percent)
+    if ("=" in pn.text) != ("=" in gn.text):
+        return Verdict(False, "an equation against a value")
     budget = _Budget(timeout)
     if pn.percent == gn.percent:
         return _scalar_or_shape_equal(pn.text, gn.text, budget)

@@ -103,6 +103,7 @@ def normalize(answer: str) -> Normalized:
     s = _REPEATING_RE.sub("", s)
     s = s.strip().rstrip(".").strip()
     s = _strip_units(s)
+    s = re.sub(r"^[a-zA-Z]\s*\\in\s*", "", s)  # "x \\in [-2, 7]" is the interval itself
     s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _FRAC_HALF_RE.sub(r"\\frac{\1}", s)
     s = _FRAC_HALF2_RE.sub(r"\\frac\1{\2}", s)

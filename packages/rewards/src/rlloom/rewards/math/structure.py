@@ -93,6 +93,9 @@ def parse_shape(text: str) -> Shape:
     parts = split_top_level(text, ",")
     if len(parts) > 1 and all(parts):
         return Shape(kind="list", parts=tuple(parts))
+    if text.count("\\pm") == 1 and not text.endswith("\\pm"):
+        # "3 \\pm 2\\sqrt{2}" names two answers: both must be given.
+        return Shape(kind="list", parts=(text.replace("\\pm", "+"), text.replace("\\pm", "-")))
     return Shape(kind="scalar", parts=(text,))
 
 
