@@ -34,21 +34,22 @@ def load() -> list[dict[str, Any]]:
         return [json.loads(line) for line in f]
 
 
-def naive_one(row: dict[str, Any], tmp: str) -> bool:
+def naive_one(row: dict[str, Any], tmp: str, flags: tuple[str, ...]) -> bool:
     source = row["prompt"] + row["canonical_solution"] + "\n" + row["test"] + f"\ncheck({row['entry_point']})\n"
     path = os.path.join(tmp, row["task_id"].replace("/", "_") + ".py")
     with open(path, "w") as f:
         f.write(source)
     try:
-        return subprocess.run([sys.executable, path], check=False, capture_output=True, timeout=10).returncode == 0
+        run = subprocess.run([sys.executable, *flags, path], check=False, capture_output=True, timeout=10)
+        return run.returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
 
-def naive(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
+def naive(rows: list[dict[str, Any]], workers: int, flags: tuple[str, ...] = ()) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(workers) as pool:
         start = time.perf_counter()
-        passed = sum(pool.map(lambda r: naive_one(r, tmp), rows))
+        passed = sum(pool.map(lambda r: naive_one(r, tmp, flags), rows))
         return time.perf_counter() - start, passed
 
 
@@ -65,20 +66,22 @@ def sandboxed(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
     return time.perf_counter() - start, sum(r.status == "passed" for r in results)
 
 
-def startup_latency(n: int) -> tuple[float, float]:
-    """Median wall time of one trivial program: naive subprocess vs the sandbox (serial, no pool)."""
+def startup_latency(n: int) -> tuple[float, float, float]:
+    """Median wall time of one trivial program, interleaved: naive, naive -I -S, the sandbox (serial, no pool)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "noop.py")
         Path(path).write_text("pass\n")
-        naive_times, ours = [], []
+        times: list[list[float]] = [[], [], []]
         for _ in range(n):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, path], capture_output=True, timeout=10, check=True)
-            naive_times.append(time.perf_counter() - start)
+            for i, flags in enumerate([(), ("-I", "-S")]):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, *flags, path], capture_output=True, timeout=10, check=True)
+                times[i].append(time.perf_counter() - start)
             start = time.perf_counter()
             assert execute("pass").status == "ok"
-            ours.append(time.perf_counter() - start)
-    return statistics.median(naive_times), statistics.median(ours)
+            times[2].append(time.perf_counter() - start)
+    naive_m, bare_m, ours_m = (statistics.median(t) for t in times)
+    return naive_m, bare_m, ours_m
 
 
 def main() -> None:
@@ -91,20 +94,29 @@ def main() -> None:
     print(f"isolation: {iso.mode} (strong={iso.strong}); workers={args.workers}; cpus={os.cpu_count()}")
     rows = load()
     sandboxed(rows[:8], args.workers)  # warm the page cache and the probe
-    naive_t, ours_t = [], []
+    naive_t, bare_t, ours_t = [], [], []
     for rep in range(args.repeats):
         t_naive, p_naive = naive(rows, args.workers)
+        t_bare, p_bare = naive(rows, args.workers, ("-I", "-S"))
         t_ours, p_ours = sandboxed(rows, args.workers)
         naive_t.append(t_naive)
+        bare_t.append(t_bare)
         ours_t.append(t_ours)
-        print(f"repeat {rep}: naive {t_naive:.2f}s ({p_naive}/164 pass)  sandbox {t_ours:.2f}s ({p_ours}/164 pass)")
-    n_med, o_med = statistics.median(naive_t), statistics.median(ours_t)
-    lat_naive, lat_ours = startup_latency(args.latency_runs)
+        print(
+            f"repeat {rep}: naive {t_naive:.2f}s ({p_naive}/164)  naive -I -S {t_bare:.2f}s ({p_bare}/164)  "
+            f"sandbox {t_ours:.2f}s ({p_ours}/164 pass)"
+        )
+    n_med, b_med, o_med = (statistics.median(t) for t in (naive_t, bare_t, ours_t))
+    lat_naive, lat_bare, lat_ours = startup_latency(args.latency_runs)
     print()
-    print("| method | programs/s (median) | time ratio vs naive | start-up latency (median) |")
-    print("|---|---|---|---|")
-    print(f"| naive subprocess.run([python, file]) | {len(rows) / n_med:.1f} | 1.00 | {lat_naive * 1000:.1f} ms |")
-    print(f"| rlloom sandbox ({iso.mode}) | {len(rows) / o_med:.1f} | {o_med / n_med:.2f} | {lat_ours * 1000:.1f} ms |")
+    print("| method | programs/s (median) | time ratio vs naive | start-up latency (median) | latency ratio |")
+    print("|---|---|---|---|---|")
+    for name, med, lat in [
+        ("naive `subprocess.run([python, file])`", n_med, lat_naive),
+        ("naive with `python -I -S`", b_med, lat_bare),
+        (f"rlloom sandbox ({iso.mode})", o_med, lat_ours),
+    ]:
+        print(f"| {name} | {len(rows) / med:.1f} | {med / n_med:.2f} | {lat * 1000:.1f} ms | {lat / lat_naive:.2f} |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,7 +18,10 @@ import pytest
 from rlloom.rewards.code import execute, isolation
 from rlloom.rewards.code.containment import Isolation, WeakIsolationError, _found
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(os.geteuid() != 0, reason="strong isolation needs root (CI runs as root)"),
+]
 SANDBOX_UIDS = 1_000_000  # the runner picks each run's uid at or above this
 
 
@@ -245,11 +250,16 @@ def test_daemon_grandchildren_and_threads_do_not_outlive_the_run() -> None:
     assert not any(marker.encode() in c for c in cmdlines)
 
 
-def test_setuid_binaries_do_not_regain_root() -> None:
-    code = "import subprocess\nprint(subprocess.run(['su', '-c', 'id -u'], capture_output=True, text=True).returncode)"
-    result = execute(code, timeout=5)
-    assert result.status in ("ok", "error")
-    assert "\n0\n" not in result.stdout
+def test_setuid_binaries_cannot_regain_root() -> None:
+    """no_new_privs is set and every mount is nosuid, so `su`, `sudo` or `passwd` cannot raise privileges."""
+    code = (
+        "status = open('/proc/self/status').read()\n"
+        "print([line for line in status.splitlines() if line.startswith('NoNewPrivs')][0].split()[1])\n"
+        "mounts = [line.split() for line in open('/proc/self/mountinfo')]\n"
+        "print(all('nosuid' in m[5].split(',') for m in mounts if m[4] in ('/', '/usr', '/usr/bin', '/bin')))\n"
+    )
+    result = execute(code)
+    assert result.stdout.split() == ["1", "True"]
 
 
 def test_weak_isolation_refused_unless_opted_in(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,3 +271,23 @@ def test_weak_isolation_refused_unless_opted_in(monkeypatch: pytest.MonkeyPatch)
     result = execute(HONEST, allow_weak_isolation=True)
     assert (result.status, result.stdout) == ("ok", "45\n")
     assert isinstance(isolation(), Isolation) and not isolation().strong
+
+
+def test_runs_die_with_a_killed_scoring_process() -> None:
+    scorer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from rlloom.rewards.code import execute\nexecute('import time\\ntime.sleep(60)', timeout=90)",
+        ]
+    )
+    deadline = time.monotonic() + 20
+    while not _sandbox_processes():
+        assert time.monotonic() < deadline, "the sandboxed program never started"
+        time.sleep(0.05)
+    scorer.kill()
+    scorer.wait()
+    deadline = time.monotonic() + 10
+    while _sandbox_processes():
+        assert time.monotonic() < deadline, f"left behind: {_sandbox_processes()}"
+        time.sleep(0.05)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,10 @@ import pytest
 from rlloom.rewards.code import extract_code, humaneval_scorer, io_scorer, mbpp_scorer
 from rlloom.rewards.types import ScoreResult
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(os.geteuid() != 0, reason="strong isolation needs root (CI runs as root)"),
+]
 DATA = Path(__file__).parent / "data"
 with gzip.open(DATA / "code_humaneval.jsonl.gz", "rt") as f:
     HE0 = json.loads(f.readline())  # HumanEval/0: has_close_elements
@@ -65,6 +69,8 @@ def test_io_scorer() -> None:
     answer = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert io_scorer(answer, truth).score == 1.0
     assert io_scorer("print(5)", truth).score == 0.5
+    as_json = json.dumps({"inputs": ["1 1\n"], "outputs": [["2"]]})  # verl/PRIME store it as a JSON string
+    assert io_scorer(answer, as_json).score == 1.0
 
 
 def test_malformed_ground_truth_names_the_field() -> None:
@@ -76,3 +82,7 @@ def test_malformed_ground_truth_names_the_field() -> None:
         io_scorer("x", {"inputs": ["1", "2"], "outputs": ["1"]})
     with pytest.raises(ValueError, match=r"ground_truth\['inputs'\] must be list"):
         io_scorer("x", {"inputs": "1", "outputs": ["1"]})
+    with pytest.raises(ValueError, match="call-based"):
+        io_scorer("x", {"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})
+    with pytest.raises(ValueError, match="not JSON"):
+        io_scorer("x", "{inputs")

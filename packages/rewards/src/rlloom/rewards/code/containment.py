@@ -54,10 +54,13 @@ class Isolation(BaseModel):
 def launcher(mode: Mode, python: str) -> list[str]:
     """The argv prefix that starts the harness under `mode`; the caller appends CFG_FD RESULT_FD."""
     harness = [python, "-I", "-S", "-B", str(HARNESS)]
+    # setpriv (util-linux) makes the run die with the scoring process, even when that is SIGKILLed
+    setpriv = shutil.which("setpriv")
+    dies_with_us = [setpriv, "--pdeathsig", "KILL"] if setpriv else []
     if mode == "namespaces":
         unshare = shutil.which("unshare") or "/usr/bin/unshare"
-        return [unshare, *UNSHARE_FLAGS, *harness]
-    return harness
+        return [*dies_with_us, unshare, *UNSHARE_FLAGS, *harness]
+    return [*dies_with_us, *harness]
 
 
 def hidden_stdlib() -> list[tuple[str, list[str]]]:

@@ -8,6 +8,7 @@ for the humaneval, mbpp and io data sources. The score is the fraction of tests 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -83,12 +84,30 @@ def mbpp_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
 
 
 def io_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
-    """ground_truth = {"inputs": [stdin, ...], "outputs": [expected stdout, ...]}, compared token by token."""
+    """ground_truth = {"inputs": [stdin, ...], "outputs": [expected stdout, ...]} (or that object as a JSON string,
+    as verl/PRIME code data sets store it); outputs are compared token by token."""
+    if isinstance(ground_truth, str):
+        try:
+            ground_truth = json.loads(ground_truth)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"io ground_truth is a string but not JSON ({exc}); give {{'inputs', 'outputs'}}") from exc
+    if isinstance(ground_truth, Mapping) and ground_truth.get("fn_name"):
+        raise ValueError(
+            "io ground_truth has 'fn_name' (a call-based task); io_scorer runs stdin/stdout programs only: "
+            "turn it into asserts and use mbpp_scorer"
+        )
     inputs = _field(ground_truth, "inputs", list, "io")
     outputs = _field(ground_truth, "outputs", list, "io")
     if len(inputs) != len(outputs):
         raise ValueError(f"io ground_truth has {len(inputs)} inputs but {len(outputs)} outputs; they must pair up")
     code = extract_code(response)
     limits, partial = _limits(extra_info, 5.0)
-    cases = [(str(i), str(o)) for i, o in zip(inputs, outputs, strict=True)]
+    cases = [(_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True)]
     return _as_score(check_io(code, cases, limits=limits, partial=partial), code)
+
+
+def _text(value: Any) -> str:
+    """A case's stdin or stdout: strings as they are, lists of lines joined (some data sets store them so)."""
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value) + "\n"
+    return str(value)
