@@ -143,8 +143,10 @@ def test_shared_module_sees_actor_updates_without_sync(engine: HFEngine, model: 
             param.add_(torch.randn_like(param) * 0.5)
         model.model.embed_tokens.weight.mul_(40.0)
     engine.update_weights(dict(model.state_dict()))  # same tensors: a no-op
+    model.train()  # the trainer left the actor in train mode
     after = engine.generate([_req(p, seed=11, max_tokens=16, ignore_eos=True)])[0][0]
     assert after.token_ids != before.token_ids
+    assert model.training  # sampled in eval mode, handed back as it was
 
 
 def test_agenerate_batches_concurrent_callers(engine: HFEngine, encode: Any) -> None:

@@ -157,7 +157,12 @@ class HFEngine:
             )
         with self._lock:
             self.batches_run += 1
-            decode(self.model, rows, settings, on_finish)
+            was_training = self.model.training  # a shared actor may be in train mode: no dropout while sampling
+            self.model.eval()
+            try:
+                decode(self.model, rows, settings, on_finish)
+            finally:
+                self.model.train(was_training)
 
     def _make_row(self, i: int, s: int, prompt: list[int], request: GenerationRequest) -> SampleRow:
         params = request.sampling

@@ -28,6 +28,9 @@ class RowSampling:
     generators: list[torch.Generator | None]  # one per row when its request has a seed
     needs_sort: bool  # any row uses top-k or top-p
     needs_min_p: bool
+    scaled: bool  # any row has a temperature other than 1
+    all_greedy: bool
+    any_greedy: bool
 
     @classmethod
     def build(
@@ -58,6 +61,9 @@ class RowSampling:
             generators=generators,
             needs_sort=any(k < vocab_size for k in top_k) or any(p.top_p < 1.0 for p in params),
             needs_min_p=any(p.min_p > 0.0 for p in params),
+            scaled=any(p.temperature not in (0.0, 1.0) for p in params),
+            all_greedy=all(greedy),
+            any_greedy=any(greedy),
         )
 
     def select(self, keep: torch.Tensor, keep_list: list[int]) -> RowSampling:
@@ -71,6 +77,9 @@ class RowSampling:
             generators=[self.generators[i] for i in keep_list],
             needs_sort=self.needs_sort,
             needs_min_p=self.needs_min_p,
+            scaled=self.scaled,
+            all_greedy=bool(self.greedy[keep].all()),
+            any_greedy=bool(self.greedy[keep].any()),
         )
 
 
@@ -101,17 +110,26 @@ def sample_next(
     logits: torch.Tensor, rows: RowSampling, want_logprobs: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick one token per row from the last-position logits ([B, V]); return ids [B] and their logprobs [B]."""
-    scaled = logits.float() / rows.temperature
-    filtered = filter_logits(scaled, rows)
-    probs = torch.softmax(filtered, dim=-1)
-    tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-    seeded = [i for i, g in enumerate(rows.generators) if g is not None]
-    if len(seeded) < logits.shape[0]:
-        tokens[:] = torch.multinomial(probs, 1).squeeze(-1)
-    for i in seeded:
-        tokens[i] = torch.multinomial(probs[i], 1, generator=rows.generators[i]).squeeze(-1)
-    tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
-    if not want_logprobs:
+    scaled = logits.float()
+    if rows.scaled:
+        scaled = scaled / rows.temperature
+    logp = torch.log_softmax(scaled, dim=-1) if want_logprobs else None
+    if rows.all_greedy:
+        tokens = scaled.argmax(dim=-1)
+    else:
+        if rows.needs_sort or rows.needs_min_p:
+            probs = torch.softmax(filter_logits(scaled, rows), dim=-1)
+        else:  # nothing truncated: reuse the log-softmax the logprobs need anyway
+            probs = logp.exp() if logp is not None else torch.softmax(scaled, dim=-1)
+        seeded = [i for i, g in enumerate(rows.generators) if g is not None]
+        if len(seeded) < logits.shape[0]:
+            tokens = torch.multinomial(probs, 1).squeeze(-1)
+        else:
+            tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+        for i in seeded:
+            tokens[i] = torch.multinomial(probs[i], 1, generator=rows.generators[i]).squeeze(-1)
+        if rows.any_greedy:
+            tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
+    if logp is None:
         return tokens, None
-    logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return tokens, logprobs
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
