@@ -232,3 +232,23 @@ def test_bad_inputs_name_the_field() -> None:
         check_io(ECHO_SUM, [])
     with pytest.raises(ValueError, match=r"cases\[0\] must be a \(stdin, expected_stdout\) pair"):
         check_io(ECHO_SUM, [("only stdin",)])  # type: ignore[list-item]
+
+
+# --- the batch pool -----------------------------------------------------------------------------------------------
+
+
+def test_check_many_keeps_order_and_reports_bad_tasks() -> None:
+    from rlloom.rewards.code import CodeTask, check_many
+
+    tasks = [
+        CodeTask(kind="asserts", code=HONEST_ADD, asserts=ADD_TESTS),
+        CodeTask(kind="asserts", code=HONEST_ADD, asserts=[]),  # malformed: no tests
+        CodeTask(kind="function", code=HONEST_ADD, test=CHECK_TEST, entry_point="add"),
+        CodeTask(kind="io", code=ECHO_SUM, cases=[("4 5", "9 done")]),
+        CodeTask(kind="asserts", code="def add(a, b):\n    return 99\n", asserts=ADD_TESTS),
+    ]
+    results = check_many(tasks, max_workers=3)
+    assert [r.status for r in results] == ["passed", "error", "passed", "passed", "failed"]
+    assert "asserts is empty" in results[1].stderr
+    with pytest.raises(ValueError, match="max_workers must be at least 1"):
+        check_many(tasks, max_workers=-1)
