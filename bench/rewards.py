@@ -28,6 +28,7 @@ from typing import Any
 from tqdm import tqdm
 
 from rlloom.rewards.math import is_equivalent, score
+from rlloom.rewards.math.equivalence import clear_symbolic_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -192,6 +193,7 @@ def throughput(quick: bool, repeats: int) -> list[str]:
             (f"rlloom, {label}", batch),
             ("Math-Verify loop", lambda xs: [_theirs_item(x) for x in xs]),
         ):
+            clear_symbolic_cache()  # every timed run starts with an empty verdict cache (pool workers fork after this)
             rate, outs[name] = _rate(fn, items)
             results[name].append(rate)
             print(f"  {name}: {rate:.0f} responses/s", flush=True)

@@ -103,6 +103,9 @@ _MATH_WORDS = {
     "i",
 }
 _WORD_RE = re.compile(r"[A-Za-z]{3,}")
+# SymPy verdicts by (pred, gold) after normalisation: a GRPO group repeats the same answers many times.
+SYMBOLIC_CACHE_SIZE = 65_536
+_SYMBOLIC_CACHE: dict[tuple[str, str], Verdict] = {}
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,16 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
     seconds = budget.left()
     if seconds <= 0:
         return Verdict(False, "timeout: comparison budget spent")
+    cached = _SYMBOLIC_CACHE.get((pred, gold))
+    if cached is not None:
+        return cached
     equal, reason = bounded_symbolic_equal(pred, gold, seconds)
-    return Verdict(equal, reason)
+    verdict = Verdict(equal, reason)
+    if not reason.startswith(("timeout", "symbolic worker")):  # only settled verdicts are worth remembering
+        if len(_SYMBOLIC_CACHE) >= SYMBOLIC_CACHE_SIZE:
+            _SYMBOLIC_CACHE.pop(next(iter(_SYMBOLIC_CACHE)))
+        _SYMBOLIC_CACHE[(pred, gold)] = verdict
+    return verdict
 
 
 _BASE_NUMERAL_RE = re.compile(r"^(\w+)_\{?(\d+)\}?$")
@@ -183,6 +194,11 @@ def _base_numerals_equal(pred: str, gold: str) -> Verdict | None:
         return None
     same_base = p_base is None or g_base is None or int(p_base) == int(g_base)
     return Verdict(same_base and p_digits.upper() == g_digits.upper(), "base-n numeral")
+
+
+def clear_symbolic_cache() -> None:
+    """Forget remembered SymPy verdicts (benchmarks call this so each timed run starts cold)."""
+    _SYMBOLIC_CACHE.clear()
 
 
 def _match_unordered(preds: tuple[str, ...], golds: tuple[str, ...], budget: _Budget) -> bool:

@@ -89,6 +89,7 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"^\$+|\$+$", "", s.strip()) if not s.startswith("\\$") else s
     s = s.strip().removeprefix("\\(").removesuffix("\\)").removeprefix("\\[").removesuffix("\\]")
     s = re.sub(r"\\boxed\s*\{(.*)\}", r"\1", s)
+    s = s.replace(",\\!", ",")  # "32,\\!348": a thousands comma followed by a negative thin space
     s = _SPACING_RE.sub(" ", s)
     s = _LEFT_RIGHT_RE.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
