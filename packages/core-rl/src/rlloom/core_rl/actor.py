@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -41,7 +41,9 @@ def load_causal_lm(
     (new ones, or those saved under `resume_from/adapter`)."""
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     base_path = cfg.path if cfg.lora_rank > 0 else path
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, attn_implementation=cfg.attn_implementation)
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+        base_path, dtype=dtype, attn_implementation=cfg.attn_implementation
+    )
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora_rank > 0:
@@ -50,10 +52,11 @@ def load_causal_lm(
         except ImportError as err:  # pragma: no cover - depends on the extra
             raise ImportError("model.lora_rank > 0 needs peft: pip install 'rlloom-core-rl[lora]'") from err
         if resume_from is not None:
-            model = PeftModel.from_pretrained(model, str(resume_from / ADAPTER_DIR), is_trainable=True)
+            peft_model = PeftModel.from_pretrained(model, str(resume_from / ADAPTER_DIR), is_trainable=True)
         else:
             lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_target_modules)
-            model = get_peft_model(model, lora)
+            peft_model = get_peft_model(model, lora)
+        model = cast(PreTrainedModel, peft_model)  # a PeftModel forwards the PreTrainedModel interface
     nn.Module.to(model, device)  # transformers wraps `.to` with a signature mypy cannot follow
     return model
 

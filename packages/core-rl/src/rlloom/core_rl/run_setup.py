@@ -16,18 +16,20 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from rlloom.core_rl.actor import PolicyActor, ReferencePolicy, load_causal_lm
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
-from rlloom.core_rl.protocols import Tracker
+from rlloom.core_rl.protocols import CriticWorker, PolicyWorker, ReferenceWorker, Tracker
 from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
 
 
 @dataclass
 class RunParts:
+    """What the loop talks to, typed by protocol so a distributed backend can stand in for each worker."""
+
     device: torch.device
     tokenizer: PreTrainedTokenizerBase
     pad_token_id: int
-    actor: PolicyActor
-    reference: ReferencePolicy | None
-    critic: ValueCritic | None
+    actor: PolicyWorker
+    reference: ReferenceWorker | None
+    critic: CriticWorker | None
     tracker: MultiTracker
 
 

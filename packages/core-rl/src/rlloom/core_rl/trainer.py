@@ -138,10 +138,6 @@ class Trainer:
         cfg, actor, timer = self.cfg, self.parts.actor, PhaseTimer()
         trajectories, metrics = self._collect_scored(timer)
         batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
-        if cfg.algorithm.overlong_filter:
-            truncated = torch.tensor([r == "length" for r in batch.non_tensors["finish_reason"]])
-            batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
-            metrics["overlong/filtered_frac"] = float(truncated.float().mean())
 
         with timer("old_logprobs"):
             old_logprobs, entropy = actor.compute_logprobs(batch, temperature=self.sampling.temperature, entropy=True)
@@ -158,6 +154,11 @@ class Trainer:
 
         with timer("advantages"):
             metrics.update(self._compute_advantages(batch, trajectories))
+        if cfg.algorithm.overlong_filter:
+            # after the advantages: truncated responses still count in their group's baseline, carry no loss
+            truncated = torch.tensor([r == "length" for r in batch.non_tensors["finish_reason"]])
+            batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
+            metrics["overlong/filtered_frac"] = float(truncated.float().mean())
         with timer("update_actor"):
             metrics.update(actor.update_policy(batch, temperature=self.sampling.temperature))
         if self.parts.critic is not None:
