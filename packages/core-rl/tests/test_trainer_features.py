@@ -95,3 +95,13 @@ def test_dynamic_sampling_and_remax(tiny_model_dir: Path, tmp_path: Path) -> Non
         assert 1 <= line["dynamic_sampling/rounds"] <= 2
         # never more groups than asked for: 4 prompts x 4 samples
         assert line["batch/samples"] <= 16
+
+
+def test_outcome_reward_sits_on_the_last_sampled_token() -> None:
+    import torch
+
+    from rlloom.core_rl.trainer import outcome_token_rewards
+
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]])  # row 1: an observation token, then a turn
+    rewards = outcome_token_rewards(torch.tensor([2.0, -1.0, 5.0]), mask)
+    assert rewards.tolist() == [[0, 2.0, 0, 0], [0, 0, -1.0, 0], [0, 0, 0, 0]]
