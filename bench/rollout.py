@@ -3,7 +3,8 @@
 Both sides sample the same batch (same prompts, temperature 1, a fixed number of new tokens: the engine with
 `ignore_eos`, `generate` with `min_new_tokens`), in alternating order, `--repeats` times; we print median
 tokens/s and the ratio engine / generate. The engine does its full job (per-token logprobs, per-request
-bookkeeping, text decoding); `generate` returns bare token ids.
+bookkeeping, text decoding); `generate` returns bare token ids. A second table shows `agenerate` under 64
+concurrent callers (an agent's conversations) against awaiting the same requests one at a time.
 
     python bench/rollout.py                 # CPU: tiny model and a ~25M-parameter model, two batch sizes
     python bench/rollout.py --gpu           # CUDA: a Qwen2.5-0.5B-sized model from config, bf16, SDPA,
@@ -13,6 +14,7 @@ bookkeeping, text decoding); `generate` returns bare token ids.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import time
 from dataclasses import dataclass
@@ -128,6 +130,41 @@ def run_case(case: Case, repeats: int, device: torch.device) -> dict[str, float]
     return {"generate": g, "engine": e, "ratio": e / g}
 
 
+def concurrent_callers(case: Case, callers: int, device: torch.device) -> dict[str, float]:
+    """tokens/s of `callers` concurrent `agenerate` calls vs the same calls awaited one after another."""
+    engine = HFEngine(case.model, case.tokenizer, HFEngineConfig(max_batch_rows=callers))
+    params = SamplingParams(temperature=1.0, max_tokens=case.new_tokens, ignore_eos=True)
+    g = torch.Generator().manual_seed(2)
+    low = len(case.tokenizer.all_special_ids) + 1
+    requests = [
+        GenerationRequest(
+            prompt_ids=torch.randint(low, case.model.config.vocab_size, (case.prompt_len,), generator=g).tolist(),
+            sampling=params,
+        )
+        for _ in range(callers)
+    ]
+
+    async def together() -> None:
+        await asyncio.gather(*(engine.agenerate(r) for r in requests))
+
+    async def one_by_one() -> None:
+        for r in requests:
+            await engine.agenerate(r)
+
+    tokens = callers * case.new_tokens
+    timings = {}
+    for name, fn in (("sequential", one_by_one), ("concurrent", together)):
+        sync(device)
+        t0 = time.perf_counter()
+        batches = engine.batches_run
+        asyncio.run(fn())
+        sync(device)
+        timings[name] = tokens / (time.perf_counter() - t0)
+        timings[f"{name}_batches"] = engine.batches_run - batches
+    engine.close()
+    return timings
+
+
 def cpu_cases() -> list[Case]:
     tok = char_tokenizer()
     tiny = tiny_qwen2(tok).eval()
@@ -173,6 +210,15 @@ def main() -> None:
             f"{res['engine']:.0f} | {res['ratio']:.2f} |",
             flush=True,
         )
+    case = cases[-1] if args.gpu else cases[0]
+    res = concurrent_callers(case, 64, device)
+    print()
+    print("| model | callers | sequential tok/s (batches) | concurrent tok/s (batches) | concurrent / sequential |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| {case.name} | 64 | {res['sequential']:.0f} ({res['sequential_batches']:.0f}) | "
+        f"{res['concurrent']:.0f} ({res['concurrent_batches']:.0f}) | {res['concurrent'] / res['sequential']:.1f} |"
+    )
 
 
 if __name__ == "__main__":
