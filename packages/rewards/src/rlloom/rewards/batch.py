@@ -1,0 +1,451 @@
+"""Score many responses in a pool of worker processes that no scorer can hang, crash or starve of memory.
+
+`concurrent.futures.ProcessPoolExecutor` cannot kill a hung task (`future.result(timeout)` leaves the worker
+running) and breaks entirely when a worker dies, so this module keeps its own small pool: each worker is a
+long-lived `python -c` subprocess (imports such as SymPy are paid once per worker, not per item) that receives
+one item at a time over a socket. The parent gives every item a deadline; a worker that overruns is SIGKILLed
+with its process group and replaced, a worker that dies (segfault, `os._exit`) is replaced, and a scorer that
+exhausts the worker's address-space cap (`RLIMIT_AS`) gets a `MemoryError` and its worker is replaced. The item
+then scores 0 with `error` and `details["error_kind"]` set ("timeout", "crash", "memory", "exception", "load"),
+results keep the input order, and a call takes at most about ceil(n / workers) * timeout.
+Workers are fresh interpreters started with `subprocess` (talking over a socketpair), not `multiprocessing`
+children: forking a parent that runs threads (asyncio, HTTP clients, tokenizers) can deadlock, and
+multiprocessing's spawn/forkserver re-import the caller's `__main__`, which breaks unguarded user scripts.
+Each worker leads its own session, so a kill also reaches any process its scorer started; deaths are seen
+through a pidfd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from tqdm import tqdm
+
+from rlloom.rewards.registry import DEFAULT_SCORERS, ScorerLoadError, get_scorer, is_loaded, scorer_spec, to_result
+from rlloom.rewards.types import ScoreResult
+
+ErrorKind = Literal["timeout", "crash", "memory", "exception", "load"]
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MEMORY_LIMIT_MB = 4096
+DEFAULT_LOAD_TIMEOUT = 60.0
+_LOADED = "loaded"
+
+
+class ScoreItem(BaseModel):
+    """One response to score: what to score it against and which scorer (a data_source name or import spec)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    response: str = Field(description="The model's output text (bytes are decoded as UTF-8 with replacement).")
+    ground_truth: Any = Field(default=None, description="What the scorer compares against (its own format).")
+    data_source: str | None = Field(default=None, description="Dataset name routed via the registry, e.g. 'gsm8k'.")
+    scorer: str | None = Field(
+        default=None, description="'module:function' or 'file.py:function'; overrides data_source when both given."
+    )
+    extra_info: dict[str, Any] = Field(default_factory=dict, description="Passed to the scorer as extra_info.")
+
+    @field_validator("response", mode="before")
+    @classmethod
+    def _decode(cls, value: Any) -> Any:
+        return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
+
+    @model_validator(mode="after")
+    def _has_scorer(self) -> ScoreItem:
+        if self.scorer is None and self.data_source is None:
+            raise ValueError("give a data_source (e.g. 'gsm8k') or a scorer ('module:function') for every item")
+        return self
+
+    def spec(self) -> str:
+        """The import spec of this item's scorer."""
+        return scorer_spec(self.scorer or self.data_source or "")
+
+
+def as_item(
+    value: ScoreItem | Mapping[str, Any] | Sequence[Any], index: int, default_scorer: str | None = None
+) -> ScoreItem:
+    """Accept a ScoreItem, a dict of its fields, or a tuple (response, ground_truth, data_source_or_scorer,
+    extra_info?); a third element with a ':' is a scorer spec, otherwise a data_source."""
+    try:
+        if isinstance(value, ScoreItem):
+            return value
+        if isinstance(value, Mapping):
+            data = dict(value)
+            if default_scorer and not data.get("scorer") and not data.get("data_source"):
+                data["scorer"] = default_scorer
+            return ScoreItem.model_validate(data)
+        if isinstance(value, Sequence) and not isinstance(value, str | bytes) and 2 <= len(value) <= 4:
+            response, ground_truth, *rest = value
+            name = rest[0] if rest else default_scorer
+            key = "scorer" if isinstance(name, str) and ":" in name else "data_source"
+            extra = rest[1] if len(rest) > 1 and rest[1] is not None else {}
+            return ScoreItem.model_validate(
+                {"response": response, "ground_truth": ground_truth, key: name, "extra_info": extra}
+            )
+    except ValueError as exc:
+        raise ValueError(f"items[{index}] is invalid: {exc}") from exc
+    raise TypeError(
+        f"items[{index}] is a {type(value).__name__}; give a ScoreItem, a dict, or a tuple "
+        "(response, ground_truth, data_source_or_scorer, extra_info)"
+    )
+
+
+def _error(kind: ErrorKind, message: str) -> ScoreResult:
+    return ScoreResult(score=0.0, error=message, details={"error_kind": kind})
+
+
+def score_item(item: ScoreItem) -> ScoreResult:
+    """Score one item in this process (no timeout, no isolation): what each worker runs per item."""
+    try:
+        fn = get_scorer(item.spec())
+    except ScorerLoadError as exc:
+        return _error("load", str(exc))
+    value = fn(item.response, item.ground_truth, extra_info=item.extra_info)
+    if asyncio.iscoroutine(value):
+        value = asyncio.run(value)
+    return to_result(value)
+
+
+def _limit_memory(limit_mb: int | None) -> None:
+    if not limit_mb:
+        return
+    try:
+        import resource
+
+        limit = limit_mb * 1024 * 1024
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError):
+        pass  # not POSIX: the timeout remains the bound
+
+
+def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
+    """Worker loop: receive (index, spec, response, ground_truth, extra_info), reply (index, result, exiting)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _limit_memory(memory_limit_mb)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        index, spec, response, ground_truth, extra_info = message
+        exiting = False
+        try:
+            if not is_loaded(spec):
+                with contextlib.suppress(ScorerLoadError):  # reported by score_item below
+                    get_scorer(spec)
+                conn.send((_LOADED, index, False))  # the item's own deadline starts now, import time excluded
+            item = ScoreItem.model_construct(
+                response=response, ground_truth=ground_truth, scorer=spec, data_source=None, extra_info=extra_info
+            )
+            result = score_item(item)
+        except MemoryError:
+            result, exiting = _error("memory", f"scorer exceeded the worker memory cap ({memory_limit_mb} MiB)"), True
+        except BaseException as exc:
+            result = _error("exception", f"{type(exc).__name__}: {exc}"[:2000])
+        try:
+            conn.send((index, result, exiting))
+        except Exception as exc:  # an unpicklable detail: report it rather than lose the item
+            conn.send((index, _error("exception", f"result not transferable: {exc}"), exiting))
+        if exiting:
+            return
+
+
+def _worker_entry() -> None:
+    """Entry point of a worker subprocess: argv = [fd of its socket end, memory cap in MiB (0 = none)]."""
+    fd, limit = int(sys.argv[1]), int(sys.argv[2])
+    _worker_main(Connection(fd), limit or None)
+
+
+_WORKER_CODE = "from rlloom.rewards.batch import _worker_entry; _worker_entry()"
+
+
+class _Worker:
+    """The parent's handle on one worker: its process, its end of the socket, and the item it is scoring."""
+
+    def __init__(self, memory_limit_mb: int | None) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        env = dict(os.environ)
+        # the worker must import what the caller can (scorer modules next to a script, test directories)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, str(child_sock.fileno()), str(memory_limit_mb or 0)],
+                pass_fds=(child_sock.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.pidfd = os.pidfd_open(self.process.pid)
+            except OSError:
+                self.pidfd = None
+        self.index: int | None = None
+        self.deadline = 0.0
+        self.per_item = 0.0
+
+    def waitables(self) -> list[Any]:
+        return [self.conn] + ([self.pidfd] if self.pidfd is not None else [])
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        self.close_handles()
+
+    def close_handles(self) -> None:
+        self.conn.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _exit_reason(process: subprocess.Popen[bytes]) -> str:
+    try:
+        code = process.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class ScoringPool:
+    """A reusable pool of scoring workers; use as a context manager or call `close()`.
+
+    Reuse one pool across training steps: workers keep their imported scorers, so only the first batch pays
+    the import cost. One batch runs at a time per pool (calls are serialised by a lock).
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
+        load_timeout: float = DEFAULT_LOAD_TIMEOUT,
+        progress: bool = False,
+    ) -> None:
+        self.n_workers = workers if workers is not None else (os.cpu_count() or 1)
+        if self.n_workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}; use score_batch(workers=0) to score in-process")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.timeout, self.memory_limit_mb, self.progress = timeout, memory_limit_mb, progress
+        self.load_timeout = load_timeout
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self.respawns = 0
+        self._finalizer = weakref.finalize(self, ScoringPool._shutdown, self._workers)
+
+    def _spawn(self) -> _Worker:
+        return _Worker(self.memory_limit_mb)
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        fresh = self._spawn()
+        self._workers[self._workers.index(worker)] = fresh
+        self.respawns += 1
+        return fresh
+
+    def _ensure_started(self) -> None:
+        while len(self._workers) < self.n_workers:
+            self._workers.append(self._spawn())
+
+    def score(
+        self, items: Sequence[Any], *, timeout: float | None = None, scorer: str | None = None
+    ) -> list[ScoreResult]:
+        """Score every item (see `as_item` for accepted shapes); results in input order, never raises per item."""
+        parsed = [as_item(x, i, scorer) for i, x in enumerate(items)]
+        per_item = timeout if timeout is not None else self.timeout
+        with self._lock:
+            self._ensure_started()
+            return self._run(parsed, per_item)
+
+    def _dispatch(self, worker: _Worker, index: int, item: ScoreItem, per_item: float) -> bool:
+        """Send one item; False (and the item is re-queued by the caller) if the worker had died meanwhile."""
+        try:
+            worker.conn.send((index, item.spec(), item.response, item.ground_truth, item.extra_info))
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            return False
+        # until the worker reports the scorer imported, the deadline also covers start-up and import time
+        worker.index, worker.per_item = index, per_item
+        worker.deadline = time.monotonic() + per_item + self.load_timeout
+        return True
+
+    def _run(self, items: list[ScoreItem], per_item: float) -> list[ScoreResult]:
+        results: list[ScoreResult | None] = [None] * len(items)
+        pending: deque[int] = deque()
+        for i, item in enumerate(items):
+            spec = item.spec()
+            if ":" not in spec:
+                known = ", ".join(sorted(DEFAULT_SCORERS))
+                results[i] = _error("load", f"unknown data_source {spec!r}; known: {known}, or give a scorer spec")
+            else:
+                item.scorer = spec  # resolved here so workers honour registry.register() calls in this process
+                pending.append(i)
+        bar = tqdm(total=len(items), desc="scoring", unit="item", disable=not self.progress)
+        bar.update(len(items) - len(pending))
+
+        def finish(worker: _Worker, result: ScoreResult) -> None:
+            assert worker.index is not None
+            results[worker.index] = result
+            worker.index = None
+            bar.update(1)
+
+        try:
+            while True:
+                for worker in list(self._workers):
+                    while worker.index is None and pending:
+                        index = pending.popleft()
+                        if not self._dispatch(worker, index, items[index], per_item):
+                            pending.appendleft(index)
+                            worker = self._replace(worker)
+                busy = [w for w in self._workers if w.index is not None]
+                if not busy:
+                    break
+                wait_for = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+                if any(w.pidfd is None for w in busy):
+                    wait_for = min(wait_for, 0.1)  # no pidfd: notice deaths by polling
+                ready = set(wait([x for w in busy for x in w.waitables()], timeout=wait_for))
+                now = time.monotonic()
+                for worker in busy:
+                    died = worker.pidfd in ready or (worker.pidfd is None and worker.process.poll() is not None)
+                    if worker.conn in ready or died:
+                        self._collect(worker, finish)
+                    elif now >= worker.deadline:
+                        finish(worker, _error("timeout", f"scorer timed out after {per_item:g} s; worker killed"))
+                        self._replace(worker)
+        finally:
+            bar.close()
+        return [r if r is not None else _error("crash", "internal: item was never scored") for r in results]
+
+    def _collect(self, worker: _Worker, finish: Any) -> None:
+        try:
+            while worker.conn.poll():
+                first, result, exiting = worker.conn.recv()
+                if first == _LOADED:
+                    worker.deadline = time.monotonic() + worker.per_item
+                    continue
+                finish(worker, result)
+                if exiting:
+                    self._replace(worker)
+                return
+            if worker.process.poll() is None:
+                return  # only the "loaded" notice arrived; the worker is still scoring
+        except (EOFError, OSError, ConnectionResetError):
+            pass
+        reason = _exit_reason(worker.process)
+        finish(worker, _error("crash", f"scorer worker died ({reason}); worker replaced"))
+        self._replace(worker)
+
+    async def ascore(
+        self, items: Sequence[Any], *, timeout: float | None = None, scorer: str | None = None
+    ) -> list[ScoreResult]:
+        """`score` without blocking the event loop (runs in a thread; workers are separate processes)."""
+        return await asyncio.to_thread(self.score, items, timeout=timeout, scorer=scorer)
+
+    @staticmethod
+    def _shutdown(workers: list[_Worker]) -> None:
+        for worker in workers:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(None)
+        deadline = time.monotonic() + 1.0
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                worker.close_handles()
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        workers.clear()
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by SIGKILL after 1 s)."""
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> ScoringPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def score_batch(
+    items: Sequence[Any],
+    *,
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: str | None = None,
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
+    progress: bool = False,
+    pool: ScoringPool | None = None,
+) -> list[ScoreResult]:
+    """Score items safely in worker processes; one `ScoreResult` per item, in order.
+
+    `workers=None` uses one per CPU core; `workers=0` scores in this process (fast for trusted scorers, but no
+    timeout or crash protection; exceptions still become error results). Pass `pool=` to reuse workers across
+    calls. `scorer` is the default for items that name neither a scorer nor a data_source.
+    """
+    if pool is not None:
+        return pool.score(items, timeout=timeout, scorer=scorer)
+    if workers == 0:
+        parsed = [as_item(x, i, scorer) for i, x in enumerate(items)]
+        out = []
+        for item in tqdm(parsed, desc="scoring", unit="item", disable=not progress):
+            try:
+                out.append(score_item(item))
+            except Exception as exc:
+                out.append(_error("exception", f"{type(exc).__name__}: {exc}"))
+        return out
+    with ScoringPool(workers, timeout=timeout, memory_limit_mb=memory_limit_mb, progress=progress) as own:
+        return own.score(items, scorer=scorer)
+
+
+async def ascore_batch(
+    items: Sequence[Any],
+    *,
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: str | None = None,
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
+    progress: bool = False,
+    pool: ScoringPool | None = None,
+) -> list[ScoreResult]:
+    """`score_batch` for asyncio code: the event loop keeps running while workers score."""
+    return await asyncio.to_thread(
+        score_batch,
+        items,
+        workers=workers,
+        timeout=timeout,
+        scorer=scorer,
+        memory_limit_mb=memory_limit_mb,
+        progress=progress,
+        pool=pool,
+    )

@@ -1,0 +1,138 @@
+"""Open-domain QA rewards: SQuAD-normalised exact match, token F1 and substring match, max over gold aliases.
+
+These are the metrics Search-R1 and its successors train and report on (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki,
+MuSiQue, Bamboogle). Normalisation follows SQuAD v1.1's `evaluate-v1.1.py`: lowercase, delete punctuation,
+drop the articles a/an/the, collapse whitespace. The scorers read the LAST `<answer>...</answer>` of the
+response (Search-R1's convention, without its ">= 2 matches" prompt hack). A response with no `<answer>` tag
+scores 0 with the reason recorded: falling back to the whole text would reward answers hidden in reasoning or
+a list of candidates (a known hack with substring rewards), so the fallback is opt-in via `extra_info`.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlloom.rewards.types import ScoreResult
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1 normalisation: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _gold_list(golds: str | Sequence[str]) -> list[str]:
+    if isinstance(golds, str):
+        return [golds]
+    if isinstance(golds, Sequence) and all(isinstance(g, str) for g in golds):
+        if not golds:
+            raise ValueError("golds is an empty list; give at least one accepted answer")
+        return list(golds)
+    raise TypeError(f"golds must be a str or a list of str, got {type(golds).__name__}")
+
+
+def exact_match(pred: str, golds: str | Sequence[str]) -> float:
+    """1.0 if the normalised prediction equals any normalised gold alias, else 0.0."""
+    p = normalize_answer(pred)
+    return float(any(p == normalize_answer(g) for g in _gold_list(golds)))
+
+
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    if not pred_tokens or not gold_tokens:
+        # SQuAD v2 convention: both empty (no-answer) agree; one empty scores 0.
+        return float(pred_tokens == gold_tokens)
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(pred_tokens)
+    recall = overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(pred: str, golds: str | Sequence[str]) -> float:
+    """SQuAD token-level F1 (bag-of-tokens overlap after normalisation), max over gold aliases."""
+    pred_tokens = normalize_answer(pred).split()
+    return max(_token_f1(pred_tokens, normalize_answer(g).split()) for g in _gold_list(golds))
+
+
+def substring_match(pred: str, golds: str | Sequence[str], *, word_boundary: bool = True) -> float:
+    """1.0 if any normalised gold alias occurs inside the normalised prediction ("cover EM" / subEM).
+
+    With `word_boundary` (default) the alias must match whole tokens, so gold "1" does not match "1990";
+    `word_boundary=False` reproduces Search-R1's raw `in` test.
+    """
+    p = normalize_answer(pred)
+    for gold in _gold_list(golds):
+        g = normalize_answer(gold)
+        if not g:
+            continue
+        if word_boundary:
+            if f" {g} " in f" {p} ":
+                return 1.0
+        elif g in p:
+            return 1.0
+    return 0.0
+
+
+def extract_tagged_answer(response: str) -> str | None:
+    """The text of the last `<answer>...</answer>` in `response`, stripped; None if there is none."""
+    matches = _ANSWER_TAG.findall(response)
+    return matches[-1].strip() if matches else None
+
+
+def qa_golds(ground_truth: Any) -> list[str]:
+    """Accept the shapes datasets use: a string, a list of aliases, or Search-R1's `{"target": [...]}`."""
+    if isinstance(ground_truth, Mapping):
+        if "target" not in ground_truth:
+            raise ValueError(f"ground_truth dict needs a 'target' key (Search-R1 shape), got keys {list(ground_truth)}")
+        ground_truth = ground_truth["target"]
+    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        ground_truth = str(ground_truth)
+    if isinstance(ground_truth, Sequence) and not isinstance(ground_truth, str):
+        ground_truth = [str(g) for g in ground_truth]
+    return _gold_list(ground_truth)
+
+
+def _qa_score(metric: str, response: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> ScoreResult:
+    try:
+        golds = qa_golds(ground_truth)
+    except (TypeError, ValueError) as exc:
+        return ScoreResult(score=0.0, error=f"bad ground_truth: {exc}")
+    answer = extract_tagged_answer(response)
+    if answer is None:
+        if not (extra_info or {}).get("fallback_to_text", False):
+            return ScoreResult(score=0.0, details={"reason": "no <answer>...</answer> in the response"})
+        answer = response.strip()
+    components = {"em": exact_match(answer, golds), "f1": f1(answer, golds), "sub_em": substring_match(answer, golds)}
+    return ScoreResult(score=components[metric], components=components, extracted=answer)
+
+
+def qa_em_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """Exact match of the last `<answer>` against the gold aliases; F1 and subEM reported as components.
+
+    `extra_info={"fallback_to_text": True}` scores the whole response when it has no `<answer>` tag.
+    """
+    return _qa_score("em", response, ground_truth, extra_info)
+
+
+def qa_f1_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """Token F1 of the last `<answer>` against the gold aliases (max over aliases); EM and subEM as components."""
+    return _qa_score("f1", response, ground_truth, extra_info)
+
+
+def qa_substring_scorer(
+    response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None
+) -> ScoreResult:
+    """Word-bounded substring match (cover EM) of the last `<answer>`; EM and F1 as components."""
+    return _qa_score("sub_em", response, ground_truth, extra_info)

@@ -1,0 +1,152 @@
+"""Batch scoring survives scorers that hang, crash, segfault, exhaust memory or raise; order and time hold.
+
+The misbehaving scorers are defined in this file and loaded by the workers as "path/to/this_file.py:name",
+exactly as a user's custom scorer file would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from rlloom.rewards.batch import ScoreItem, ScoringPool, as_item, ascore_batch, score_batch
+from rlloom.rewards.types import ScoreResult
+
+HERE = os.path.abspath(__file__)
+
+
+def echo_length(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    """A well-behaved scorer whose result identifies its item: len(response) / 100."""
+    return len(response) / 100
+
+
+def hang(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    time.sleep(3600)
+    return 1.0
+
+
+def spin(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    while True:  # pure-Python busy loop: no signal-based timeout would help a thread here
+        pass
+
+
+def exit_hard(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    os._exit(3)
+
+
+def segfault(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return 1.0
+
+
+def hog_memory(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    chunks = []
+    while True:  # 2 GiB steps: hits the 1 GiB cap at once instead of spending seconds zero-filling pages
+        chunks.append(bytearray(2 * 1024**3))
+
+
+def raise_error(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    raise ValueError("bad ground truth format")
+
+
+def verl_dict(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"score": 0.5, "acc": True, "pred": response}
+
+
+async def async_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    await asyncio.sleep(0)
+    return 0.25
+
+
+def spec(name: str) -> str:
+    return f"{HERE}:{name}"
+
+
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    with ScoringPool(2, timeout=2.0, memory_limit_mb=1024) as p:
+        yield p
+
+
+def test_misbehaving_scorers_get_zero_and_an_error_in_order(pool: ScoringPool) -> None:
+    names = ["echo_length", "hang", "echo_length", "exit_hard", "segfault", "echo_length", "hog_memory",
+             "raise_error", "spin", "echo_length"]  # fmt: skip
+    items = [ScoreItem(response="x" * i, scorer=spec(n)) for i, n in enumerate(names)]
+    start = time.monotonic()
+    with ScoringPool(1) as fresh:  # what one worker start + scorer import costs on this (maybe busy) machine
+        fresh.score([("x", None, spec("echo_length"))])
+    spawn_cost = time.monotonic() - start
+    start = time.monotonic()
+    results = pool.score(items)
+    elapsed = time.monotonic() - start
+    kinds = [r.details.get("error_kind") for r in results]
+    assert kinds == [None, "timeout", None, "crash", "crash", None, "memory", "exception", "timeout", None]
+    for i, (name, result) in enumerate(zip(names, results, strict=True)):
+        if name == "echo_length":
+            assert result.score == pytest.approx(i / 100) and result.error is None
+        else:
+            assert result.score == 0.0 and result.error
+    assert "SIGSEGV" in (results[4].error or "")
+    assert "exit code 3" in (results[3].error or "")
+    assert "ValueError: bad ground truth format" in (results[7].error or "")
+    # bounded by the two 2 s timeouts plus the worker restarts (each a fresh interpreter), never by the hang
+    assert pool.respawns >= 5
+    assert elapsed < 2 * 2.0 + pool.respawns * spawn_cost + 5.0, (elapsed, spawn_cost)
+
+
+def test_pool_still_works_after_failures(pool: ScoringPool) -> None:
+    pool.score([(("y"), None, spec("segfault"))])
+    results = pool.score([("z" * k, None, spec("echo_length")) for k in range(20)])
+    assert [r.score for r in results] == pytest.approx([k / 100 for k in range(20)])
+
+
+def test_scorer_return_shapes_and_async(pool: ScoringPool) -> None:
+    dict_result, async_result = pool.score([("ab", None, spec("verl_dict")), ("ab", None, spec("async_scorer"))])
+    assert dict_result.score == 0.5 and dict_result.components == {"acc": 1.0} and dict_result.details == {"pred": "ab"}
+    assert async_result.score == 0.25
+
+
+def test_registry_routing_and_load_errors(pool: ScoringPool) -> None:
+    results = pool.score(
+        [
+            {"response": "<answer>Paris</answer>", "ground_truth": {"target": ["Paris"]}, "data_source": "nq"},
+            {"response": "x", "data_source": "no_such_dataset"},
+            {"response": "x", "scorer": "rlloom.rewards.qa:no_such_function"},
+            {"response": "x", "scorer": "/no/such/file.py:fn"},
+        ]
+    )
+    assert results[0].score == 1.0
+    assert results[1].details["error_kind"] == "load" and "unknown data_source 'no_such_dataset'" in (
+        results[1].error or ""
+    )
+    assert "no function 'no_such_function'" in (results[2].error or "")
+    assert "does not exist" in (results[3].error or "")
+
+
+def test_item_validation_names_the_index() -> None:
+    with pytest.raises(ValueError, match=r"items\[1\]"):
+        score_batch([("a", "b", "nq"), {"response": "x"}], workers=0)
+    with pytest.raises(TypeError, match=r"items\[0\] is a int"):
+        as_item(5, 0)  # type: ignore[arg-type]
+    assert as_item(("r", "g", "pkg.mod:fn"), 0).scorer == "pkg.mod:fn"
+    assert as_item((b"caf\xe9", "g", "nq"), 0).response == "caf\ufffd"  # non-UTF-8 bytes decoded, not rejected
+
+
+def test_in_process_mode_and_asyncio_entry_point() -> None:
+    items = [("<answer>Paris</answer>", ["paris"]), ("<answer>Rome</answer>", ["paris"])]
+    inline = score_batch(items, workers=0, scorer="qa_em")
+    assert [r.score for r in inline] == [1.0, 0.0]
+    errors = score_batch([("x", None, spec("raise_error"))], workers=0)
+    assert errors[0].details["error_kind"] == "exception"
+
+    async def main() -> list[ScoreResult]:
+        return await ascore_batch(items, workers=1, timeout=10, scorer="qa_em")
+
+    assert [r.score for r in asyncio.run(main())] == [1.0, 0.0]
