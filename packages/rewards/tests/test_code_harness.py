@@ -252,3 +252,18 @@ def test_check_many_keeps_order_and_reports_bad_tasks() -> None:
     assert "asserts is empty" in results[1].stderr
     with pytest.raises(ValueError, match="max_workers must be at least 1"):
         check_many(tasks, max_workers=-1)
+
+
+def test_patching_modules_the_tests_use_earns_nothing() -> None:
+    tests = ["import math\nassert math.isclose(half(3), 1.5)", "import math\nassert math.fabs(half(4) - 2) < 1e-9"]
+    at_load = (
+        "import math\nmath.isclose = lambda *a, **k: True\nmath.fabs = lambda x: 0.0\ndef half(x):\n    return 99.0\n"
+    )
+    during_call = (
+        "import math, sys\ndef half(x):\n    math.isclose = lambda *a, **k: True\n    math.fabs = lambda x: 0.0\n"
+        "    sys.modules['math'] = type(sys)('math')\n    return 99.0\n"
+    )
+    for code in (at_load, during_call):
+        result = check_asserts(code, tests)
+        assert result.passed == 0, result.tests
+    assert check_asserts("def half(x):\n    return x / 2\n", tests).status == "passed"

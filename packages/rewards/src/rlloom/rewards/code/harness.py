@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from rlloom.rewards.code.containment import SandboxError, require
 from rlloom.rewards.code.runner import Limits, Run, run_program
-from rlloom.rewards.code.testplan import Unit, assert_units, function_units
+from rlloom.rewards.code.testplan import Unit, assert_units, function_units, imported_modules
 
 CodeStatus = Literal[
     "passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "incomplete", "tampered"
@@ -116,7 +116,8 @@ def check_asserts(
     """MBPP style: load `code`, run `setup`, then each assert statement; `timeout` covers the whole run."""
     units = assert_units(asserts, setup)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    return _run_units({"kind": "asserts", "code": code}, units, chosen, partial, allow_weak_isolation)
+    job = {"kind": "asserts", "code": code, "test_modules": imported_modules(setup, *asserts)}
+    return _run_units(job, units, chosen, partial, allow_weak_isolation)
 
 
 def check_function(
@@ -133,7 +134,13 @@ def check_function(
     """HumanEval style: load `code`, bind `entry_point` to check's argument, run check's assertions one by one."""
     units, param = function_units(test, entry_point)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    job = {"kind": "function", "code": code, "entry_point": entry_point, "param": param}
+    job = {
+        "kind": "function",
+        "code": code,
+        "entry_point": entry_point,
+        "param": param,
+        "test_modules": imported_modules(test),
+    }
     return _run_units(job, units, chosen, partial, allow_weak_isolation)
 
 

@@ -110,7 +110,30 @@ def _dunders(t, _names=_DUNDERS, _get=type.__getattribute__, _Missing=AttributeE
     return found
 
 
-def _make_gate(cap, vetted):
+def _module_guard(names):
+    """Snapshot the modules the tests import, before the candidate runs; return a function that restores them.
+
+    Restoring after every call the tests make undoes a candidate's `math.isclose = lambda *a: True` (or a fake
+    module put into sys.modules) before the tests can use it.
+    """
+    modules, saved = sys.modules, []
+    for name in names:
+        try:
+            __import__(name)
+            module = modules[name]
+            saved.append((name, module, module.__dict__, dict(module.__dict__)))
+        except BaseException:
+            continue
+
+    def restore(_setitem=dict.__setitem__, _update=dict.update):
+        for name, module, live, snapshot in saved:
+            _setitem(modules, name, module)
+            _update(live, snapshot)
+
+    return restore
+
+
+def _make_gate(cap, vetted, restore):
     """Build `call(f, *args)`: call f, and refuse results that are not plain data (see the module docstring).
 
     `vetted` maps stdlib heap types imported before the candidate ran (e.g. Counter) to their dunders then.
@@ -155,7 +178,10 @@ def _make_gate(cap, vetted):
                 extend(stack, v)
 
     def gate(f, /, *args, **kwargs):
-        result = f(*args, **kwargs)
+        try:
+            result = f(*args, **kwargs)
+        finally:
+            restore()
         if not _isinstance(f, _type):  # constructing a class the test itself names is exempt
             check_plain(result)
         return result
@@ -171,11 +197,12 @@ def _describe(exc, _type=type, _str=str, _Base=BaseException):
         return "exception (unprintable)"
 
 
-def _run_units(units, report, ns, _exec=exec, _Base=BaseException, _range=range, _len=len, _say=_describe):
+def _run_units(units, report, ns, restore, _exec=exec, _Base=BaseException, _range=range, _len=len, _say=_describe):
     """Run each unit in `ns`; report P only after a test statement completed, F with a short reason otherwise."""
     for index in _range(_len(units)):
         kind, code = units[index]
         try:
+            restore()
             _exec(code, ns)
         except _Base as exc:  # SystemExit and KeyboardInterrupt raised by the candidate fail the test too
             reason = _say(exc)
@@ -253,7 +280,8 @@ def _judge_tests(cfg, nonce, result_fd):
         from collections import Counter
 
         vetted[Counter] = _dunders(Counter)
-    gate = _make_gate(cfg["value_cap"], vetted)
+    restore = _module_guard(cfg["test_modules"])
+    gate = _make_gate(cfg["value_cap"], vetted, restore)
     cand_ns = {"__name__": "solution", "__builtins__": builtins}
     try:
         _exec(compile(source, "solution.py", "exec"), cand_ns)
@@ -269,7 +297,7 @@ def _judge_tests(cfg, nonce, result_fd):
         if target is None:
             fail_all(f"solution does not define {cfg['entry_point']!r}")
         test_ns[cfg["param"]] = target
-    _run(units, report, test_ns)
+    _run(units, report, test_ns, restore)
     finish()
 
 

@@ -36,6 +36,22 @@ def _parse(source: str, what: str) -> ast.Module:
         raise ValueError(f"{what} is not valid Python ({exc.msg}, line {exc.lineno}); fix the data set row") from exc
 
 
+def imported_modules(*sources: str) -> list[str]:
+    """Modules the test code imports (absolute imports, any depth), so the harness can guard them."""
+    names: list[str] = []
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.append(node.module)
+    return sorted(set(names))
+
+
 def assert_units(asserts: list[str], setup: str = "") -> list[Unit]:
     """MBPP style: optional setup code, then one test per assert string."""
     if not asserts:
