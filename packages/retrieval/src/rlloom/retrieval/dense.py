@@ -70,20 +70,48 @@ def _require_dense() -> None:
         ) from None
 
 
+_ENCODERS: dict[tuple[str, str, int, str | None], Any] = {}
+
+
 def load_encoder(config: DenseConfig) -> Any:
-    """A SentenceTransformer with the configured pooling and truncation (normalisation is done by us)."""
+    """A SentenceTransformer with the configured pooling and truncation (normalisation is done by us).
+
+    Encoders are shared per process (keyed by model, pooling, length, device): a hybrid index or a rebuild in the
+    same process does not load the weights twice. Encoding is read-only, so sharing is safe.
+    """
+    key = (config.model, config.pooling, config.max_length, config.device)
+    if key not in _ENCODERS:
+        _ENCODERS[key] = _load_encoder(config)
+    return _ENCODERS[key]
+
+
+def _load_encoder(config: DenseConfig) -> Any:
     _require_dense()
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Pooling, Transformer
+
+    try:  # sentence-transformers >= 6 moved the module classes
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer  # type: ignore[no-redef]
 
     if config.pooling == "model":
         encoder = SentenceTransformer(config.model, device=config.device)
     else:
         word = Transformer(config.model, max_seq_length=config.max_length)
-        pool = Pooling(word.get_word_embedding_dimension(), pooling_mode=config.pooling)
+        pool = Pooling(_dimension(word), pooling_mode=config.pooling)
         encoder = SentenceTransformer(modules=[word, pool], device=config.device)
     encoder.max_seq_length = config.max_length
     return encoder
+
+
+def _dimension(module: Any) -> int:
+    """Embedding width; sentence-transformers 6 renamed the getter."""
+    getter = (
+        getattr(module, "get_embedding_dimension", None)
+        or getattr(module, "get_sentence_embedding_dimension", None)
+        or module.get_word_embedding_dimension
+    )
+    return int(getter())
 
 
 def encode(encoder: Any, texts: list[str], config: DenseConfig) -> NDArray[np.float32]:
@@ -107,7 +135,7 @@ def encode_passages(
     encoder: Any, batches: Iterable[list[str]], total: int, config: DenseConfig, out: Path
 ) -> NDArray[np.float16]:
     """Encode passages chunk by chunk into an fp16 .npy memmap at `out` (written to a temp name, then renamed)."""
-    dim = int(encoder.get_sentence_embedding_dimension())
+    dim = _dimension(encoder)
     tmp = out.with_name(out.name + ".partial")
     store = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(total, dim))
     row = 0

@@ -109,6 +109,8 @@ def build_index(corpus: str | Path, out_dir: str | Path, backend: str = "bm25", 
     An existing index at `out_dir` is replaced only once the new one is complete.
     """
     corpus, out_dir = Path(corpus), Path(out_dir)
+    if not corpus.is_file():
+        raise FileNotFoundError(f"corpus file {corpus} does not exist; pass a Search-R1 or BEIR JSONL(.gz) file")
     config = backend_config(backend, options)
     checksum = file_checksum(corpus)
     with atomic_folder(out_dir) as tmp:
