@@ -166,7 +166,7 @@ def test_namedtuples_and_plain_subclasses_are_accepted() -> None:
 def test_lingering_threads_do_not_block_the_verdict() -> None:
     code = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n" + HONEST_ADD
     result = check_asserts(code, ADD_TESTS, timeout=10)
-    assert result.status == "passed" and result.duration < 5
+    assert result.status == "passed" and result.duration < 5  # not held up by the 60 s thread
 
 
 def test_timeout_inside_a_test_scores_zero() -> None:
