@@ -93,6 +93,11 @@ def load_sets(quick: bool) -> dict[str, list[tuple[str, str, bool, str]]]:
         sets["holdout: Qwen2.5-Math MATH CoT (measurement only)"] = [
             (r["response"], r["gold"], bool(r["is_correct"]), "response") for r in rows
         ]
+    mv_pairs = SHARED / "holdout" / "math_verify_pairs" / "math_verify_test_pairs.jsonl"
+    if mv_pairs.exists() and not quick:
+        sets["holdout: Math-Verify's own test pairs (its design decisions; measurement only)"] = [
+            (r["pred"], r["gold"], bool(r["is_correct"]), "pair") for r in _jsonl(mv_pairs)
+        ]
     return sets
 
 

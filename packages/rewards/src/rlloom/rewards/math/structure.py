@@ -73,8 +73,32 @@ def _enclosed(text: str, left: str, right: str) -> bool:
     return depth == 0
 
 
+_LESS = r"(<|\\leqslant|\\leq|\\le)"
+_GREATER = r"(>|\\geqslant|\\geq|\\ge)"
+_ONE_SIDED_RE = re.compile(rf"^([a-zA-Z])\s*(?:{_LESS}|{_GREATER})\s*(.+)$")
+_TWO_SIDED_RE = re.compile(rf"^(.+?)\s*{_LESS}\s*([a-zA-Z])\s*{_LESS}\s*(.+)$")
+
+
+def inequality_as_interval(text: str) -> str | None:
+    """`x>3` -> `(3,\\infty)`, `-1\\leq x<2` -> `[-1,2)`: a one-variable inequality is the interval it describes."""
+    two = _TWO_SIDED_RE.match(text)
+    if two:
+        low, low_op, _, high_op, high = two.groups()
+        return ("(" if low_op == "<" else "[") + f"{low},{high}" + (")" if high_op == "<" else "]")
+    one = _ONE_SIDED_RE.match(text)
+    if one:
+        _, less, greater, bound = one.groups()
+        if less is not None:
+            return f"(-\\infty,{bound}" + (")" if less == "<" else "]")
+        return ("(" if greater == ">" else "[") + f"{bound},\\infty)"
+    return None
+
+
 def parse_shape(text: str) -> Shape:
     """The shape of a normalised answer (see module docstring)."""
+    interval = inequality_as_interval(text)
+    if interval is not None:
+        text = interval
     matrix = _MATRIX_RE.match(text.strip())
     if matrix:
         body = matrix.group(2).strip().replace("\\\\\\\\", "\\\\")
