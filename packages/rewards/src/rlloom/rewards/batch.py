@@ -308,7 +308,8 @@ class ScoringPool:
                 known = ", ".join(sorted(DEFAULT_SCORERS))
                 results[i] = _error("load", f"unknown data_source {spec!r}; known: {known}, or give a scorer spec")
             else:
-                item.scorer = spec  # resolved here so workers honour registry.register() calls in this process
+                # resolved here so workers honour registry.register() calls made in this process
+                items[i] = item.model_copy(update={"scorer": spec})
                 pending.append(i)
         bar = tqdm(total=len(items), desc="scoring", unit="item", disable=not self.progress)
         bar.update(len(items) - len(pending))

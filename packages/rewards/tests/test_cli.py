@@ -1,0 +1,76 @@
+"""The CLI end to end: a JSONL file with good and bad lines, scored through the worker pool."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlloom.rewards.cli import main
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_score_file_with_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(
+        src,
+        [
+            json.dumps({"response": "<answer>Paris</answer>", "ground_truth": ["Paris"], "data_source": "nq"}),
+            "{not json",
+            json.dumps(
+                {
+                    "response": "<answer>Lyon</answer>",
+                    "reward_model": {"ground_truth": {"target": ["Paris"]}},
+                    "data_source": "hotpotqa",
+                }
+            ),
+            json.dumps({"ground_truth": "x", "data_source": "nq"}),
+            json.dumps([1, 2]),
+            json.dumps({"response": "<answer>the Paris</answer>", "ground_truth": "paris", "data_source": "nq"}),
+        ],
+    )
+    code = main(["score", str(src), "--out", str(out), "--workers", "1", "--timeout", "20", "--quiet"])
+    assert code == 2  # bad lines make the exit status non-zero
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 6  # one output line per input line, in order
+    assert [r.get("score") for r in records] == [1.0, None, 0.0, None, None, 1.0]
+    assert records[1]["line"] == 2 and "Expecting property name" in records[1]["input_error"]
+    assert "'response' is missing" in records[3]["input_error"]
+    assert "expected a JSON object, got list" in records[4]["input_error"]
+    assert records[0]["score_components"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0}
+    err = " ".join(capsys.readouterr().err.split())
+    assert "in.jsonl:2: skipped" in err and "3 bad input lines" in err and "hotpotqa" in err
+
+
+def test_custom_scorer_file_and_keys(tmp_path: Path) -> None:
+    scorer_file = tmp_path / "my_reward.py"
+    scorer_file.write_text("def length_reward(response, ground_truth, *, extra_info=None):\n    return len(response)\n")
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [json.dumps({"completion": "abc", "label": 1}), json.dumps({"completion": "abcdef", "label": 2})])
+    code = main(["score", str(src), "--scorer", f"{scorer_file}:length_reward", "--response-key", "completion",
+                 "--gt-key", "label", "--out", str(out), "--workers", "0", "--quiet"])  # fmt: skip
+    assert code == 0
+    assert [json.loads(line)["score"] for line in out.read_text().splitlines()] == [3.0, 6.0]
+
+
+def test_console_script_entry_point(tmp_path: Path) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [json.dumps({"response": "<think>t</think><answer>a</answer>", "ground_truth": None})])
+    run = subprocess.run(
+        [sys.executable, "-m", "rlloom.rewards.cli", "score", str(src), "--scorer", "r1_format", "--out", str(out),
+         "--workers", "0", "--quiet"],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(out.read_text())["score"] == 1.0
+    missing = subprocess.run(
+        [sys.executable, "-m", "rlloom.rewards.cli", "score", str(tmp_path / "nope.jsonl"), "--out", str(out)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
