@@ -59,7 +59,7 @@ def test_isolation_is_strong_and_verified() -> None:
     found = isolation()
     assert found.mode == "namespaces"
     assert found.strong and found.no_network and found.read_only_root
-    assert found.unprivileged and found.own_pid_namespace
+    assert found.unprivileged and found.own_pid_namespace and found.minimal_root
 
 
 def test_plain_program_output_stdin_and_exit_code() -> None:
@@ -141,6 +141,16 @@ def test_writes_outside_the_work_dir_never_reach_the_host(target: str) -> None:
     result = execute(code)
     assert result.status == "ok"
     assert not Path(target, name).exists()
+
+
+def test_host_files_are_not_there_at_all() -> None:
+    """Home directories, the repository and data sets (with their answers) are absent, not just read-only."""
+    data = Path(__file__).parent / "data" / "code_mbpp_test.jsonl.gz"
+    code = f"import os\nprint(os.path.exists({str(data)!r}), os.path.exists('/home'), os.path.exists('/work'))"
+    result = execute(code)
+    assert result.stdout.split() == ["False", "False", "False"]
+    top = execute("import os\nprint(sorted(os.listdir('/')))").stdout
+    assert "'home'" not in top and "'var'" not in top and "'tmp'" in top
 
 
 def test_work_dir_is_private_writable_and_gone_afterwards() -> None:

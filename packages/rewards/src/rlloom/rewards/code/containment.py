@@ -1,8 +1,9 @@
 """Which isolation this machine gives untrusted code, found once by probing, and the command that applies it.
 
-Two modes. `namespaces` (strong): util-linux `unshare` puts the program in fresh network, PID, mount, IPC and UTS
-namespaces; inside, the harness makes the whole filesystem read-only, mounts a private size-capped tmpfs as its
-working directory and drops to a random unprivileged uid, so RLIMIT_NPROC binds and a fork bomb stops; when the
+Two modes. `namespaces` (strong): util-linux `unshare` puts the program in fresh PID, mount, IPC and UTS
+namespaces; the harness joins an empty network namespace, makes the host tree read-only, chroots into a
+minimal root (system dirs, /dev, /proc, the stdlib, a private size-capped tmpfs as its working directory) and
+drops to a random unprivileged uid, so RLIMIT_NPROC binds and a fork bomb stops; when the
 program ends the kernel kills everything left in its PID namespace. It needs root (as CI and the development
 machines run) and nothing beyond util-linux. `rlimits` (weak): a plain child process with resource limits and,
 as root, the uid drop; it has network access and can write to world-writable directories, so `execute` refuses
@@ -47,6 +48,9 @@ class Isolation(BaseModel):
     read_only_root: bool = Field(description="Writes outside the private working directory fail.")
     unprivileged: bool = Field(description="The program runs as a non-root uid, so RLIMIT_NPROC binds.")
     own_pid_namespace: bool = Field(description="The program cannot see or signal processes outside its run.")
+    minimal_root: bool = Field(
+        default=False, description="Only system dirs, /dev, /proc, the stdlib and /tmp exist: no homes, repo, data."
+    )
     python: str = Field(description="Interpreter that runs the programs.")
     reason: str = Field(default="", description="Why the strong mode is unavailable, if it is.")
 
@@ -63,10 +67,15 @@ def launcher(mode: Mode, python: str) -> list[str]:
     return [*dies_with_us, *harness]
 
 
-def hidden_stdlib() -> list[tuple[str, list[str]]]:
-    """Directories the unprivileged uid cannot traverse, each with the stdlib paths beneath it that must show."""
+def stdlib_dirs() -> list[str]:
+    """The interpreter's standard library directories, which the sandbox's minimal root must show."""
     stdlib = os.path.dirname(os.__file__)
-    needed = [p for p in (stdlib, os.path.join(stdlib, "lib-dynload")) if os.path.isdir(p)]
+    return [p for p in (stdlib, os.path.join(stdlib, "lib-dynload")) if os.path.isdir(p)]
+
+
+def hidden_stdlib() -> list[tuple[str, list[str]]]:
+    """Directories an unprivileged uid cannot traverse, each with the stdlib paths beneath it (weak mode)."""
+    needed = stdlib_dirs()
     hidden: dict[str, list[str]] = {}
     for path in needed:
         parts = Path(path).parts
@@ -120,13 +129,16 @@ try:
     facts["ifaces"] = ",".join(names)
 except OSError:
     facts["ifaces"] = "?"
-try:
-    open("/var/tmp/.rlloom-probe", "w").close()
-    os.unlink("/var/tmp/.rlloom-probe")
-    facts["ro"] = 0
-except OSError:
-    facts["ro"] = 1
+facts["ro"] = 1
+for d in ("/", "/etc", "/usr", "/dev/shm"):
+    try:
+        open(d + "/.rlloom-probe", "w").close()
+        os.unlink(d + "/.rlloom-probe")
+        facts["ro"] = 0
+    except OSError:
+        pass
 facts["procs"] = len([p for p in os.listdir("/proc") if p.isdigit()])
+facts["top"] = ",".join(sorted(os.listdir("/")))
 print(";".join(f"{k}={v}" for k, v in facts.items()))
 """
 
@@ -145,10 +157,13 @@ def _probe(mode: Mode, python: str) -> Isolation:
     read_only = facts["ro"] == "1"
     unprivileged = facts["uid"] != "0"
     own_pids = facts["pid"] == "1" and facts["procs"] == "1"
-    strong = no_network and read_only and unprivileged and own_pids
+    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp"}
+    allowed |= {Path(p).parts[1] for p in stdlib_dirs()}
+    minimal_root = set(facts["top"].split(",")) <= allowed
+    strong = no_network and read_only and unprivileged and own_pids and minimal_root
     return Isolation(
         mode=mode, strong=strong, no_network=no_network, read_only_root=read_only, unprivileged=unprivileged,
-        own_pid_namespace=own_pids, python=python,
+        own_pid_namespace=own_pids, minimal_root=minimal_root, python=python,
     )  # fmt: skip
 
 

@@ -25,7 +25,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.rewards.code.containment import Mode, SandboxError, empty_netns, hidden_stdlib, launcher, require
+from rlloom.rewards.code.containment import (
+    Mode,
+    SandboxError,
+    empty_netns,
+    hidden_stdlib,
+    launcher,
+    require,
+    stdlib_dirs,
+)
 
 SETUP_FAILED = 121
 ExecStatus = Literal["ok", "error", "timeout", "memory", "output_limit", "killed", "sandbox_error"]
@@ -127,7 +135,8 @@ def run_program(
     }  # fmt: skip
     cfg = {
         **job, "nonce": nonce, "mode": mode, "uid": uid, "workdir": workdir, "limits": rlimits,
-        "tmpfs_mb": limits.tmpfs_mb, "value_cap": 1_000_000, "reveal": hidden_stdlib(),
+        "tmpfs_mb": limits.tmpfs_mb, "value_cap": 1_000_000, "stdlib": stdlib_dirs(),
+        "stdlib_hidden": bool(hidden_stdlib()),
         "netns_fd": netns[0] if netns else -1,
     }  # fmt: skip
     cfg_fd = _memfd("rlloom-job", marshal.dumps(cfg))

@@ -56,26 +56,45 @@ def _libc_caller():
     return call
 
 
-def _seal_filesystem(call, uid, tmpfs_mb, reveal):
-    """Whole tree read-only and nosuid, a private tmpfs at /tmp as the work dir, the interpreter's stdlib visible.
+EXPOSED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # plus /dev, /proc, /tmp
+_BIND, _REC, _REMOUNT, _RDONLY, _NOSUID, _NODEV = 4096, 16384, 32, 1, 2, 4
 
-    A directory the unprivileged uid cannot traverse (e.g. /root, mode 0700, when Python lives in ~/.pyenv) is
-    covered by an empty read-only tmpfs into which only the stdlib directories are bind-mounted back, so imports
-    work and nothing else in it is visible.
+
+def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
+    """Chroot into a minimal read-only root: system dirs, /dev, /proc, the stdlib, and a private tmpfs at /tmp.
+
+    Everything else on the host (home directories, the repository, data sets with their answers) is not there at
+    all. The host tree is first made read-only and nosuid (mount_setattr, recursive), so every bind inherits that.
     """
-    fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for _hidden, paths in reveal for path in paths}
-    attr = (1 | 2).to_bytes(8, "little") + bytes(24)  # struct mount_attr: attr_set = RDONLY | NOSUID
+    fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in stdlib}
+    attr = (_RDONLY | _NOSUID).to_bytes(8, "little") + bytes(24)  # struct mount_attr: attr_set
     call("syscall", 442, -100, b"/", 0x8000, attr, 32)  # SYS_mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, ...)
+    root = "/tmp"  # any existing directory serves as the mount point of the new root
+    call("mount", b"tmpfs", root.encode(), b"tmpfs", _NOSUID | _NODEV, b"size=1m,mode=0755")
+
+    def bind(source, target):
+        call("mount", source.encode(), target.encode(), None, _BIND | _REC, None)
+        call("mount", None, target.encode(), None, _REMOUNT | _BIND | _RDONLY | _NOSUID, None)
+
+    for top in EXPOSED:
+        if os.path.islink(top):
+            os.symlink(os.readlink(top), root + top)
+        elif os.path.isdir(top):
+            os.mkdir(root + top)
+            bind(top, root + top)
+    for top in ("/dev", "/proc"):
+        os.mkdir(root + top)
+        call("mount", top.encode(), (root + top).encode(), None, _BIND | _REC, None)
+    for path, fd in fds.items():
+        if not os.path.isdir(root + path):
+            os.makedirs(root + path, 0o755)
+            bind(f"/proc/self/fd/{fd}", root + path)
+        os.close(fd)
+    os.mkdir(root + "/tmp")
     options = f"size={tmpfs_mb}m,nr_inodes=4096,mode=0700,uid={uid},gid={uid}".encode()
-    call("mount", b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, options)  # MS_NOSUID | MS_NODEV
-    for hidden, paths in reveal:
-        call("mount", b"tmpfs", hidden.encode(), b"tmpfs", 2 | 4, b"size=1m,mode=0755")
-        for path in paths:
-            os.makedirs(path, 0o755, exist_ok=True)
-            call("mount", f"/proc/self/fd/{fds[path]}".encode(), path.encode(), None, 4096 | 16384, None)
-            call("mount", None, path.encode(), None, 32 | 4096 | 1 | 2, None)  # REMOUNT|BIND|RDONLY|NOSUID
-            os.close(fds[path])
-        call("mount", None, hidden.encode(), None, 32 | 4096 | 1 | 2 | 4, None)
+    call("mount", b"tmpfs", (root + "/tmp").encode(), b"tmpfs", _NOSUID | _NODEV, options)
+    call("mount", None, root.encode(), None, _REMOUNT | _RDONLY | _NOSUID | _NODEV, None)
+    os.chroot(root)
 
 
 def _seal(cfg):
@@ -85,12 +104,12 @@ def _seal(cfg):
     if call is not None:
         call("setns", cfg["netns_fd"], 0x40000000)  # CLONE_NEWNET: join the shared empty network namespace
         os.close(cfg["netns_fd"])
-        _seal_filesystem(call, uid, cfg["tmpfs_mb"], cfg["reveal"])
+        _seal_filesystem(call, uid, cfg["tmpfs_mb"], cfg["stdlib"])
     os.chdir(cfg["workdir"])
     limits = cfg["limits"]
     for name, value in limits.items():
         resource.setrlimit(getattr(resource, name), (value, value))
-    if os.geteuid() == 0 and (call is not None or not cfg["reveal"]):  # weak mode: root keeps the stdlib readable
+    if os.geteuid() == 0 and (call is not None or not cfg["stdlib_hidden"]):  # weak: root keeps the stdlib readable
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
