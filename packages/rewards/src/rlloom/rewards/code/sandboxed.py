@@ -4,8 +4,9 @@
 
 Started by `runner.py` as `python -I -S sandboxed.py CFG_FD RESULT_FD` (standalone: it imports nothing from rlloom,
 because `-I -S` keeps site-packages off the path and start-up short). It reads its job (marshal) from CFG_FD, then,
-before any untrusted byte runs: mounts the filesystem read-only with a fresh private tmpfs at /tmp as the working
-directory (namespaces mode), sets resource limits, drops to an unprivileged uid and forbids privilege gain.
+before any untrusted byte runs (namespaces mode): joins the empty network namespace, chroots into a minimal read-only
+root with a fresh private tmpfs at /tmp as the working directory, sets resource limits, drops to an unprivileged
+uid and forbids privilege gain.
 
 Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, one written only after that test statement ran
 to completion, then `NONCE END COUNT`. The nonce is a per-run secret the parent chose; the parent counts only
