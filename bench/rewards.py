@@ -163,31 +163,38 @@ def _theirs_item(item: tuple[str, str]) -> float:
         return 0.0
 
 
-def _rate(
-    fn: Callable[[list[tuple[str, str]]], list[float]], items: list[tuple[str, str]]
-) -> tuple[float, list[float]]:
+Batch = Callable[[list[tuple[str, str]]], list[float]]
+
+
+def _rate(fn: Batch, items: list[tuple[str, str]]) -> tuple[float, list[float]]:
     start = time.perf_counter()
     out = fn(items)
     return len(items) / (time.perf_counter() - start), out
 
 
-def _batch_runner() -> tuple[str, Callable[[list[tuple[str, str]]], list[float]]]:
-    """rlloom.rewards.score_batch when it exists, else a 2-process multiprocessing Pool."""
+def _batch_runner() -> tuple[str, Batch, Callable[[], None]]:
+    """rlloom.rewards.ScoringPool (2 workers, started and warmed once, as a trainer keeps it) when it exists,
+    else a 2-process multiprocessing Pool; returns (label, run, close)."""
     try:
-        from rlloom.rewards import score_batch  # type: ignore[attr-defined]
+        from rlloom.rewards.batch import ScoringPool
     except ImportError:
-        return "multiprocessing.Pool(2) (score_batch not landed yet)", lambda xs: _pool_map(_ours_item, xs, 2)
+        label = "multiprocessing.Pool(2) (score_batch not landed yet)"
+        return label, lambda xs: _pool_map(_ours_item, xs, 2), lambda: None
+    pool = ScoringPool(2, timeout=TIMEOUT + 2)
 
     def run(xs: list[tuple[str, str]]) -> list[float]:
-        items = [{"response": r, "ground_truth": g, "data_source": "math"} for r, g in xs]
-        return [float(getattr(x, "score", x)) for x in score_batch(items, workers=2, timeout=TIMEOUT + 2)]
+        items = [
+            {"response": r, "ground_truth": g, "data_source": "math", "extra_info": {"timeout": TIMEOUT}} for r, g in xs
+        ]
+        return [result.score for result in pool.score(items)]
 
-    return "rlloom.rewards.score_batch(workers=2)", run
+    run([("\\boxed{1}", "1")] * 8)  # workers import SymPy once, before timing
+    return "rlloom.rewards.score_batch (ScoringPool, 2 workers)", run, pool.close
 
 
 def throughput(quick: bool, repeats: int) -> list[str]:
     items = build_responses(1000 if quick else 5000)
-    label, batch = _batch_runner()
+    label, batch, close_pool = _batch_runner()
     warm = items[:50]
     [_ours_item(x) for x in warm], [_theirs_item(x) for x in warm]
     results: dict[str, list[float]] = {"rlloom, 1 process": [], f"rlloom, {label}": [], "Math-Verify loop": []}
@@ -202,6 +209,7 @@ def throughput(quick: bool, repeats: int) -> list[str]:
             rate, outs[name] = _rate(fn, items)
             results[name].append(rate)
             print(f"  {name}: {rate:.0f} responses/s", flush=True)
+    close_pool()
     base = statistics.median(results["Math-Verify loop"])
     agree = sum(a == b for a, b in zip(outs["rlloom, 1 process"], outs["Math-Verify loop"], strict=True))
     rows = [

@@ -184,3 +184,8 @@ def test_fractions_equal_exactly_when_their_values_are_equal(a: Fraction, b: Fra
 def test_integers_with_separators(a: int, b: int) -> None:
     assert is_equivalent(f"{a:,}", str(a))
     assert is_equivalent(str(a), str(b)) is (a == b)
+
+
+def test_bytes_with_invalid_utf8_are_decoded_with_replacement() -> None:
+    result = math_scorer(b"\xff\xfe so \\boxed{3}", "3")  # type: ignore[arg-type]
+    assert result.score == 1.0 and result.extracted == "3"
