@@ -9,6 +9,7 @@ decided it, so a surprising reward can be explained.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -21,87 +22,15 @@ from rlloom.rewards.math.worker import bounded_symbolic_equal
 
 DEFAULT_TIMEOUT = 3.0
 MAX_ANSWER_CHARS = 2_000
-_MATH_WORDS = {
-    "sin",
-    "cos",
-    "tan",
-    "cot",
-    "sec",
-    "csc",
-    "log",
-    "ln",
-    "exp",
-    "sqrt",
-    "frac",
-    "pi",
-    "infty",
-    "cdot",
-    "times",
-    "arcsin",
-    "arccos",
-    "arctan",
-    "sinh",
-    "cosh",
-    "tanh",
-    "lim",
-    "sum",
-    "int",
-    "det",
-    "max",
-    "min",
-    "gcd",
-    "lcm",
-    "mod",
-    "pmod",
-    "bmod",
-    "binom",
-    "choose",
-    "leq",
-    "geq",
-    "neq",
-    "cup",
-    "cap",
-    "emptyset",
-    "varnothing",
-    "circ",
-    "dots",
-    "ldots",
-    "cdots",
-    "theta",
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "phi",
-    "omega",
-    "lambda",
-    "sigma",
-    "mu",
-    "rho",
-    "tau",
-    "epsilon",
-    "varepsilon",
-    "mathbf",
-    "begin",
-    "end",
-    "pmatrix",
-    "bmatrix",
-    "matrix",
-    "vmatrix",
-    "array",
-    "overline",
-    "hat",
-    "vec",
-    "angle",
-    "triangle",
-    "perp",
-    "parallel",
-    "approx",
-    "pm",
-    "mp",
-    "infinity",
-    "i",
-}
+# Words that are LaTeX commands or function names, not prose: an answer made of these is math, not text.
+_MATH_WORDS_TEXT = """
+    sin cos tan cot sec csc log ln exp sqrt frac pi infty cdot times arcsin
+    arccos arctan sinh cosh tanh lim sum int det max min gcd lcm mod pmod bmod
+    binom choose leq geq neq cup cap emptyset varnothing circ dots ldots cdots theta alpha beta
+    gamma delta phi omega lambda sigma mu rho tau epsilon varepsilon mathbf begin end pmatrix bmatrix
+    matrix vmatrix array overline hat vec angle triangle perp parallel approx pm mp infinity i
+"""
+_MATH_WORDS = frozenset(_MATH_WORDS_TEXT.split())
 _WORD_RE = re.compile(r"[A-Za-z]{3,}")
 # SymPy verdicts by (pred, gold) after normalisation: a GRPO group repeats the same answers many times.
 SYMBOLIC_CACHE_SIZE = 65_536
@@ -120,13 +49,10 @@ class _Budget:
     """Wall-clock budget shared by all SymPy calls of one comparison, so a 10-part tuple cannot take 10x."""
 
     def __init__(self, seconds: float) -> None:
-        import time
-
-        self._clock = time.monotonic
-        self._deadline = self._clock() + seconds
+        self._deadline = time.monotonic() + seconds
 
     def left(self) -> float:
-        return max(0.0, self._deadline - self._clock())
+        return max(0.0, self._deadline - time.monotonic())
 
 
 def _is_text(s: str) -> bool:
