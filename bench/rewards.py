@@ -35,6 +35,9 @@ SHARED = ROOT.parent / "shared"
 DEV = SHARED / "data" / "answer_check_dev"
 HANDLABELLED = ROOT / "packages" / "rewards" / "tests" / "data" / "math_handlabelled.jsonl"
 TIMEOUT = 3.0
+# Accuracy is about verdicts, not speed: a generous SymPy budget keeps machine load from turning a symbolic case
+# into a timeout (Math-Verify runs with no timeout at all in this script).
+ACCURACY_TIMEOUT = 10.0
 
 
 # ---------------------------------------------------------------- Math-Verify, called as its README suggests
@@ -96,7 +99,10 @@ def load_sets(quick: bool) -> dict[str, list[tuple[str, str, bool, str]]]:
     mv_pairs = SHARED / "holdout" / "math_verify_pairs" / "math_verify_test_pairs.jsonl"
     if mv_pairs.exists() and not quick:
         sets["holdout: Math-Verify's own test pairs (its design decisions; measurement only)"] = [
-            (r["pred"], r["gold"], bool(r["is_correct"]), "pair") for r in _jsonl(mv_pairs)
+            # Its preds and golds are texts its extractor reads ("$...$", "The answer is ..."), so both graders
+            # get the pred as a response here.
+            (r["pred"], r["gold"], bool(r["is_correct"]), "response")
+            for r in _jsonl(mv_pairs)
         ]
     return sets
 
@@ -104,8 +110,8 @@ def load_sets(quick: bool) -> dict[str, list[tuple[str, str, bool, str]]]:
 def ours(item: tuple[str, str, bool, str]) -> bool:
     text, gold, _, kind = item
     if kind == "pair":
-        return is_equivalent(text, gold, timeout=TIMEOUT)
-    return score(text, gold, timeout=TIMEOUT) == 1.0
+        return is_equivalent(text, gold, timeout=ACCURACY_TIMEOUT)
+    return score(text, gold, timeout=ACCURACY_TIMEOUT) == 1.0
 
 
 def theirs(item: tuple[str, str, bool, str]) -> bool:
@@ -260,6 +266,7 @@ def adversarial_inputs() -> list[tuple[str, str]]:
 
 def latency(quick: bool) -> list[str]:
     items = adversarial_inputs()
+    score("\\boxed{\\sin^2 x + \\cos^2 x}", "1")  # one-time SymPy warm-up and worker fork, like an import
     times: list[float] = []
     slowest = ("", 0.0)
     for response, gold in tqdm(items, desc="adversarial", leave=False):

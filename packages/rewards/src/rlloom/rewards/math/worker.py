@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import threading
 from multiprocessing.connection import Connection, Pipe
 
+from rlloom.rewards.math import symbolic
 from rlloom.rewards.math.symbolic import symbolic_equal
 
 CHILD_MEMORY_HEADROOM = 2 * 1024**3
@@ -53,6 +55,13 @@ def _serve(conn: Connection, parent: int) -> None:
         conn.send(result)
 
 
+@functools.cache
+def _warm_up() -> None:
+    """Run one trivial check in this process before the first fork, so children inherit SymPy's lazily-loaded
+    modules and caches instead of paying for them (seconds on a busy machine) inside every first timeout."""
+    symbolic.symbolic_equal("\\sin^2 x + \\cos^2 x", "1")
+
+
 class SymbolicWorker:
     """A forked child that runs `symbolic_equal` with a hard wall-clock timeout."""
 
@@ -62,6 +71,7 @@ class SymbolicWorker:
         self._owner = os.getpid()
 
     def _start(self) -> None:
+        _warm_up()
         parent_end, child_end = Pipe()
         parent = os.getpid()
         pid = os.fork()
