@@ -96,7 +96,7 @@ def _make_isolated_session(folder: str, module: str) -> None:
     def isolated(session: nox.Session) -> None:
         """Install this package's built wheel alone (declared dependencies only) and run its tests."""
         pkg = ROOT / "packages" / folder
-        dist = Path(session.create_tmp()) / "dist"
+        dist = (Path(session.create_tmp()) / "dist").resolve()
         shutil.rmtree(dist, ignore_errors=True)
         _build_wheels(session, dist)
         wheel = next(dist.glob(f"rlloom_{module}-*.whl"))
