@@ -150,3 +150,14 @@ def test_in_process_mode_and_asyncio_entry_point() -> None:
         return await ascore_batch(items, workers=1, timeout=10, scorer="qa_em")
 
     assert [r.score for r in asyncio.run(main())] == [1.0, 0.0]
+
+
+def test_items_queued_behind_a_hang_or_crash_are_still_scored() -> None:
+    # one worker, so items wait in its queue behind the hanging and the crashing ones; a 1 MB response too
+    names = ["echo_length", "echo_length", "hang", "echo_length", "echo_length", "segfault", "echo_length"]
+    items = [ScoreItem(response="x" * i, scorer=spec(n)) for i, n in enumerate(names)]
+    items.append(ScoreItem(response="y" * 1_000_000, scorer=spec("echo_length")))
+    with ScoringPool(1, timeout=1.5) as one:
+        results = one.score(items)
+    assert [r.details.get("error_kind") for r in results] == [None, None, "timeout", None, None, "crash", None, None]
+    assert [r.score for r in results] == pytest.approx([0.0, 0.01, 0.0, 0.03, 0.04, 0.0, 0.06, 10_000.0])

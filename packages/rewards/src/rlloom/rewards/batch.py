@@ -43,6 +43,8 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT_MB = 4096
 DEFAULT_LOAD_TIMEOUT = 60.0
 _LOADED = "loaded"
+PREFETCH = 4
+PREFETCH_MAX_CHARS = 16_384
 
 
 class ScoreItem(BaseModel):
@@ -202,7 +204,9 @@ class _Worker:
                 self.pidfd = os.pidfd_open(self.process.pid)
             except OSError:
                 self.pidfd = None
-        self.index: int | None = None
+        self.queue: deque[int] = deque()  # indices sent and not yet answered; the head is being scored
+        self.specs: dict[int, str] = {}  # scorer spec of each queued index
+        self.loaded: set[str] = set()  # specs this worker has imported
         self.deadline = 0.0
         self.per_item = 0.0
 
@@ -267,7 +271,11 @@ class ScoringPool:
     def _spawn(self) -> _Worker:
         return _Worker(self.memory_limit_mb)
 
-    def _replace(self, worker: _Worker) -> _Worker:
+    def _replace(self, worker: _Worker, pending: deque[int] | None = None) -> _Worker:
+        """Kill a worker and start a fresh one; items queued behind its current one go back to `pending`."""
+        if pending is not None:
+            pending.extendleft(reversed(worker.queue))
+            worker.queue.clear()
         worker.kill()
         fresh = self._spawn()
         self._workers[self._workers.index(worker)] = fresh
@@ -289,15 +297,36 @@ class ScoringPool:
             return self._run(parsed, per_item)
 
     def _dispatch(self, worker: _Worker, index: int, item: ScoreItem, per_item: float) -> bool:
-        """Send one item; False (and the item is re-queued by the caller) if the worker had died meanwhile."""
+        """Queue one item on a worker; False (the caller re-queues it) if the worker had died meanwhile."""
         try:
             worker.conn.send((index, item.spec(), item.response, item.ground_truth, item.extra_info))
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             return False
-        # until the worker reports the scorer imported, the deadline also covers start-up and import time
-        worker.index, worker.per_item = index, per_item
-        worker.deadline = time.monotonic() + per_item + self.load_timeout
+        worker.queue.append(index)
+        worker.specs[index] = item.spec()
+        if len(worker.queue) == 1:
+            self._start_clock(worker, per_item)
         return True
+
+    def _start_clock(self, worker: _Worker, per_item: float) -> None:
+        """The head of a worker's queue is the item it is scoring now: its deadline runs from here. Until the
+        worker has imported that item's scorer, the deadline also covers start-up and import time."""
+        worker.per_item = per_item
+        cold = worker.specs[worker.queue[0]] not in worker.loaded
+        worker.deadline = time.monotonic() + per_item + (self.load_timeout if cold else 0.0)
+
+    def _fill(self, worker: _Worker, pending: deque[int], items: list[ScoreItem], per_item: float) -> _Worker:
+        # Up to PREFETCH items wait in a worker's socket so it never idles between items; big items are sent
+        # only to an idle worker, so a send can never block the parent behind a hung scorer.
+        while pending and len(worker.queue) < PREFETCH:
+            index = pending[0]
+            if worker.queue and len(items[index].response) > PREFETCH_MAX_CHARS:
+                break
+            pending.popleft()
+            if not self._dispatch(worker, index, items[index], per_item):
+                pending.appendleft(index)
+                worker = self._replace(worker, pending)
+        return worker
 
     def _run(self, items: list[ScoreItem], per_item: float) -> list[ScoreResult]:
         results: list[ScoreResult | None] = [None] * len(items)
@@ -315,20 +344,18 @@ class ScoringPool:
         bar.update(len(items) - len(pending))
 
         def finish(worker: _Worker, result: ScoreResult) -> None:
-            assert worker.index is not None
-            results[worker.index] = result
-            worker.index = None
+            index = worker.queue.popleft()
+            results[index] = result
+            worker.loaded.add(worker.specs.pop(index))
             bar.update(1)
+            if worker.queue:
+                self._start_clock(worker, per_item)
 
         try:
             while True:
                 for worker in list(self._workers):
-                    while worker.index is None and pending:
-                        index = pending.popleft()
-                        if not self._dispatch(worker, index, items[index], per_item):
-                            pending.appendleft(index)
-                            worker = self._replace(worker)
-                busy = [w for w in self._workers if w.index is not None]
+                    self._fill(worker, pending, items, per_item)
+                busy = [w for w in self._workers if w.queue]
                 if not busy:
                     break
                 wait_for = max(0.0, min(w.deadline for w in busy) - time.monotonic())
@@ -339,32 +366,34 @@ class ScoringPool:
                 for worker in busy:
                     died = worker.pidfd in ready or (worker.pidfd is None and worker.process.poll() is not None)
                     if worker.conn in ready or died:
-                        self._collect(worker, finish)
+                        self._collect(worker, finish, pending)
                     elif now >= worker.deadline:
                         finish(worker, _error("timeout", f"scorer timed out after {per_item:g} s; worker killed"))
-                        self._replace(worker)
+                        self._replace(worker, pending)
         finally:
             bar.close()
         return [r if r is not None else _error("crash", "internal: item was never scored") for r in results]
 
-    def _collect(self, worker: _Worker, finish: Any) -> None:
+    def _collect(self, worker: _Worker, finish: Any, pending: deque[int]) -> None:
         try:
             while worker.conn.poll():
                 first, result, exiting = worker.conn.recv()
                 if first == _LOADED:
+                    worker.loaded.add(worker.specs[worker.queue[0]])
                     worker.deadline = time.monotonic() + worker.per_item
                     continue
                 finish(worker, result)
                 if exiting:
-                    self._replace(worker)
-                return
+                    self._replace(worker, pending)
+                    return
             if worker.process.poll() is None:
-                return  # only the "loaded" notice arrived; the worker is still scoring
+                return  # the worker is still scoring
         except (EOFError, OSError, ConnectionResetError):
             pass
-        reason = _exit_reason(worker.process)
-        finish(worker, _error("crash", f"scorer worker died ({reason}); worker replaced"))
-        self._replace(worker)
+        if worker.queue:
+            reason = _exit_reason(worker.process)
+            finish(worker, _error("crash", f"scorer worker died ({reason}); worker replaced"))
+        self._replace(worker, pending)
 
     async def ascore(
         self, items: Sequence[Any], *, timeout: float | None = None, scorer: str | None = None
