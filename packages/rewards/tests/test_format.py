@@ -148,3 +148,27 @@ def test_kimi_length_rewards_hand_values() -> None:
     assert kimi_length_rewards([7, 7], [True, False]) == [0.0, 0.0]
     with pytest.raises(ValueError, match="same length"):
         kimi_length_rewards([1], [True, False])
+
+
+_TAGGY = st.lists(
+    st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "<search>", "</search>", "<information>",
+                     "</information>", "<tool_call>", "</tool_call>", "{", "}", '"name"', ":", "x", " ", "\udcff"]),
+    max_size=30,
+).map("".join)  # fmt: skip
+
+
+@given(text=st.one_of(_TAGGY, st.text(max_size=200)))
+def test_checks_never_raise_and_stay_in_range(text: str) -> None:
+    for check in (r1_format(text), search_r1_sequence(text), tool_call_format(text)):
+        assert check.score in (0.0, 1.0) and check.reason
+    assert 0.0 <= search_r1_format_reward(text, ["x"]).score <= 1.0
+
+
+def test_huge_response_is_fast() -> None:
+    import time
+
+    text = "<think>" + "a" * 1_000_000 + "</think><answer>" + "b" * 1_000_000 + "</answer>"
+    start = time.monotonic()
+    assert r1_format(text).score == 1.0 and search_r1_sequence(text).score == 1.0
+    assert tool_call_format(text).reason == "no tool call"
+    assert time.monotonic() - start < 5.0

@@ -52,7 +52,8 @@ def test_canonical_source(name: str, key: str | None) -> None:
 
 def test_registry_import_is_lazy() -> None:
     code = (
-        "import sys, rlloom.rewards.registry as r; r.get_scorer('nq'); "
+        "import sys, rlloom.rewards as rr, rlloom.rewards.registry as r; r.get_scorer('nq'); "
+        "rr.f1, rr.Rubric, rr.score_batch, rr.LLMJudge, rr.r1_format; "
         "print(any(m in sys.modules for m in ('sympy', 'math_verify', 'rlloom.rewards.math', 'rlloom.rewards.code')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
