@@ -136,6 +136,10 @@ def _limit_memory(limit_mb: int | None) -> None:
         pass  # not POSIX: the timeout remains the bound
 
 
+def _wire(result: ScoreResult) -> tuple[float, dict[str, float], str | None, str | None, dict[str, Any]]:
+    return (result.score, result.components, result.extracted, result.error, result.details)
+
+
 def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
     """Worker loop: receive (index, spec, response, ground_truth, extra_info), reply (index, result, exiting)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -162,10 +166,10 @@ def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
             result, exiting = _error("memory", f"scorer exceeded the worker memory cap ({memory_limit_mb} MiB)"), True
         except BaseException as exc:
             result = _error("exception", f"{type(exc).__name__}: {exc}"[:2000])
-        try:
-            conn.send((index, result, exiting))
+        try:  # plain tuples: unpickling a pydantic model costs ~50 us, more than a QA scorer's work
+            conn.send((index, _wire(result), exiting))
         except Exception as exc:  # an unpicklable detail: report it rather than lose the item
-            conn.send((index, _error("exception", f"result not transferable: {exc}"), exiting))
+            conn.send((index, _wire(_error("exception", f"result not transferable: {exc}")), exiting))
         if exiting:
             return
 
@@ -382,7 +386,13 @@ class ScoringPool:
                     worker.loaded.add(worker.specs[worker.queue[0]])
                     worker.deadline = time.monotonic() + worker.per_item
                     continue
-                finish(worker, result)
+                score, components, extracted, error, details = result
+                finish(
+                    worker,
+                    ScoreResult.model_construct(
+                        score=score, components=components, extracted=extracted, error=error, details=details
+                    ),
+                )  # no re-validation: the worker built it as a ScoreResult
                 if exiting:
                     self._replace(worker, pending)
                     return
