@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.tiny import char_tokenizer
+from rlloom.retrieval import Hit
 
 Script = Callable[[str], str]
 
@@ -77,25 +77,15 @@ class ReplayEngine:
         return None  # replayed text has no weights
 
 
-@dataclass
-class FixedHit:
-    """Shaped like rlloom.retrieval's Hit (doc_id, score, text, title)."""
-
-    doc_id: str
-    score: float
-    text: str
-    title: str
-
-
 class FixedRetriever:
-    """Returns the same passages for any query and records the queries (a test double of the Retriever API)."""
+    """Returns the same real `Hit`s for any query and records the queries (a test double of a Retriever)."""
 
-    def __init__(self, hits: list[FixedHit], delay_s: float = 0.0) -> None:
+    def __init__(self, hits: list[Hit], delay_s: float = 0.0) -> None:
         self.hits = hits
         self.delay_s = delay_s
         self.queries: list[str] = []
 
-    def search(self, queries: Sequence[str], k: int) -> list[list[FixedHit]]:
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         if self.delay_s:
             time.sleep(self.delay_s)
         self.queries.extend(queries)
@@ -118,5 +108,5 @@ def fixed_retriever() -> type[FixedRetriever]:
 
 
 @pytest.fixture(scope="session")
-def hit() -> type[FixedHit]:
-    return FixedHit
+def hit() -> Any:
+    return lambda doc_id, score, text, title: Hit(doc_id=doc_id, score=score, text=text, title=title)

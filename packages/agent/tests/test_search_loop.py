@@ -12,9 +12,9 @@ from rlloom.agent.loop import AgentLoop, AgentLoopConfig
 from rlloom.agent.rewards import AgentRubric
 
 HITS = [
-    ("7", 2.0, "Paris is the capital of France.", '"Paris"'),
-    ("9", 1.5, "France is in Europe.", '"France"'),
-    ("3", 1.0, "Unused third passage.", '"Other"'),
+    ("7", 2.0, "Paris is the capital of France.", "Paris"),
+    ("9", 1.5, "France is in Europe.", "France"),
+    ("3", 1.0, "Unused third passage.", "Other"),
 ]
 
 
@@ -118,7 +118,7 @@ def test_observation_truncated_with_marker_keeps_closing_tag(
     loop, _ = make_loop(search_script, long_hit, max_obs_tokens=50, truncation_marker="[cut]")
     [traj] = loop.run([{"question": "q?", "answer": "Paris"}])
     text = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
-    body = "Doc 1(Title: T) " + "x" * 400
+    body = 'Doc 1(Title: "T") ' + "x" * 400
     assert "\n\n<information>" + body[:45] + "[cut]</information>\n\n" in text
     assert traj.metrics["obs_truncated"] == 1
     assert traj.finish_reason == "stop"

@@ -2,19 +2,21 @@
 
 from rlloom.agent.__about__ import __version__
 from rlloom.agent.environment import Environment, Observation, Prompt, Sample, StepResult
-from rlloom.agent.envs.search import SearchEnv, SearchEnvConfig
+from rlloom.agent.envs.code import CodeEnv, python_tool, python_toolset
+from rlloom.agent.envs.search import SearchEnv, SearchEnvConfig, ThreadedRetriever
 from rlloom.agent.envs.single_turn import SingleTurnEnv
 from rlloom.agent.envs.tool import ToolEnv
 from rlloom.agent.loop import AgentLoop, AgentLoopConfig, rollout_metrics, to_batch
 from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_tag_content
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
 from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
-from rlloom.agent.tools import Tool, ToolResult, Toolset
+from rlloom.agent.tools import Tool, ToolError, ToolResult, Toolset
 
 __all__ = [
     "AgentLoop",
     "AgentLoopConfig",
     "AgentRubric",
+    "CodeEnv",
     "Environment",
     "EpisodeSummary",
     "HermesToolCallParser",
@@ -25,10 +27,12 @@ __all__ = [
     "SearchEnvConfig",
     "SingleTurnEnv",
     "StepResult",
+    "ThreadedRetriever",
     "Tool",
     "ToolCall",
     "ToolCallParser",
     "ToolEnv",
+    "ToolError",
     "ToolResult",
     "Toolset",
     "XMLParser",
@@ -36,6 +40,8 @@ __all__ = [
     "extract_answer",
     "first_action",
     "last_tag_content",
+    "python_tool",
+    "python_toolset",
     "rollout_metrics",
     "to_batch",
 ]

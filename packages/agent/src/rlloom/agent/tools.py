@@ -29,6 +29,10 @@ from transformers.utils.chat_template_utils import (
 from rlloom.agent.tool_calls import ToolCall
 
 
+class ToolError(Exception):
+    """Raise from a tool to report a failure to the model with exactly this message (counted as a tool error)."""
+
+
 @dataclass(slots=True)
 class ToolResult:
     """What a call produced: text for the model, and whether it succeeded."""
@@ -114,6 +118,8 @@ class Toolset:
         except ValidationError as exc:
             msg = f"Error: invalid arguments for {call.name}: {_short_validation(exc)}"
             return ToolResult(call.name, msg, False, time.perf_counter() - start)
+        except ToolError as exc:
+            return ToolResult(call.name, str(exc), False, time.perf_counter() - start)
         except TimeoutError:
             msg = f"Error: {call.name} did not finish within {self.timeout_s} s"
             return ToolResult(call.name, msg, False, time.perf_counter() - start)

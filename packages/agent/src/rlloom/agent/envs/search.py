@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +47,30 @@ SEARCH_R1_INVALID_ACTION = (
 PassageFormatter = Callable[[Sequence[Any]], str]
 
 
+class ThreadedRetriever:
+    """Gives a blocking retriever an `asearch` that runs on its own thread pool.
+
+    asyncio's default pool has only `cpu_count + 4` threads, so hundreds of conversations waiting on a slow
+    (remote, or rate-limited) sync retriever would queue behind a handful of threads. Build one and share it.
+    """
+
+    def __init__(self, retriever: Any, *, max_threads: int = 64) -> None:
+        if not callable(getattr(retriever, "search", None)):
+            raise TypeError(f"ThreadedRetriever: {type(retriever).__name__} has no `search(queries, k)` method")
+        self.retriever = retriever
+        self._pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="rlloom-search")
+
+    def search(self, queries: Sequence[str], k: int) -> Any:
+        return self.retriever.search(queries, k)
+
+    async def asearch(self, queries: Sequence[str], k: int) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.retriever.search, list(queries), k)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class SearchEnvConfig(BaseModel):
     """Search-R1's protocol knobs; every default is Search-R1's."""
 
@@ -61,7 +86,7 @@ class SearchEnvConfig(BaseModel):
     top_k: int = Field(default=3, ge=1, description="Passages per search (Search-R1 trains with 3).")
     doc_template: str = Field(
         default="Doc {rank}(Title: {title}) {text}\n",
-        description="One passage; fields: rank (1-based), title, text, doc_id, score.",
+        description="One passage; fields: rank (1-based), title (quoted, Search-R1's first line), text, doc_id, score.",
     )
     invalid_action_text: str = Field(default=SEARCH_R1_INVALID_ACTION, description="Observation for a bad turn.")
     stop_at_answer: bool = Field(
@@ -170,13 +195,24 @@ class SearchEnv:
         return list(results[0])
 
     def _format_passages(self, hits: Sequence[Any]) -> str:
-        return "".join(
-            self.config.doc_template.format(
-                rank=i + 1,
-                title=getattr(h, "title", ""),
-                text=getattr(h, "text", ""),
-                doc_id=getattr(h, "doc_id", ""),
-                score=getattr(h, "score", 0.0),
+        """Search-R1's `_passages2string`: title = first line of `contents` (quoted), text = the rest."""
+        parts = []
+        for i, h in enumerate(hits):
+            title, text = search_r1_title_and_text(h)
+            parts.append(
+                self.config.doc_template.format(
+                    rank=i + 1, title=title, text=text, doc_id=getattr(h, "doc_id", ""), score=getattr(h, "score", 0.0)
+                )
             )
-            for i, h in enumerate(hits)
-        )
+        return "".join(parts)
+
+
+def search_r1_title_and_text(hit: Any) -> tuple[str, str]:
+    """Split a hit the way Search-R1 splits `contents`: the first line (the quoted title) and the rest."""
+    contents = getattr(hit, "contents", None)
+    if not isinstance(contents, str):
+        title = getattr(hit, "title", None)
+        text = str(getattr(hit, "text", ""))
+        contents = f'"{title}"\n{text}' if title is not None else text
+    lines = contents.split("\n")
+    return lines[0], "\n".join(lines[1:])

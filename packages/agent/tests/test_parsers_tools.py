@@ -1,0 +1,146 @@
+"""Parsers, tool schemas and tool execution, each against hand-written expectations."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from rlloom.agent.environment import Observation, Prompt, Sample
+from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_tag_content
+from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall
+from rlloom.agent.tools import Tool, ToolError, Toolset
+
+
+def test_xml_parser_tolerates_whitespace_and_reports_problems() -> None:
+    parser = XMLParser(["think", "answer"], non_empty=["answer"])
+    ok = parser.parse("< think >\n plan \n</think>\n<ANSWER> 42 </ answer>")
+    assert ok.format_ok
+    assert [(b.tag, b.content) for b in ok.blocks] == [("think", "plan"), ("answer", "42")]
+    bad = parser.parse("<think>a<answer></answer>")
+    assert not bad.format_ok
+    assert "<think> opened 1 times but closed 0 times" in bad.problems
+    assert "<answer> is empty" in bad.problems
+    nested = parser.parse("<think> x <answer>1</answer> </think>")
+    assert "<answer> is nested inside <think>" in nested.problems
+    with pytest.raises(ValueError, match="not a valid tag name"):
+        XMLParser(["a b"])
+
+
+def test_first_action_follows_search_r1() -> None:
+    assert first_action("<think>x</think><search> q1 </search><answer>a</answer>") == ("search", "q1")
+    assert first_action("<answer>\n Paris \n</answer><search>q</search>") == ("answer", "Paris")
+    assert first_action("<search>unclosed") is None
+    assert first_action("<query>q</query>", ("query", "final")) == ("query", "q")
+
+
+def test_answer_hooks_take_the_last_block() -> None:
+    assert extract_answer("<answer>1</answer> then <answer> 2 </answer>") == "2"
+    assert extract_answer("no answer") is None
+    assert last_tag_content("final")("<final>x</final>") == "x"
+
+
+def test_hermes_parser_valid_malformed_and_unclosed() -> None:
+    parser = HermesToolCallParser()
+    text = (
+        '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+        '<tool_call>{"name": "g", "arguments": "{\\"y\\": 2}"}</tool_call>'
+        "<tool_call>[1]</tool_call>"
+        '<tool_call>{"arguments": {}}</tool_call>'
+        '<tool_call>{"name": "h"'
+    )
+    parsed = parser.parse(text)
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("f", {"x": 1}), ("g", {"y": 2})]
+    assert parsed.errors == [
+        'tool call must be a JSON object like {"name": ..., "arguments": {...}}',
+        'tool call has no "name" string',
+        "a <tool_call> block was not closed with </tool_call>",
+    ]
+    assert not parser.parse("just text").found_any
+
+
+def lookup(key: str, limit: int = 2) -> list[str]:
+    """Find entries.
+
+    Args:
+        key: what to find
+        limit: how many entries at most
+    """
+    if key == "boom":
+        raise RuntimeError("backend down")
+    if key == "fail":
+        raise ToolError("nothing matched 'fail'")
+    return [key] * limit
+
+
+def test_tool_schema_comes_from_hints_and_docstring() -> None:
+    tool = Tool(lookup)
+    assert tool.schema == {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find entries.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string", "description": "what to find"},
+                    "limit": {"type": "integer", "description": "how many entries at most"},
+                },
+                "required": ["key"],
+            },
+        },
+    }
+
+    def undocumented(x: int) -> int:
+        return x
+
+    with pytest.raises(ValueError, match="describe each one in a Google-style docstring"):
+        Tool(undocumented)
+    with pytest.raises(ValueError, match="two tools are named 'lookup'"):
+        Toolset([lookup, lookup])
+
+
+def test_toolset_turns_every_failure_into_an_error_result() -> None:
+    toolset = Toolset([lookup])
+
+    async def run(call: ToolCall) -> Any:
+        return await toolset.call(call)
+
+    ok = asyncio.run(run(ToolCall("lookup", {"key": "a", "limit": "3"})))
+    assert (ok.ok, ok.content) == (True, '["a", "a", "a"]')
+    bad_args = asyncio.run(run(ToolCall("lookup", {"limit": "many"})))
+    assert not bad_args.ok
+    assert bad_args.content.startswith("Error: invalid arguments for lookup: key: Missing required argument; limit:")
+    raised = asyncio.run(run(ToolCall("lookup", {"key": "boom"})))
+    assert raised.content == "Error: lookup raised RuntimeError: backend down"
+    failed = asyncio.run(run(ToolCall("lookup", {"key": "fail"})))
+    assert (failed.ok, failed.content) == (False, "nothing matched 'fail'")
+    toolset.close()
+
+
+def test_sample_reads_verl_and_flat_rows() -> None:
+    verl = Sample.from_row(
+        {
+            "data_source": "nq",
+            "prompt": [{"role": "user", "content": "Q?"}],
+            "reward_model": {"ground_truth": {"target": ["a"]}},
+            "extra_info": {"index": 3},
+            "ability": "fact-reasoning",
+        }
+    )
+    assert verl.ground_truth == {"target": ["a"]}
+    assert verl.extra_info == {"index": 3, "ability": "fact-reasoning"}
+    flat = Sample.from_row({"question": "q", "golden_answers": ["x", "y"]})
+    assert flat.ground_truth == ["x", "y"]
+    with pytest.raises(ValueError, match="neither 'question' nor 'prompt'"):
+        Sample.from_row({"answer": "x"})
+
+
+def test_prompt_and_observation_need_exactly_one_form() -> None:
+    with pytest.raises(ValueError, match="exactly one of `messages` or `text`"):
+        Prompt()
+    with pytest.raises(ValueError, match="exactly one of `text` or `messages`"):
+        Observation(text="a", messages=[{"role": "tool", "content": "b"}])
+    with pytest.raises(ValueError, match="messages is empty"):
+        Observation(messages=[])
