@@ -10,6 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +162,42 @@ def test_items_queued_behind_a_hang_or_crash_are_still_scored() -> None:
         results = one.score(items)
     assert [r.details.get("error_kind") for r in results] == [None, None, "timeout", None, None, "crash", None, None]
     assert [r.score for r in results] == pytest.approx([0.0, 0.01, 0.0, 0.03, 0.04, 0.0, 0.06, 10_000.0])
+
+
+def test_workers_die_with_the_scoring_process(tmp_path: Any) -> None:
+    """A parent killed by SIGKILL while its worker hangs must not leave the worker running."""
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "worker.pid"
+    script = (
+        "import os, sys; from rlloom.rewards.batch import ScoringPool\n"
+        "pool = ScoringPool(1, timeout=600)\n"
+        "pool._ensure_started()\n"
+        f"open({str(pid_file)!r}, 'w').write(str(pool._workers[0].process.pid))\n"
+        f"pool.score([('x', None, {spec('hang')!r})])\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    time.sleep(1.0)  # let the hang start
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        try:
+            state = Path(f"/proc/{worker}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            return
+        if state == "Z":
+            return  # exited; a zombie until its (dead) parent's reaper collects it
+        time.sleep(0.2)
+    pytest.fail(f"worker {worker} outlived its killed parent")

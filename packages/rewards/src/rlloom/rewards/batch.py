@@ -140,10 +140,19 @@ def _wire(result: ScoreResult) -> tuple[float, dict[str, float], str | None, str
     return (result.score, result.components, result.extracted, result.error, result.details)
 
 
+def _die_with_parent(parent: int) -> None:
+    """If the scoring process dies (even by SIGKILL), end this worker and whatever its scorer started, even
+    when the scorer is stuck and never reads the socket's EOF."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.killpg(0, signal.SIGKILL)
+
+
 def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
     """Worker loop: receive (index, spec, response, ground_truth, extra_info), reply (index, result, exiting)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _limit_memory(memory_limit_mb)
+    threading.Thread(target=_die_with_parent, args=(os.getppid(),), daemon=True).start()
     while True:
         try:
             message = conn.recv()
