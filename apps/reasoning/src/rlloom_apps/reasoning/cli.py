@@ -1,4 +1,4 @@
-"""`reasoning` console script: data preparation now; train and eval entry points follow (see ROADMAP)."""
+"""`reasoning` console script: `demo` (train a tiny model end to end on CPU) and `prepare-data`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,47 @@ def main(argv: list[str] | None = None) -> None:
     prep.add_argument("--out", required=True, type=Path, help="output JSONL of training rows")
     prep.add_argument("--split", default="test")
     prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows")
+    demo = commands.add_parser(
+        "demo",
+        help="train a tiny model end to end on CPU (warm-up, then GRPO with held-out validation)",
+        description="Supervised warm-up, then GRPO on digit reversal with rlloom's trainer, HF engine and math "
+        "scorer. Extra arguments are dotted trainer-config overrides, e.g. actor.lr=5e-4 rollout.n=4.",
+    )
+    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: configs/demo.yaml's 40)")
+    demo.add_argument("--seed", type=int, default=0, help="model initialisation, warm-up and training seed")
+    demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
+    demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        _demo(parser, args)
+        return
     if not args.input.is_file():
         parser.error(f"--input {args.input} does not exist")
     n = prepare(args.dataset, args.input, args.out, split=args.split, limit=args.limit)
     print(f"wrote {n} rows to {args.out}")
+
+
+def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+    from rlloom_apps.reasoning.demo import run_demo
+    from rlloom_apps.reasoning.demo_report import ascii_curve, save_plot
+
+    from rlloom.core_rl.config import ConfigError
+
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    try:
+        result = run_demo(output_dir=args.out, steps=args.steps, seed=args.seed, overrides=args.overrides)
+    except (ConfigError, ValidationError, FileExistsError) as err:
+        parser.error(str(err))
+    print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
+    print(
+        f"held-out reward: untrained {result.untrained_reward:.2f} -> after warm-up {result.before_reward:.2f} "
+        f"-> after GRPO {result.after_reward:.2f}"
+    )
+    plot = save_plot(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png")
+    if plot is not None:
+        print(f"reward curve: {plot}")
+    else:
+        print("held-out reward per validation (install matplotlib for a PNG):")
+        print(ascii_curve(result.val_curve))
