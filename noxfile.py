@@ -217,7 +217,7 @@ def dev(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: a CPU demo that trains a tiny model end to end on embedded defaults."""
     session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS])
-    session.run("python", "-m", "rlloom.core_rl.demo", *session.posargs)
+    session.run("reasoning", "demo", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
