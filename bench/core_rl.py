@@ -8,7 +8,7 @@ ours, ...) so load on a shared machine hits both alike. A second "ours" row spli
 micro-batches with gradient accumulation, which the floor does not do (extra work, reported for information).
 
 Run: .venv/bin/python bench/core_rl.py [--repeats 9] [--threads 1]
-Prints medians and the overhead ratio ours/floor − 1 (goal: ≤ 10%).
+Prints CPU-time medians and the overhead ratio ours/floor − 1 (goal: ≤ 10%).
 """
 
 from __future__ import annotations
@@ -70,15 +70,19 @@ def bare_update(model: PreTrainedModel, opt: torch.optim.Optimizer, batch: Traje
 
 
 def median_seconds(runs: list[Callable[[], object]], repeats: int) -> list[float]:
-    """Median wall time of each callable, alternating them so noise affects all alike."""
+    """Median CPU seconds of each callable, alternating them so drift affects all alike.
+
+    CPU time of this process (one torch thread) rather than wall time: on a shared machine the wall clock also
+    counts the time other processes hold the cores, which swamps a 10% difference.
+    """
     for fn in runs:
         fn()  # warm-up
     times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
         for i, fn in enumerate(runs):
-            start = time.perf_counter()
+            start = time.process_time()
             fn()
-            times[i].append(time.perf_counter() - start)
+            times[i].append(time.process_time() - start)
     return [statistics.median(t) for t in times]
 
 
@@ -142,7 +146,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), medians of {args.repeats}\n")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU-time medians of {args.repeats}\n")
     print(
         "| model (hidden × layers) | batch (samples × padded tokens) | floor (ms) | ours (ms) | overhead "
         "| ours, 4 micro-batches (ms) |"

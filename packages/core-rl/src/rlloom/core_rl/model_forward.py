@@ -18,6 +18,15 @@ from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.packing import pack, unpack
 
+CHUNK_ELEMENTS = 256 * 32_768
+"""Logit elements per chunk of the log-prob/entropy reductions (32 MiB in float32): chunking by elements rather
+than rows keeps a 150k vocabulary's temporaries small and lets a small vocabulary run in one chunk, where
+splitting would only add per-op overhead."""
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(256, CHUNK_ELEMENTS // max(vocab, 1))
+
 
 def response_logprobs(
     model: nn.Module, batch: TrajectoryBatch, *, temperature: float = 1.0, packed: bool = False, entropy: bool = False
@@ -31,8 +40,9 @@ def response_logprobs(
         # Next token in the stream; at a sequence's last token this is the next sequence's first token, a junk
         # value that unpacks onto the response column after the last real token, which is padding.
         next_ids = torch.roll(seqs.input_ids[0], -1)
-        logprobs = unpack(logprobs_from_logits(logits, next_ids), seqs)[:, width_p - 1 : -1]
-        ent = unpack(entropy_from_logits(logits), seqs)[:, width_p - 1 : -1] if entropy else None
+        rows = _chunk_rows(logits.shape[-1])
+        logprobs = unpack(logprobs_from_logits(logits, next_ids, chunk_size=rows), seqs)[:, width_p - 1 : -1]
+        ent = unpack(entropy_from_logits(logits, chunk_size=rows), seqs)[:, width_p - 1 : -1] if entropy else None
     else:
         out = model(
             input_ids=batch["input_ids"],
@@ -41,8 +51,9 @@ def response_logprobs(
             use_cache=False,
         )
         logits = out.logits[:, width_p - 1 : -1] / temperature
-        logprobs = logprobs_from_logits(logits, batch.responses)
-        ent = entropy_from_logits(logits) if entropy else None
+        rows = _chunk_rows(logits.shape[-1])
+        logprobs = logprobs_from_logits(logits, batch.responses, chunk_size=rows)
+        ent = entropy_from_logits(logits, chunk_size=rows) if entropy else None
     mask = batch.response_attention_mask.bool()
     logprobs = torch.where(mask, logprobs, torch.zeros_like(logprobs))
     if ent is not None:
