@@ -31,7 +31,7 @@ def engine(model: torch.nn.Module, tok: Any) -> Iterator[HFEngine]:
     eng.close()
 
 
-def peaked_state(tok: Any, seed: int) -> dict[str, torch.Tensor]:
+def _peaked_state(tok: Any, seed: int) -> dict[str, torch.Tensor]:
     """Weights of another tiny model with embeddings scaled up, so its next-token distributions are sharp.
 
     A freshly initialised model is nearly uniform over the vocabulary, so the same seed samples the same
@@ -40,6 +40,12 @@ def peaked_state(tok: Any, seed: int) -> dict[str, torch.Tensor]:
     state = {k: v.clone() for k, v in tiny_qwen2(tok, seed=seed).state_dict().items() if k != "lm_head.weight"}
     state["model.embed_tokens.weight"] *= 40.0
     return state
+
+
+@pytest.fixture
+def peaked_state() -> Any:
+    """`peaked_state(tok, seed)`: sharp weights of another tiny model (see `_peaked_state`)."""
+    return _peaked_state
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
 
-from .conftest import peaked_state
-
 
 def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:
     return GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(**sampling))
@@ -115,7 +113,7 @@ def test_chat_messages_render_with_the_template(engine: HFEngine, encode: Any) -
     assert engine.generate([req])[0][0].prompt_ids == expected
 
 
-def test_weight_update_changes_outputs(engine: HFEngine, tok: Any, encode: Any) -> None:
+def test_weight_update_changes_outputs(engine: HFEngine, tok: Any, encode: Any, peaked_state: Any) -> None:
     p = encode("weights")
     before = engine.generate([_req(p, seed=11, max_tokens=20, ignore_eos=True)])[0][0]
     other = tiny_qwen2(tok, seed=123)

@@ -13,8 +13,6 @@ from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.rollout.hf_engine import HFEngine
 from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig, OpenAIEngineError
 
-from .conftest import peaked_state
-
 
 def _remote(served: Any, **kw: Any) -> OpenAIEngine:
     return OpenAIEngine(OpenAIEngineConfig(base_url=served.base_url, model="tiny", **kw))
@@ -87,7 +85,7 @@ def test_unreachable_server_gives_up_after_retries(encode: Any) -> None:
         OpenAIEngine(cfg).generate([GenerationRequest(prompt_ids=encode("x"))])
 
 
-def test_update_weights_pushes_to_the_server(served: Any, tok: Any, encode: Any) -> None:
+def test_update_weights_pushes_to_the_server(served: Any, tok: Any, encode: Any, peaked_state: Any) -> None:
     remote = _remote(served)
     req = GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(seed=2, max_tokens=12, ignore_eos=True))
     before = remote.generate([req])[0][0]

@@ -14,8 +14,6 @@ from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
 from rlloom.rollout.pool import RolloutPool, assign_by_tokens, request_tokens
 
-from .conftest import peaked_state
-
 
 def _reqs(encode: Any, k: int, **kw: Any) -> list[GenerationRequest]:
     return [
@@ -68,7 +66,9 @@ class _CrashingEngine(HFEngine):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
-def test_dead_replica_is_restarted_with_latest_weights_and_requests_retried(tok: Any, encode: Any) -> None:
+def test_dead_replica_is_restarted_with_latest_weights_and_requests_retried(
+    tok: Any, encode: Any, peaked_state: Any
+) -> None:
     made: list[str] = []
 
     def factory() -> HFEngine:
@@ -112,7 +112,7 @@ def test_restart_budget_is_enforced(tok: Any, encode: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (extra `ray`)")
-def test_ray_replicas(tok: Any, encode: Any) -> None:
+def test_ray_replicas(tok: Any, encode: Any, peaked_state: Any) -> None:
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

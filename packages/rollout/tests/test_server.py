@@ -15,8 +15,6 @@ from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
 
-from .conftest import peaked_state
-
 
 def _client(served: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=60)
@@ -70,7 +68,7 @@ def test_bad_requests_name_the_field_and_server_stays_up(served: Any) -> None:
     assert client.completions.create(model="tiny", prompt="still here", max_tokens=3).choices[0].text is not None
 
 
-def test_weight_update_endpoint_changes_outputs(served: Any, tok: Any, tmp_path: Any) -> None:
+def test_weight_update_endpoint_changes_outputs(served: Any, tok: Any, tmp_path: Any, peaked_state: Any) -> None:
     client = _client(served)
 
     def sample() -> str:
