@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.rewards.math import compare, is_equivalent, score
+from rlloom.rewards.math import compare, is_equivalent, math_scorer, score
 
 DATA = Path(__file__).parent / "data"
 
@@ -92,3 +92,13 @@ def test_math500_reference_solutions_score_one() -> None:
     failures = [r["unique_id"] for r in rows if score(r["solution"], r["answer"]) != 1.0]
     assert failures == []
     assert all(is_equivalent(r["answer"], r["answer"]) for r in rows)
+
+
+def test_letter_gold_with_choices_accepts_the_option_text() -> None:
+    # geometry3k: gold "D", choices ["30", "40", "60", "80"]; a model may answer the letter or the value.
+    info = {"choices": ["30", "40", "60", "80"]}
+    assert math_scorer("\\boxed{D}", "D", extra_info=info).score == 1.0
+    assert math_scorer("\\boxed{80}", "D", extra_info=info).score == 1.0
+    assert math_scorer("\\boxed{60}", "D", extra_info=info).score == 0.0
+    assert math_scorer("\\boxed{C}", "D", extra_info=info).score == 0.0
+    assert math_scorer("\\boxed{80}", "D").score == 0.0  # without choices a value cannot match a letter

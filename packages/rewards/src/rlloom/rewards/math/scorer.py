@@ -74,10 +74,22 @@ def score(
     return score_detailed(response, gold, modes=modes, timeout=timeout).score
 
 
+def _with_choice_text(ground_truth: Any, choices: Any) -> Any:
+    """A letter gold with `extra_info["choices"]` (geometry3k) also accepts the chosen option's text ("D" or "80")."""
+    if not (isinstance(ground_truth, str) and isinstance(choices, (list, tuple))):
+        return ground_truth
+    letter = ground_truth.strip().strip("()")
+    index = ord(letter) - ord("A") if len(letter) == 1 and "A" <= letter <= "J" else -1
+    if 0 <= index < len(choices) and isinstance(choices[index], (str, int, float)):
+        return [ground_truth, str(choices[index])]
+    return ground_truth
+
+
 def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """`Scorer`-protocol entry point (registry: gsm8k, math, math500, aime, amc, minerva, olympiadbench, ...).
 
-    `extra_info` may set "timeout" (seconds) and "modes" (extraction modes); other keys are ignored.
+    `extra_info` may set "timeout" (seconds), "modes" (extraction modes) and "choices" (option texts, so a letter
+    gold such as geometry3k's "D" also accepts the text of option D); other keys are ignored.
     """
     info = dict(extra_info or {})
     if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
@@ -86,6 +98,7 @@ def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
         return ScoreResult(
             score=0.0, error=f"ground_truth must be a str or list of str, got {type(ground_truth).__name__}"
         )
+    ground_truth = _with_choice_text(ground_truth, info.get("choices"))
     modes = tuple(info.get("modes", DEFAULT_MODES))
     timeout = float(info.get("timeout", DEFAULT_TIMEOUT))
     try:
