@@ -28,168 +28,27 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm import tqdm
 
-from rlloom.rewards.registry import DEFAULT_SCORERS, ScorerLoadError, get_scorer, is_loaded, scorer_spec, to_result
+from rlloom.rewards.batch_worker import LOADED
+from rlloom.rewards.items import ErrorKind, ScoreItem, as_item, error_result, score_item
+from rlloom.rewards.registry import DEFAULT_SCORERS
 from rlloom.rewards.types import ScoreResult
 
-ErrorKind = Literal["timeout", "crash", "memory", "exception", "load"]
+__all__ = ["ErrorKind", "ScoreItem", "ScoringPool", "as_item", "ascore_batch", "score_batch", "score_item"]
+
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT_MB = 4096
 DEFAULT_LOAD_TIMEOUT = 60.0
-_LOADED = "loaded"
 PREFETCH = 4
 PREFETCH_MAX_CHARS = 16_384
 
 
-class ScoreItem(BaseModel):
-    """One response to score: what to score it against and which scorer (a data_source name or import spec)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    response: str = Field(description="The model's output text (bytes are decoded as UTF-8 with replacement).")
-    ground_truth: Any = Field(default=None, description="What the scorer compares against (its own format).")
-    data_source: str | None = Field(default=None, description="Dataset name routed via the registry, e.g. 'gsm8k'.")
-    scorer: str | None = Field(
-        default=None, description="'module:function' or 'file.py:function'; overrides data_source when both given."
-    )
-    extra_info: dict[str, Any] = Field(default_factory=dict, description="Passed to the scorer as extra_info.")
-
-    @field_validator("response", mode="before")
-    @classmethod
-    def _decode(cls, value: Any) -> Any:
-        return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
-
-    @model_validator(mode="after")
-    def _has_scorer(self) -> ScoreItem:
-        if self.scorer is None and self.data_source is None:
-            raise ValueError("give a data_source (e.g. 'gsm8k') or a scorer ('module:function') for every item")
-        return self
-
-    def spec(self) -> str:
-        """The import spec of this item's scorer."""
-        return scorer_spec(self.scorer or self.data_source or "")
-
-
-def as_item(
-    value: ScoreItem | Mapping[str, Any] | Sequence[Any], index: int, default_scorer: str | None = None
-) -> ScoreItem:
-    """Accept a ScoreItem, a dict of its fields, or a tuple (response, ground_truth, data_source_or_scorer,
-    extra_info?); a third element with a ':' is a scorer spec, otherwise a data_source."""
-    try:
-        if isinstance(value, ScoreItem):
-            return value
-        if isinstance(value, Mapping):
-            data = dict(value)
-            if default_scorer and not data.get("scorer") and not data.get("data_source"):
-                data["scorer"] = default_scorer
-            return ScoreItem.model_validate(data)
-        if isinstance(value, Sequence) and not isinstance(value, str | bytes) and 2 <= len(value) <= 4:
-            response, ground_truth, *rest = value
-            name = rest[0] if rest else default_scorer
-            key = "scorer" if isinstance(name, str) and ":" in name else "data_source"
-            extra = rest[1] if len(rest) > 1 and rest[1] is not None else {}
-            return ScoreItem.model_validate(
-                {"response": response, "ground_truth": ground_truth, key: name, "extra_info": extra}
-            )
-    except ValueError as exc:
-        raise ValueError(f"items[{index}] is invalid: {exc}") from exc
-    raise TypeError(
-        f"items[{index}] is a {type(value).__name__}; give a ScoreItem, a dict, or a tuple "
-        "(response, ground_truth, data_source_or_scorer, extra_info)"
-    )
-
-
-def _error(kind: ErrorKind, message: str) -> ScoreResult:
-    return ScoreResult(score=0.0, error=message, details={"error_kind": kind})
-
-
-def score_item(item: ScoreItem) -> ScoreResult:
-    """Score one item in this process (no timeout, no isolation): what each worker runs per item."""
-    try:
-        fn = get_scorer(item.spec())
-    except ScorerLoadError as exc:
-        return _error("load", str(exc))
-    value = fn(item.response, item.ground_truth, extra_info=item.extra_info)
-    if asyncio.iscoroutine(value):
-        value = asyncio.run(value)
-    return to_result(value)
-
-
-def _limit_memory(limit_mb: int | None) -> None:
-    if not limit_mb:
-        return
-    try:
-        import resource
-
-        limit = limit_mb * 1024 * 1024
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, OSError, ValueError):
-        pass  # not POSIX: the timeout remains the bound
-
-
-def _wire(result: ScoreResult) -> tuple[float, dict[str, float], str | None, str | None, dict[str, Any]]:
-    return (result.score, result.components, result.extracted, result.error, result.details)
-
-
-def _die_with_parent(parent: int) -> None:
-    """If the scoring process dies (even by SIGKILL), end this worker and whatever its scorer started, even
-    when the scorer is stuck and never reads the socket's EOF."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os.killpg(0, signal.SIGKILL)
-
-
-def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
-    """Worker loop: receive (index, spec, response, ground_truth, extra_info), reply (index, result, exiting)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _limit_memory(memory_limit_mb)
-    threading.Thread(target=_die_with_parent, args=(os.getppid(),), daemon=True).start()
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        index, spec, response, ground_truth, extra_info = message
-        exiting = False
-        try:
-            if not is_loaded(spec):
-                with contextlib.suppress(ScorerLoadError):  # reported by score_item below
-                    get_scorer(spec)
-                conn.send((_LOADED, index, False))  # the item's own deadline starts now, import time excluded
-            item = ScoreItem.model_construct(
-                response=response, ground_truth=ground_truth, scorer=spec, data_source=None, extra_info=extra_info
-            )
-            result = score_item(item)
-        except MemoryError:
-            result, exiting = _error("memory", f"scorer exceeded the worker memory cap ({memory_limit_mb} MiB)"), True
-        except BaseException as exc:
-            result = _error("exception", f"{type(exc).__name__}: {exc}"[:2000])
-        try:  # plain tuples: unpickling a pydantic model costs ~50 us, more than a QA scorer's work
-            conn.send((index, _wire(result), exiting))
-        except Exception as exc:  # an unpicklable detail: report it rather than lose the item
-            conn.send((index, _wire(_error("exception", f"result not transferable: {exc}")), exiting))
-        if exiting:
-            return
-
-
-def _worker_entry() -> None:
-    """Entry point of a worker subprocess: argv = [fd of its socket end, memory cap in MiB (0 = none)]."""
-    fd, limit = int(sys.argv[1]), int(sys.argv[2])
-    _worker_main(Connection(fd), limit or None)
-
-
-_WORKER_CODE = "from rlloom.rewards.batch import _worker_entry; _worker_entry()"
+_WORKER_CODE = "from rlloom.rewards.batch_worker import main; main()"
 
 
 class _Worker:
@@ -348,7 +207,9 @@ class ScoringPool:
             spec = item.spec()
             if ":" not in spec:
                 known = ", ".join(sorted(DEFAULT_SCORERS))
-                results[i] = _error("load", f"unknown data_source {spec!r}; known: {known}, or give a scorer spec")
+                results[i] = error_result(
+                    "load", f"unknown data_source {spec!r}; known: {known}, or give a scorer spec"
+                )
             else:
                 # resolved here so workers honour registry.register() calls made in this process
                 items[i] = item.model_copy(update={"scorer": spec})
@@ -381,17 +242,17 @@ class ScoringPool:
                     if worker.conn in ready or died:
                         self._collect(worker, finish, pending)
                     elif now >= worker.deadline:
-                        finish(worker, _error("timeout", f"scorer timed out after {per_item:g} s; worker killed"))
+                        finish(worker, error_result("timeout", f"scorer timed out after {per_item:g} s; worker killed"))
                         self._replace(worker, pending)
         finally:
             bar.close()
-        return [r if r is not None else _error("crash", "internal: item was never scored") for r in results]
+        return [r if r is not None else error_result("crash", "internal: item was never scored") for r in results]
 
     def _collect(self, worker: _Worker, finish: Any, pending: deque[int]) -> None:
         try:
             while worker.conn.poll():
                 first, result, exiting = worker.conn.recv()
-                if first == _LOADED:
+                if first == LOADED:
                     worker.loaded.add(worker.specs[worker.queue[0]])
                     worker.deadline = time.monotonic() + worker.per_item
                     continue
@@ -411,7 +272,7 @@ class ScoringPool:
             pass
         if worker.queue:
             reason = _exit_reason(worker.process)
-            finish(worker, _error("crash", f"scorer worker died ({reason}); worker replaced"))
+            finish(worker, error_result("crash", f"scorer worker died ({reason}); worker replaced"))
         self._replace(worker, pending)
 
     async def ascore(
@@ -471,7 +332,7 @@ def score_batch(
             try:
                 out.append(score_item(item))
             except Exception as exc:
-                out.append(_error("exception", f"{type(exc).__name__}: {exc}"))
+                out.append(error_result("exception", f"{type(exc).__name__}: {exc}"))
         return out
     with ScoringPool(workers, timeout=timeout, memory_limit_mb=memory_limit_mb, progress=progress) as own:
         return own.score(items, scorer=scorer)
