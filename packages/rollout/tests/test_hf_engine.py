@@ -160,6 +160,20 @@ def test_agenerate_batches_concurrent_callers(engine: HFEngine, encode: Any) -> 
     assert [g[0].token_ids for g in got] == [a[0].token_ids for a in alone]
 
 
+def test_a_bad_concurrent_request_fails_only_its_caller(tok: Any, encode: Any) -> None:
+    engine = HFEngine(tiny_qwen2(tok, max_position_embeddings=32), tok)
+    good = [_req(encode(f"ok {i}"), max_tokens=4) for i in range(3)]
+    bad = _req(list(range(10, 50)), max_tokens=4)
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(engine.agenerate(r) for r in [*good, bad]), return_exceptions=True)
+
+    out = asyncio.run(run())
+    engine.close()
+    assert all(isinstance(o, list) and len(o) == 1 for o in out[:3])
+    assert isinstance(out[3], ValueError) and "context" in str(out[3])
+
+
 def test_prompt_longer_than_context_is_rejected(tok: Any) -> None:
     small = tiny_qwen2(tok, max_position_embeddings=8)
     with pytest.raises(ValueError, match="context"):

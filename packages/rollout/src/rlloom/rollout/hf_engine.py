@@ -98,6 +98,7 @@ class HFEngine:
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """Complete one request, batched with whatever other callers are waiting at the same time."""
+        self._check_prompt(request, self.prompt_ids(request))  # a bad request fails its caller, not the batch
         return await self._batcher.submit(request)
 
     def close(self) -> None:
@@ -108,11 +109,7 @@ class HFEngine:
         """Validate, split into batches of at most `max_batch_rows` samples, decode, deliver per request."""
         prompts = [self.prompt_ids(r) for r in requests]
         for r, p in zip(requests, prompts, strict=True):
-            if len(p) >= self._settings.max_positions:
-                raise ValueError(
-                    f"request {r.request_id}: prompt has {len(p)} tokens but the model's context is "
-                    f"{self._settings.max_positions}; shorten `prompt_ids`/`messages`."
-                )
+            self._check_prompt(r, p)
         text_only = [i for i, r in enumerate(requests) if not r.multimodal]
         groups: list[list[int]] = []
         current: list[int] = []
@@ -129,6 +126,13 @@ class HFEngine:
         groups.extend([i] for i, r in enumerate(requests) if r.multimodal)
         for group in groups:
             self._decode_group(requests, prompts, group, deliver)
+
+    def _check_prompt(self, request: GenerationRequest, prompt: list[int]) -> None:
+        if len(prompt) >= self._settings.max_positions:
+            raise ValueError(
+                f"request {request.request_id}: prompt has {len(prompt)} tokens but the model's context is "
+                f"{self._settings.max_positions}; shorten `prompt_ids`/`messages`."
+            )
 
     def _decode_group(
         self, requests: list[GenerationRequest], prompts: list[list[int]], group: list[int], deliver: Any
