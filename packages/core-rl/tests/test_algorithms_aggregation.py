@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import algorithms_numpy_reference as ref  # tests/ is on sys.path (conftest)
 import pytest
 import torch
 from hypothesis import given, settings
@@ -17,13 +15,6 @@ from rlloom.core_rl.algorithms import (
     ppo_policy_loss,
     token_and_seq_counts,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "core_rl_np_ref", Path(__file__).with_name("algorithms_numpy_reference.py")
-)
-assert _spec is not None and _spec.loader is not None
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
 
 FAST = settings(max_examples=25, deadline=None)
 

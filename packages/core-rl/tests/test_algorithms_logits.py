@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import algorithms_numpy_reference as ref  # tests/ is on sys.path (conftest)
 import numpy as np
 import pytest
 import torch
 
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
-
-_spec = importlib.util.spec_from_file_location(
-    "core_rl_np_ref", Path(__file__).with_name("algorithms_numpy_reference.py")
-)
-assert _spec is not None and _spec.loader is not None
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
 
 
 def _batch(seed: int = 0, shape: tuple[int, int] = (3, 5), vocab: int = 11) -> tuple[torch.Tensor, torch.Tensor]:

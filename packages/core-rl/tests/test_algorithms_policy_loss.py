@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
+import algorithms_numpy_reference as ref  # tests/ is on sys.path (conftest)
 import numpy as np
 import pytest
 import torch
@@ -22,13 +21,6 @@ from rlloom.core_rl.algorithms import (
     ppo_policy_loss,
     value_loss,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "core_rl_np_ref", Path(__file__).with_name("algorithms_numpy_reference.py")
-)
-assert _spec is not None and _spec.loader is not None
-ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ref)
 
 FAST = settings(max_examples=25, deadline=None)
 
