@@ -193,13 +193,15 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the CUDA case (Qwen2.5-0.5B-sized, bf16, batch 64)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--only", default="", help="run only cases whose model name contains this (e.g. 25M)")
+    parser.add_argument("--no-callers", action="store_true", help="skip the concurrent-callers table")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.gpu and not torch.cuda.is_available():
         raise SystemExit("--gpu needs a CUDA device; run without --gpu for the CPU cases")
     device = torch.device("cuda" if args.gpu else "cpu")
-    cases = gpu_cases() if args.gpu else cpu_cases()
+    cases = [c for c in (gpu_cases() if args.gpu else cpu_cases()) if args.only in c.name]
     print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()} repeats={args.repeats}")
     print("| model | batch | prompt | new tokens | generate tok/s | HFEngine tok/s | engine / generate |")
     print("|---|---|---|---|---|---|---|")
@@ -210,7 +212,9 @@ def main() -> None:
             f"{res['engine']:.0f} | {res['ratio']:.2f} |",
             flush=True,
         )
-    case = cases[-1] if args.gpu else cases[0]
+    if args.no_callers or not cases:
+        return
+    case = cases[0]
     res = concurrent_callers(case, 64, device)
     print()
     print("| model | callers | sequential tok/s (batches) | concurrent tok/s (batches) | concurrent / sequential |")
