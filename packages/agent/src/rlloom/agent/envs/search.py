@@ -26,6 +26,7 @@ from rlloom.agent.parsers import XMLParser, first_action
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trajectory import Trajectory
+from rlloom.rewards.qa import qa_em_scorer
 
 SEARCH_R1_TEMPLATE = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
@@ -96,12 +97,13 @@ class SearchEnvConfig(BaseModel):
 
 
 class SearchEnv:
-    """One Search-R1 conversation against a shared retriever."""
+    """One Search-R1 conversation against a shared retriever; by default rewarded by EM of the last `<answer>`
+    (rlloom-rewards' `qa_em_scorer`, F1 and subEM logged as components)."""
 
     def __init__(
         self,
         retriever: Any,
-        rubric: AgentRubric,
+        rubric: AgentRubric | None = None,
         config: SearchEnvConfig | None = None,
         *,
         format_passages: PassageFormatter | None = None,
@@ -112,7 +114,7 @@ class SearchEnv:
                 "pass an rlloom.retrieval retriever or client"
             )
         self.retriever = retriever
-        self.rubric = rubric
+        self.rubric = rubric if rubric is not None else AgentRubric(qa_em_scorer)
         self.config = config or SearchEnvConfig()
         self.format_passages = format_passages or self._format_passages
         cfg = self.config
