@@ -40,9 +40,9 @@ class DemoSettings:
 
     hidden_size: int = 64
     num_layers: int = 2
-    warmup_steps: int = 150
-    warmup_lr: float = 1e-2
-    warmup_rows: int = 200  # training strings the warm-up sees (GRPO sees all of them)
+    warmup_steps: int = 600
+    warmup_lr: float = 3e-3
+    warmup_rows: int = 600  # training strings the warm-up sees (GRPO sees all of them)
     length: int = 3
     held_out: int = 64
 
