@@ -102,7 +102,9 @@ def _make_isolated_session(folder: str, module: str) -> None:
         wheel = next(dist.glob(f"rlloom_{module}-*.whl"))
         extras = ",".join(TEST_EXTRAS.get(folder, []))
         target = f"rlloom-{folder}[{extras}] @ {wheel.as_uri()}" if extras else str(wheel)
-        session.install("--find-links", str(dist), target, *_test_group(pkg / "pyproject.toml"))
+        # our wheels keep their version between edits: never let uv reuse a cached build of them
+        refresh = [f"--refresh-package=rlloom-{name}" for name in PACKAGES]
+        session.install("--find-links", str(dist), *refresh, target, *_test_group(pkg / "pyproject.toml"))
         # The namespace is real: this package imports, packages it does not depend on do not.
         installed = session.run("python", "-c", _NAMESPACE_PROBE, module, silent=True)
         session.log(f"namespace check: {str(installed).strip()}")
