@@ -29,7 +29,13 @@ from rlloom.core_rl.algorithms import (
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig
 from rlloom.core_rl.model_forward import autocast, response_logprobs
-from rlloom.core_rl.optim import build_optimizer, ppo_minibatches
+from rlloom.core_rl.optim import (
+    build_optimizer,
+    clipped_optimizer_step,
+    load_training_state,
+    ppo_minibatches,
+    training_state,
+)
 
 ADAPTER_DIR = "adapter"
 
@@ -163,12 +169,7 @@ class PolicyActor:
             micro = micro.to(self.device)
             for key, value in self._micro_loss(micro, agg, temperature).items():
                 totals[key] = totals[key] + value if key in totals else value
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.cfg.grad_clip if self.cfg.grad_clip is not None else float("inf")
-        )
-        if torch.isfinite(grad_norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
         out["grad_norm_nonfinite"] = float(not torch.isfinite(grad_norm))
@@ -228,16 +229,10 @@ class PolicyActor:
             self.model.save_pretrained(path)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.get_state(),
-        }
+        return training_state(self.optimizer, self.scheduler, self.generator)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
+        load_training_state(state, self.optimizer, self.scheduler, self.generator)
 
 
 def _merged_lora_weights(model: nn.Module) -> dict[str, torch.Tensor]:

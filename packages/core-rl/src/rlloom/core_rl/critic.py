@@ -20,7 +20,13 @@ from rlloom.core_rl.algorithms import LossAggregation, token_and_seq_counts, val
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import CriticConfig, ModelConfig
 from rlloom.core_rl.model_forward import autocast, response_hidden_states
-from rlloom.core_rl.optim import build_optimizer, ppo_minibatches
+from rlloom.core_rl.optim import (
+    build_optimizer,
+    clipped_optimizer_step,
+    load_training_state,
+    ppo_minibatches,
+    training_state,
+)
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -131,12 +137,7 @@ class ValueCritic:
             share = micro.loss_mask.sum() / float(tokens.clamp(min=1))
             for key, value in {"vf_loss": loss.detach(), **{k: v * share for k, v in metrics.items()}}.items():
                 totals[key] = totals[key] + value if key in totals else value
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.cfg.grad_clip if self.cfg.grad_clip is not None else float("inf")
-        )
-        if torch.isfinite(grad_norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
         return out
@@ -145,13 +146,7 @@ class ValueCritic:
         self.model.save_pretrained(path)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.get_state(),
-        }
+        return training_state(self.optimizer, self.scheduler, self.generator)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
+        load_training_state(state, self.optimizer, self.scheduler, self.generator)

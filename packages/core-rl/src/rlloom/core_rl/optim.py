@@ -7,7 +7,8 @@ and `total_steps` mean what a user reads in the config whatever the mini-batch c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -47,3 +48,35 @@ def ppo_minibatches(
     for _ in range(epochs):
         order = torch.randperm(batch.batch_size, generator=generator) if shuffle else torch.arange(batch.batch_size)
         yield from batch.select(order).split(rows)
+
+
+def clipped_optimizer_step(
+    params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float | None
+) -> torch.Tensor:
+    """Clip gradients to `grad_clip` (None: no clipping), step only when the norm is finite, clear gradients.
+
+    Skipping the step on an inf/nan norm keeps one bad micro-batch from destroying the weights; the caller logs
+    the returned norm so the skip is visible.
+    """
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else float("inf"))
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def training_state(optimizer: torch.optim.Optimizer, scheduler: LambdaLR, generator: torch.Generator) -> dict[str, Any]:
+    """What a worker must checkpoint besides its weights to resume exactly."""
+    return {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "generator": generator.get_state(),
+    }
+
+
+def load_training_state(
+    state: Mapping[str, Any], optimizer: torch.optim.Optimizer, scheduler: LambdaLR, generator: torch.Generator
+) -> None:
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    generator.set_state(state["generator"])
