@@ -1,13 +1,16 @@
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from rlloom.retrieval.client import AsyncRetrievalClient, RetrievalClient, RetrievalError
 from rlloom.retrieval.index import IndexRetriever
-from rlloom.retrieval.types import Retriever
+from rlloom.retrieval.server import ServerLimits
+from rlloom.retrieval.types import Hit, Retriever
 
 
 def _queries(hotpot: Path) -> list[str]:
@@ -61,3 +64,32 @@ def test_unreachable_server_fails_after_retries() -> None:
 
     with pytest.raises(RetrievalError, match="unreachable after 2 tries"):
         asyncio.run(main())
+
+
+def test_client_retries_a_full_queue_until_it_drains(start_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    """A 503 (queue full) is retried with backoff; once the backend drains, the same call succeeds."""
+    release = threading.Event()
+
+    class Slow:
+        def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+            release.wait(timeout=10)
+            return hotpot_bm25.search(queries, k)
+
+    limits = ServerLimits(max_pending_queries=2, batch_window_ms=0, freeze_gc=False)
+    with start_server(Slow(), limits) as server, RetrievalClient(server.url, retries=6, backoff=0.05) as client:
+        blocker = threading.Thread(
+            target=httpx.post,
+            args=(f"{server.url}/search",),
+            kwargs={"json": {"queries": ["a", "b"], "k": 1}, "timeout": 20},
+        )
+        blocker.start()
+        for _ in range(200):  # the two blocking queries fill the queue
+            if httpx.get(f"{server.url}/stats").json()["pending_queries"] == 2:
+                break
+            threading.Event().wait(0.01)
+        threading.Timer(0.3, release.set).start()
+        hits = client.search(["film"], 2)
+        blocker.join(timeout=20)
+        stats = httpx.get(f"{server.url}/stats").json()
+    assert [h.doc_id for h in hits[0]] == [h.doc_id for h in hotpot_bm25.search(["film"], 2)[0]]
+    assert stats["rejected_503"] >= 1  # the client really met a full queue before it succeeded

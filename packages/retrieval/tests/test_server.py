@@ -1,5 +1,9 @@
 import json
+import socket
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -127,3 +131,65 @@ def test_overload_answers_503_fast_and_backend_errors_500(start_server: Any, hot
         assert httpx.post(f"{server.url}/search", json={"queries": ["film"], "k": 1}).status_code == 200
         stats = httpx.get(f"{server.url}/stats").json()
         assert (stats["rejected_503"], stats["errors_500"]) == (1, 1)
+
+
+def test_body_sent_in_chunks_is_read_whole(live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path) -> None:
+    query = _queries(hotpot)[0]
+    raw = json.dumps({"queries": [query], "k": 2}).encode()
+    # a generator body goes out with chunked transfer encoding: the server sees several ASGI body messages
+    chunks = iter([raw[:7], raw[7:20], raw[20:]])
+    response = httpx.post(f"{live_server.url}/search", content=chunks, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert [h["doc_id"] for h in response.json()["results"][0]] == [h.doc_id for h in hotpot_bm25.search([query], 2)[0]]
+
+
+def test_openapi_still_documents_the_query_bodies(live_server: Any) -> None:
+    spec = httpx.get(f"{live_server.url}/openapi.json").json()
+    retrieve = spec["paths"]["/retrieve"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    search = spec["paths"]["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(retrieve["properties"]) == {"queries", "topk", "return_scores"}
+    assert set(search["properties"]) == {"queries", "k"}
+
+
+def _children(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads worker processes from Linux /proc")
+def test_serve_with_two_workers_answers_from_both_processes(tmp_path: Path, hotpot: Path) -> None:
+    """`serve --workers 2`: two uvicorn worker processes, each loading the index itself, answer on one port."""
+    from rlloom.retrieval.index import build_index, load_index
+
+    index = build_index(hotpot / "corpus.jsonl", tmp_path / "bm25")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    cmd = [sys.executable, "-m", "rlloom.retrieval.cli", "serve", "--index", str(index), "--port", str(port)]
+    proc = subprocess.Popen([*cmd, "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while len(_children(proc.pid)) < 2 or not _answers(url):
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert time.monotonic() < deadline, "two workers did not come up in 120 s"
+            time.sleep(0.2)
+        query = _queries(hotpot)[0]
+        expected = [h.doc_id for h in load_index(index).search([query], 3)[0]]
+        pids = set()
+        for _ in range(60):  # fresh connections: the kernel hands them to either worker
+            with httpx.Client(base_url=url) as http:
+                assert [d["id"] for d in http.post("/retrieve", json={"queries": [query]}).json()["result"][0]] == (
+                    expected
+                )
+                pids.add(http.get("/stats").json()["pid"])
+        assert pids <= _children(proc.pid) and len(pids) == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False

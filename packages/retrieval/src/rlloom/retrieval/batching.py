@@ -2,8 +2,9 @@
 
 The backend call runs in a worker thread so the event loop keeps accepting requests; while one batch runs, the
 next one fills up, so under load batches grow by themselves and the window mostly matters when traffic is light.
-The number of queued queries is bounded: beyond it `submit` raises `OverloadedError` at once (the server answers 503)
-instead of letting latency grow without bound.
+A request is never split across batches, and a batch holds at most `max_batch_queries` queries unless a single
+request alone is larger. The number of queued queries is bounded: beyond it `submit` raises `OverloadedError` at
+once (the server answers 503) instead of letting latency grow without bound.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,13 +53,14 @@ class MicroBatcher(Generic[T]):
     max_batch_queries: int = 1024
     max_pending_queries: int = 8192
     stats: BatchStats = field(default_factory=BatchStats)
-    _queue: asyncio.Queue[_Pending[T]] | None = None
+    _waiting: deque[_Pending[T]] = field(default_factory=deque)
+    _arrived: asyncio.Event | None = None
     _pending_queries: int = 0
     _task: asyncio.Task[None] | None = None
     _executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
-        self._queue = asyncio.Queue()
+        self._arrived = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval-backend")
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -74,7 +77,7 @@ class MicroBatcher(Generic[T]):
         return self._pending_queries
 
     async def submit(self, queries: list[str], k: int) -> list[T]:
-        if self._queue is None:
+        if self._arrived is None:
             raise RuntimeError("MicroBatcher.start() was not called")
         if self._pending_queries + len(queries) > self.max_pending_queries:
             raise OverloadedError(
@@ -82,28 +85,23 @@ class MicroBatcher(Generic[T]):
             )
         future: asyncio.Future[list[T]] = asyncio.get_running_loop().create_future()
         self._pending_queries += len(queries)
-        self._queue.put_nowait(_Pending(queries, k, future))
+        self._waiting.append(_Pending(queries, k, future))
+        self._arrived.set()
         return await future
 
     async def _run(self) -> None:
-        assert self._queue is not None
-        loop = asyncio.get_running_loop()
+        assert self._arrived is not None
         while True:
-            batch = [await self._queue.get()]
+            while not self._waiting:
+                self._arrived.clear()
+                await self._arrived.wait()
+            if self.window_s > 0 and len(self._waiting) == 1:
+                # light traffic: give other clients one window to join; under load the queue is already full
+                await asyncio.sleep(self.window_s)
+            batch = [self._waiting.popleft()]
             size = len(batch[0].queries)
-            deadline = loop.time() + self.window_s
-            while size < self.max_batch_queries:
-                timeout = deadline - loop.time()
-                if timeout <= 0 and self._queue.empty():
-                    break
-                try:
-                    item = (
-                        self._queue.get_nowait()
-                        if not self._queue.empty()
-                        else await asyncio.wait_for(self._queue.get(), timeout)
-                    )
-                except TimeoutError:
-                    break
+            while self._waiting and size + len(self._waiting[0].queries) <= self.max_batch_queries:
+                item = self._waiting.popleft()
                 batch.append(item)
                 size += len(item.queries)
             await self._answer(batch, size)

@@ -145,12 +145,12 @@ class BM25Backend:
             (np.ones(len(cols), dtype=term_doc.dtype), (query_rows, cols)), shape=(len(token_ids), term_doc.shape[0])
         )
         scores = (queries @ term_doc).tocsr()
+        scores.eliminate_zeros()  # the product only holds passages sharing a term; drop exact-zero sums
+        indptr = scores.indptr.tolist()
         out = []
         for i in range(len(token_ids)):
-            lo, hi = scores.indptr[i], scores.indptr[i + 1]
+            lo, hi = indptr[i], indptr[i + 1]
             values, rows = scores.data[lo:hi], scores.indices[lo:hi]
-            keep = values != 0  # the product only holds passages sharing a term; drop exact-zero sums
-            values, rows = values[keep], rows[keep]
             if len(values) > k:
                 top = np.argpartition(-values, k - 1)[:k]
                 values, rows = values[top], rows[top]

@@ -65,10 +65,11 @@ class DocStore:
     def __init__(self, folder: Path) -> None:
         root = folder / DOCS_DIR
         try:
-            self._text_offsets: NDArray[np.int64] = np.load(root / "text_offsets.npy", mmap_mode="r")
-            self._title_ends: NDArray[np.int64] = np.load(root / "title_ends.npy", mmap_mode="r")
-            self._has_title: NDArray[np.bool_] = np.load(root / "has_title.npy", mmap_mode="r")
-            self._id_offsets: NDArray[np.int64] = np.load(root / "id_offsets.npy", mmap_mode="r")
+            # plain ndarray views of the maps: same pages, but slicing skips np.memmap's per-slice subclass work
+            self._text_offsets: NDArray[np.int64] = _map_array(root / "text_offsets.npy")
+            self._title_ends: NDArray[np.int64] = _map_array(root / "title_ends.npy")
+            self._has_title: NDArray[np.bool_] = _map_array(root / "has_title.npy")
+            self._id_offsets: NDArray[np.int64] = _map_array(root / "id_offsets.npy")
             self._text = _map_bytes(root / "text.bin")
             self._ids = _map_bytes(root / "ids.bin")
         except (OSError, ValueError) as err:
@@ -108,6 +109,10 @@ class DocStore:
         """Batches of indexed text (Search-R1 `contents`), read from the map so memory stays bounded."""
         for lo in range(0, len(self), batch_size):
             yield [self.document(i).contents for i in range(lo, min(lo + batch_size, len(self)))]
+
+
+def _map_array(path: Path) -> NDArray:
+    return np.load(path, mmap_mode="r").view(np.ndarray)
 
 
 def _map_bytes(path: Path) -> bytes | mmap.mmap:

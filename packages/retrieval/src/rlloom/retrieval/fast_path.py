@@ -1,0 +1,41 @@
+"""A pure-ASGI shortcut for the query routes: POST /retrieve and /search skip FastAPI's routing layers.
+
+At a few hundred microseconds of backend time per query, the framework's per-request layers (exception
+wrappers, exit stacks, dependency solving, routing) cost as much as the search itself. The shortcut still sits
+inside Starlette's ServerErrorMiddleware, so an unexpected exception answers 500 and the server lives on; every
+other route (health, stats, docs) goes through FastAPI unchanged, and the same handlers back the FastAPI routes, so
+/docs describes exactly what the shortcut serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+QueryHandler = Callable[[bytes], Awaitable[Response]]
+
+
+class QueryFastPath:
+    """ASGI middleware: answer `routes` (POST only) directly from the raw body; pass everything else on."""
+
+    def __init__(self, app: ASGIApp, routes: Mapping[str, QueryHandler]) -> None:
+        self.app = app
+        self.routes = dict(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":  # the client left before sending its body: nobody to answer
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        response = await handler(b"".join(chunks))
+        await response(scope, receive, send)
