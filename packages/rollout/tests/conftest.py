@@ -97,3 +97,12 @@ def served(engine: HFEngine, tok: Any) -> Iterator[ServerThread]:
 
     with ServerThread(create_app(engine, "tiny", tok, default_max_tokens=16)) as srv:
         yield srv
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """The tiny test models run fastest on one intra-op thread (more only adds contention on shared CPUs)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,119 +1,179 @@
-"""Serve many concurrent `agenerate` callers with batched generation on one background thread.
+"""Serve many concurrent `agenerate` callers from one background thread that owns the model.
 
 Agents interleave dozens of conversations; running each turn alone would leave the model at batch size 1.
-Callers put their request on a queue and await a future; a worker thread takes everything that is waiting
-(up to a row budget, after a short gathering window), runs it as one batch, and resolves each caller's
-future the moment its own samples finish, so a conversation can run its tool while the batch continues.
-Requests that arrive during a batch form the next one (step-wise batching).
+Callers put a `Ticket` (their request plus the way back to their event loop) on a queue and await it. A worker
+thread waits for the first ticket, gives others a short gathering window, then calls the engine's runner with a
+`take(room)` function. `ContinuousBatcher` lets the runner call `take` again whenever it has room, so requests
+that arrive while a batch decodes join it (continuous batching, `HFEngine`); `AsyncBatcher` takes one batch
+per run (step-wise, for engines such as vLLM that schedule a batch themselves). Each caller is answered the
+moment its own samples finish; a runner that raises fails only the callers it had taken and not yet answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
 
+
+class Ticket:
+    """One queued request and the way back to its caller's event loop (thread-safe to answer, once)."""
+
+    __slots__ = ("_future", "_loop", "answered", "request")
+
+    def __init__(
+        self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, future: asyncio.Future[list[Completion]]
+    ) -> None:
+        self.request = request
+        self._loop = loop
+        self._future = future
+        self.answered = False
+
+    @property
+    def rows(self) -> int:
+        return self.request.sampling.n
+
+    def deliver(self, completions: list[Completion]) -> None:
+        """Hand the caller its completions."""
+        self._answer(completions, None)
+
+    def fail(self, error: BaseException) -> None:
+        """Raise `error` in the caller."""
+        self._answer(None, error)
+
+    def _answer(self, completions: list[Completion] | None, error: BaseException | None) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        future = self._future
+
+        def _set() -> None:
+            if future.done():  # the caller was cancelled
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(completions or [])
+
+        with contextlib.suppress(RuntimeError):  # the caller's event loop has closed; nobody is waiting
+            self._loop.call_soon_threadsafe(_set)
+
+
+TakeTickets = Callable[..., list[Ticket]]
+"""`take(room, accept=None)`: queued tickets in arrival order until they hold at least `room` rows (the last
+may overflow), stopping early at the first ticket `accept` refuses; [] when nothing waits."""
+Runner = Callable[[TakeTickets], None]
 # run_batch(requests, deliver) must call deliver(i, completions) once for each request index i
 BatchRunner = Callable[[list[GenerationRequest], Callable[[int, list[Completion]], None]], None]
 
 
-@dataclass(slots=True)
-class _Pending:
-    request: GenerationRequest
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[list[Completion]]
+class ContinuousBatcher:
+    """A ticket queue plus one worker thread that hands the runner a `take` it may call at every step."""
 
+    def __init__(self, run: Runner, max_rows: int = 64, gather_s: float = 0.005) -> None:
+        self._run = run
+        self._max_rows = max_rows
+        self._gather_s = gather_s
+        self._waiting: deque[Ticket] = deque()
+        self._waiting_rows = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._taken: list[Ticket] = []  # tickets handed to the runner in the current run
 
-def _resolve(pending: _Pending, completions: list[Completion] | None, error: BaseException | None) -> None:
-    def _set() -> None:
-        if pending.future.done():  # the caller was cancelled
-            return
-        if error is not None:
-            pending.future.set_exception(error)
-        else:
-            pending.future.set_result(completions or [])
+    async def submit(self, request: GenerationRequest) -> list[Completion]:
+        """Queue `request` and wait for its n completions without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        ticket = Ticket(request, loop, loop.create_future())
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the engine's batcher is closed; create a new engine to generate again.")
+            self._waiting.append(ticket)
+            self._waiting_rows += ticket.rows
+            self._ensure_worker()
+            self._cond.notify_all()
+        return await ticket._future
 
-    with contextlib.suppress(RuntimeError):  # the caller's event loop has closed; nobody is waiting
-        pending.loop.call_soon_threadsafe(_set)
+    def take(self, room: int, accept: Callable[[GenerationRequest], bool] | None = None) -> list[Ticket]:
+        """Waiting tickets for the runner (see `TakeTickets`); called from the worker thread only."""
+        out: list[Ticket] = []
+        rows = 0
+        with self._cond:
+            while self._waiting and rows < room:
+                head = self._waiting[0]
+                if accept is not None and not accept(head.request):
+                    break
+                self._waiting.popleft()
+                self._waiting_rows -= head.rows
+                out.append(head)
+                rows += head.rows
+        self._taken.extend(out)
+        return out
+
+    def close(self) -> None:
+        """Answer what is queued, then stop the worker; later `submit` calls fail."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def _ensure_worker(self) -> None:  # caller holds self._cond
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._work, name="rlloom-rollout-batcher", daemon=True)
+            self._thread.start()
+
+    def _wait_for_work(self) -> bool:
+        """Block until a ticket waits, then give others `gather_s` to arrive; False once closed and drained."""
+        with self._cond:
+            while not self._waiting and not self._closed:
+                self._cond.wait()
+            if not self._waiting:
+                return False
+            deadline = time.monotonic() + self._gather_s
+            while self._waiting_rows < self._max_rows and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
+        return True
+
+    def _work(self) -> None:
+        while self._wait_for_work():
+            self._taken = []
+            try:
+                self._run(self.take)
+            except Exception as exc:  # a failed run fails its callers, never the worker
+                for ticket in self._taken:
+                    ticket.fail(exc)
+            else:
+                lost = RuntimeError("the engine finished a batch without answering this request (a bug)")
+                for ticket in self._taken:
+                    ticket.fail(lost)  # no-op for answered tickets
 
 
 class AsyncBatcher:
-    """A queue plus one worker thread that turns concurrent requests into batched runs."""
+    """Step-wise batching: each run takes what has gathered (up to the row budget) and runs it to the end."""
 
     def __init__(self, run_batch: BatchRunner, max_rows: int = 64, gather_s: float = 0.005) -> None:
         self._run_batch = run_batch
         self._max_rows = max_rows
-        self._gather_s = gather_s
-        self._queue: queue.Queue[_Pending | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._closed = False
+        self._queue = ContinuousBatcher(self._run_once, max_rows, gather_s)
 
     async def submit(self, request: GenerationRequest) -> list[Completion]:
         """Queue `request` and wait for its n completions without blocking the event loop."""
-        if self._closed:
-            raise RuntimeError("AsyncBatcher is closed; create a new engine to generate again.")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Completion]] = loop.create_future()
-        self._ensure_worker()
-        self._queue.put(_Pending(request, loop, future))
-        return await future
+        return await self._queue.submit(request)
 
     def close(self) -> None:
-        """Stop the worker after the batch in flight; later `submit` calls fail."""
-        self._closed = True
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)
+        """Answer what is queued, then stop the worker; later `submit` calls fail."""
+        self._queue.close()
 
-    def _ensure_worker(self) -> None:
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="rlloom-rollout-batcher", daemon=True)
-                self._thread.start()
-
-    def _gather(self, first: _Pending) -> tuple[list[_Pending], bool]:
-        """`first` plus whatever else arrives within the gathering window, up to the row budget."""
-        batch, rows = [first], first.request.sampling.n
-        deadline = time.monotonic() + self._gather_s
-        while rows < self._max_rows:
-            try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if item is None:
-                return batch, True
-            batch.append(item)
-            rows += item.request.sampling.n
-        return batch, False
-
-    def _work(self) -> None:
-        stop = False
-        while not stop:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch, stop = self._gather(first)
-            delivered = [False] * len(batch)
-
-            def deliver(
-                i: int,
-                completions: list[Completion],
-                batch: list[_Pending] = batch,
-                delivered: list[bool] = delivered,
-            ) -> None:
-                delivered[i] = True
-                _resolve(batch[i], completions, None)
-
-            try:
-                self._run_batch([p.request for p in batch], deliver)
-            except Exception as exc:  # a failed batch fails its callers, never the worker
-                for i, pending in enumerate(batch):
-                    if not delivered[i]:
-                        _resolve(pending, None, exc)
+    def _run_once(self, take: TakeTickets) -> None:
+        tickets = take(self._max_rows)
+        self._run_batch([t.request for t in tickets], lambda i, completions: tickets[i].deliver(completions))

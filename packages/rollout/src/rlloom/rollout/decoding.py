@@ -1,11 +1,14 @@
-"""The batched decode loop behind `HFEngine`: one prefill, then one forward per new token with a KV cache.
+"""The batched decode loop behind `HFEngine`, with continuous batching: one forward per new token, KV cached.
 
 We run our own loop rather than `model.generate` because a rollout batch mixes per-request sampling
 parameters, seeds, stop strings and token budgets, needs the sampled tokens' logprobs, and should hand each
 request back the moment its samples finish (agents are waiting on them). Each unique prompt is prefilled once
 and its cache rows repeated for the request's n samples; rows that finish are dropped from the batch (and the
-KV cache) so long stragglers do not drag a full batch of dead rows along. Left padding plus explicit position
-ids keep padded rows numerically equal to unpadded ones.
+KV cache). Between steps an optional `admit(room)` callback supplies new rows: they are prefilled on their own
+cache and then joined to the running batch (vLLM/SGLang-style continuous batching), so requests that arrive
+mid-decode never wait for the whole batch to end. On a CPU a decode step costs about the same for 1 or 64 rows,
+so this is what keeps an agent workload (conversations coming back from tools at random times) batched.
+Left padding plus explicit position ids keep padded and joined rows numerically equal to unpadded ones.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from rlloom.core_rl.generation import FinishReason, SamplingParams
+from rlloom.rollout.kv_cache import concat_caches, left_pad_cache, mergeable, trim_left_cache
 from rlloom.rollout.sampling import RowSampling, sample_next
 from rlloom.rollout.stopping import StopStringWatcher
 
@@ -37,6 +41,7 @@ class SampleRow:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
+    joined_at: float = 0.0  # perf_counter() when its prefill started; timings below are relative to it
     first_token_s: float = 0.0
     done_s: float = 0.0
 
@@ -49,7 +54,24 @@ class DecodeSettings:
     max_positions: int  # the model's context length; a row that reaches it ends with 'length'
     compact_every: int = 1  # drop finished rows once at least this many have piled up
     forward_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. multimodal tensors for the prefill
-    explicit_positions: bool = True  # False lets the model build positions (Qwen2-VL's 3-D rope)
+    explicit_positions: bool = True  # False lets the model build positions (Qwen2-VL's 3-D rope); no admission
+    max_rows: int = 1 << 30  # admission never grows the batch beyond this many unfinished rows
+    admit_every: int = 1  # poll `admit` every this many decode steps
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    """What `decode` calls did (for engine metrics and tests of the row budget); may accumulate over calls."""
+
+    steps: int = 0  # forwards of the running batch after prefill
+    peak_rows: int = 0  # largest number of rows in one forward
+    joins: int = 0  # prefilled groups merged into a running batch
+
+
+AdmitRows = Callable[[int], list[SampleRow]]
+"""`admit(room)`: rows (at most `room`) to join the batch now; [] when nothing waits."""
+AdmitFailed = Callable[[list[SampleRow], BaseException], None]
+"""Told which admitted rows could not be prefilled (their callers fail; the running batch goes on)."""
 
 
 def left_pad(prompts: Sequence[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,75 +95,250 @@ def _row_finish(row: SampleRow, token: int, settings: DecodeSettings) -> None:
         row.finish_reason = "length"
 
 
+def _join_sampling(a: RowSampling, b: RowSampling) -> RowSampling:
+    """Per-row sampling tensors of two batches, `a`'s rows first."""
+    return RowSampling(
+        temperature=torch.cat([a.temperature, b.temperature]),
+        greedy=torch.cat([a.greedy, b.greedy]),
+        top_k=torch.cat([a.top_k, b.top_k]),
+        top_p=torch.cat([a.top_p, b.top_p]),
+        min_p=torch.cat([a.min_p, b.min_p]),
+        generators=[*a.generators, *b.generators],
+        needs_sort=a.needs_sort or b.needs_sort,
+        needs_min_p=a.needs_min_p or b.needs_min_p,
+        scaled=a.scaled or b.scaled,
+        all_greedy=a.all_greedy and b.all_greedy,
+        any_greedy=a.any_greedy or b.any_greedy,
+    )
+
+
+class RunningBatch:
+    """Rows decoding together and their tensors, aligned row for row; `logits` await the next sample."""
+
+    def __init__(
+        self,
+        *,
+        rows: list[SampleRow],
+        cache: DynamicCache,
+        mask: torch.Tensor,
+        last_pos: torch.Tensor,
+        sampling: RowSampling,
+        logits: torch.Tensor,
+    ) -> None:
+        self.rows, self.cache, self.mask, self.last_pos = rows, cache, mask, last_pos
+        self.sampling, self.logits = sampling, logits
+        self.want_logprobs = any(r.params.logprobs for r in rows)
+        self.tokens: torch.Tensor | None = None  # sampled, not yet fed to the model
+
+    @classmethod
+    def prefill(cls, model: torch.nn.Module, rows: list[SampleRow], settings: DecodeSettings) -> RunningBatch:
+        """Run the prompts of `rows` through the model once per distinct request and expand to one row per sample."""
+        device = next(model.parameters()).device
+        now = time.perf_counter()
+        for r in rows:
+            r.joined_at = now
+        request_order = list(dict.fromkeys(r.request_index for r in rows))
+        first_row = {r.request_index: r for r in reversed(rows)}
+        ids, mask = left_pad([first_row[q].prompt_ids for q in request_order], settings.pad_token_id, device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=getattr(model, "config", None))
+        kwargs: dict[str, Any] = dict(settings.forward_kwargs)
+        if settings.explicit_positions:
+            kwargs["position_ids"] = positions
+        out = model(
+            input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
+        )
+        logits = out.logits[:, -1, :]
+        slot = {q: i for i, q in enumerate(request_order)}
+        expand = torch.tensor([slot[r.request_index] for r in rows], device=device)
+        if len(rows) != len(request_order):
+            cache.batch_select_indices(expand)
+            logits, mask, positions = logits[expand], mask[expand], positions[expand]
+        sampling = RowSampling.build([r.params for r in rows], [r.sample_index for r in rows], logits.shape[-1], device)
+        return cls(
+            rows=list(rows), cache=cache, mask=mask, last_pos=positions[:, -1:], sampling=sampling, logits=logits
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def unfinished(self) -> int:
+        return sum(r.finish_reason is None for r in self.rows)
+
+    def sample(self, settings: DecodeSettings, on_finish: Callable[[SampleRow], None] | None) -> int:
+        """Sample one token for every row; returns how many rows are finished (now or before)."""
+        tokens, logprobs = sample_next(self.logits, self.sampling, self.want_logprobs)
+        self.tokens = tokens
+        token_list = tokens.tolist()
+        logprob_list = logprobs.tolist() if logprobs is not None else None
+        now = time.perf_counter()
+        finished = 0
+        for j, row in enumerate(self.rows):
+            if row.finish_reason is not None:
+                finished += 1
+                continue
+            row.token_ids.append(token_list[j])
+            if logprob_list is not None and row.params.logprobs:
+                row.logprobs.append(logprob_list[j])
+            if len(row.token_ids) == 1:
+                row.first_token_s = now - row.joined_at
+            _row_finish(row, token_list[j], settings)
+            if row.finish_reason is not None:
+                finished += 1
+                row.done_s = now - row.joined_at
+                if on_finish is not None:
+                    on_finish(row)
+        return finished
+
+    def compact(self) -> None:
+        """Drop finished rows, then the left columns that have become padding for every row left."""
+        keep_list = [j for j, r in enumerate(self.rows) if r.finish_reason is None]
+        if len(keep_list) == len(self.rows):
+            return
+        keep = torch.tensor(keep_list, device=self.mask.device)
+        self.cache.batch_select_indices(keep)
+        self.mask, self.last_pos, self.logits = self.mask[keep], self.last_pos[keep], self.logits[keep]
+        if self.tokens is not None:
+            self.tokens = self.tokens[keep]
+        self.sampling = self.sampling.select(keep, keep_list)
+        self.rows = [self.rows[j] for j in keep_list]
+        if self.rows and mergeable(self.cache):
+            used = self.mask.any(dim=0)
+            first = int(used.to(torch.int8).argmax())  # first column some row attends to
+            if first > 0:
+                trim_left_cache(self.cache, first)
+                self.mask = self.mask[:, first:]
+
+    def advance(self, model: torch.nn.Module, settings: DecodeSettings) -> None:
+        """Feed the sampled tokens through the model; `logits` become the next step's."""
+        assert self.tokens is not None, "sample() before advance()"
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=-1)
+        self.last_pos = self.last_pos + 1
+        step_kwargs: dict[str, Any] = {"position_ids": self.last_pos} if settings.explicit_positions else {}
+        out = model(
+            input_ids=self.tokens.unsqueeze(-1),
+            attention_mask=self.mask,
+            past_key_values=self.cache,
+            use_cache=True,
+            **step_kwargs,
+        )
+        self.logits = out.logits[:, -1, :]
+        self.tokens = None
+
+    def join(self, other: RunningBatch) -> None:
+        """Append `other`'s rows (both must be awaiting a sample): left-pad the shorter cache, concatenate."""
+        width, other_width = self.mask.shape[1], other.mask.shape[1]
+        if width < other_width:
+            left_pad_cache(self.cache, other_width - width)
+            self.mask = torch.cat([self.mask.new_zeros((self.size, other_width - width)), self.mask], dim=-1)
+        elif other_width < width:
+            left_pad_cache(other.cache, width - other_width)
+            other.mask = torch.cat([other.mask.new_zeros((other.size, width - other_width)), other.mask], dim=-1)
+        concat_caches(self.cache, other.cache)
+        self.mask = torch.cat([self.mask, other.mask])
+        self.last_pos = torch.cat([self.last_pos, other.last_pos])
+        self.logits = torch.cat([self.logits, other.logits])
+        self.sampling = _join_sampling(self.sampling, other.sampling)
+        self.rows = [*self.rows, *other.rows]
+        self.want_logprobs = self.want_logprobs or other.want_logprobs
+
+
 @torch.inference_mode()
 def decode(
     model: torch.nn.Module,
     rows: list[SampleRow],
     settings: DecodeSettings,
     on_finish: Callable[[SampleRow], None] | None = None,
-) -> None:
-    """Generate every row to completion in one batch, filling `token_ids`, `logprobs` and `finish_reason`."""
-    device = next(model.parameters()).device
-    start = time.perf_counter()
-    # Prefill each distinct request once; its n sample rows share that cache row.
-    request_order = list(dict.fromkeys(r.request_index for r in rows))
-    first_row = {r.request_index: r for r in reversed(rows)}
-    ids, mask = left_pad([first_row[q].prompt_ids for q in request_order], settings.pad_token_id, device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=getattr(model, "config", None))
-    kwargs: dict[str, Any] = dict(settings.forward_kwargs)
-    if settings.explicit_positions:
-        kwargs["position_ids"] = positions
-    out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-    logits = out.logits[:, -1, :]
-    slot = {q: i for i, q in enumerate(request_order)}
-    expand = torch.tensor([slot[r.request_index] for r in rows], device=device)
-    if len(rows) != len(request_order):
-        cache.batch_select_indices(expand)
-        logits, mask, positions = logits[expand], mask[expand], positions[expand]
-    last_pos = positions[:, -1:]
+    *,
+    admit: AdmitRows | None = None,
+    on_admit_error: AdmitFailed | None = None,
+    stats: DecodeStats | None = None,
+) -> DecodeStats:
+    """Generate rows to completion, filling `token_ids`, `logprobs` and `finish_reason`.
 
-    sampling = RowSampling.build([r.params for r in rows], [r.sample_index for r in rows], logits.shape[-1], device)
-    want_logprobs = any(r.params.logprobs for r in rows)
-    active = list(rows)  # rows in the batch, aligned with the tensors (some may be finished, awaiting removal)
+    Without `admit`, `rows` are decoded as one batch. With it, `admit(room)` is polled between steps and the
+    rows it returns join the running batch, until the batch is empty and nothing more is admitted. `stats`
+    (a fresh one when None) is updated as the loop runs, so an engine can accumulate and read it live.
+    """
+    stats = stats if stats is not None else DecodeStats()
+    batch = RunningBatch.prefill(model, rows, settings) if rows else None
+    can_admit = admit is not None and settings.explicit_positions and (batch is None or mergeable(batch.cache))
     while True:
-        tokens, logprobs = sample_next(logits, sampling, want_logprobs)
-        token_list = tokens.tolist()
-        logprob_list = logprobs.tolist() if logprobs is not None else None
-        now = time.perf_counter() - start
-        finished_in_batch = 0
-        for j, row in enumerate(active):
-            if row.finish_reason is not None:
-                finished_in_batch += 1
-                continue
-            row.token_ids.append(token_list[j])
-            if logprob_list is not None and row.params.logprobs:
-                row.logprobs.append(logprob_list[j])
-            if len(row.token_ids) == 1:
-                row.first_token_s = now
-            _row_finish(row, token_list[j], settings)
-            if row.finish_reason is not None:
-                finished_in_batch += 1
-                row.done_s = now
-                if on_finish is not None:
-                    on_finish(row)
-        if finished_in_batch == len(active):
-            return
-        if finished_in_batch >= settings.compact_every:
-            keep_list = [j for j, r in enumerate(active) if r.finish_reason is None]
-            keep = torch.tensor(keep_list, device=device)
-            cache.batch_select_indices(keep)
-            mask, last_pos, tokens = mask[keep], last_pos[keep], tokens[keep]
-            sampling = sampling.select(keep, keep_list)
-            active = [active[j] for j in keep_list]
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        last_pos = last_pos + 1
-        step_kwargs: dict[str, Any] = {"position_ids": last_pos} if settings.explicit_positions else {}
-        out = model(
-            input_ids=tokens.unsqueeze(-1),
-            attention_mask=mask,
-            past_key_values=cache,
-            use_cache=True,
-            **step_kwargs,
-        )
-        logits = out.logits[:, -1, :]
+        if admit is not None and can_admit and (batch is None or stats.steps % settings.admit_every == 0):
+            batch = _admit(
+                model, batch=batch, settings=settings, admit=admit, on_admit_error=on_admit_error, stats=stats
+            )
+            can_admit = batch is None or mergeable(batch.cache)
+        if batch is None:
+            return stats
+        stats.peak_rows = max(stats.peak_rows, batch.size)
+        finished = batch.sample(settings, on_finish)
+        if finished == batch.size:
+            batch = None
+            if admit is None or not can_admit:
+                return stats
+            continue
+        if finished >= settings.compact_every:
+            batch.compact()
+        batch.advance(model, settings)
+        stats.steps += 1
+
+
+def _admit(
+    model: torch.nn.Module,
+    *,
+    batch: RunningBatch | None,
+    settings: DecodeSettings,
+    admit: AdmitRows,
+    on_admit_error: AdmitFailed | None,
+    stats: DecodeStats,
+) -> RunningBatch | None:
+    """Prefill whatever `admit` hands over (within the row budget) and join it to `batch`."""
+    room = settings.max_rows - (batch.unfinished if batch is not None else 0)
+    if room <= 0:
+        return batch
+    new_rows = admit(room)
+    if not new_rows:
+        return batch
+    if len(new_rows) > room:
+        raise RuntimeError(f"admit({room}) returned {len(new_rows)} rows; it must respect the row budget")
+    joined = _prefill_isolated(model, new_rows, settings, on_admit_error)
+    if joined is None:
+        return batch
+    if batch is None:
+        return joined
+    batch.compact()
+    batch.join(joined)
+    stats.joins += 1
+    return batch
+
+
+def _prefill_isolated(
+    model: torch.nn.Module, rows: list[SampleRow], settings: DecodeSettings, on_admit_error: AdmitFailed | None
+) -> RunningBatch | None:
+    """Prefill `rows`; if that raises, retry request by request so only the culprit's callers fail."""
+    try:
+        return RunningBatch.prefill(model, rows, settings)
+    except Exception as exc:
+        if on_admit_error is None:
+            raise
+        groups: dict[int, list[SampleRow]] = {}
+        for r in rows:
+            groups.setdefault(r.request_index, []).append(r)
+        if len(groups) == 1:
+            on_admit_error(rows, exc)
+            return None
+    out: RunningBatch | None = None
+    for group in groups.values():
+        try:
+            part = RunningBatch.prefill(model, group, settings)
+        except Exception as exc:
+            on_admit_error(group, exc)
+            continue
+        if out is None:
+            out = part
+        else:
+            out.join(part)
+    return out

@@ -2,24 +2,28 @@
 
 It is the default because it needs nothing but the actor itself: pass the actor's `nn.Module` and the engine
 samples from the very tensors being trained (no copy, no sync). Requests are grouped into batches of at most
-`max_batch_rows` samples; multimodal requests run in their own batch, since their extra forward inputs (image
-patches, 3-D rope positions) are per request. `agenerate` goes through a background batcher so concurrent
-agent conversations share batches.
+`max_batch_rows` samples that is refilled as rows finish (continuous batching): `agenerate` callers join the
+running decode at the next step, so concurrent agent conversations share one batch however they arrive.
+Multimodal requests run in their own batch, since their extra forward inputs (image patches, 3-D rope
+positions) are per request.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.rollout.batching import AsyncBatcher
-from rlloom.rollout.decoding import DecodeSettings, SampleRow, decode
+from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
+from rlloom.rollout.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.prompts import render_prompt
 from rlloom.rollout.stopping import StopStringWatcher, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
@@ -37,6 +41,11 @@ class HFEngineConfig(BaseModel):
     compact_every: int = Field(
         default=1, ge=1, description="Drop finished rows from the batch once this many have piled up."
     )
+    admit_every: int = Field(
+        default=1,
+        ge=1,
+        description="Let waiting requests join the running batch every this many decode steps (1: every step).",
+    )
     skip_special_tokens: bool = Field(default=True, description="Leave special tokens (EOS...) out of `text`.")
 
 
@@ -48,8 +57,9 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.config = config or HFEngineConfig()
         self._lock = threading.Lock()  # one batch on the model at a time (sync callers and the batcher)
-        self.batches_run = 0  # decode batches so far (shows how well concurrent callers were batched)
-        self._batcher = AsyncBatcher(self._run_batch, self.config.max_batch_rows, self.config.gather_s)
+        self.batches_run = 0  # decode runs so far (a continuous run may serve many waves of callers)
+        self.decode_stats = DecodeStats()  # peak rows per forward, joins into running batches, steps (live)
+        self._batcher = ContinuousBatcher(self._serve, self.config.max_batch_rows, self.config.gather_s)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_token_ids), 0)
         model_config = getattr(model, "config", None)
@@ -57,7 +67,10 @@ class HFEngine:
             pad_token_id=int(pad),
             max_positions=int(getattr(model_config, "max_position_embeddings", None) or 1 << 30),
             compact_every=self.config.compact_every,
+            max_rows=self.config.max_batch_rows,
+            admit_every=self.config.admit_every,
         )
+        self._vocab_size = int(getattr(model_config, "vocab_size", None) or len(tokenizer))
 
     @classmethod
     def from_pretrained(
@@ -87,17 +100,33 @@ class HFEngine:
 
     # -- generation ----------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        """Complete every request (n samples each); the outer list follows `requests`."""
+        """Complete every request (n samples each); the outer list follows `requests`.
+
+        Text requests share one continuously refilled batch of at most `max_batch_rows` rows: as rows finish,
+        waiting ones join, so a long straggler never holds back the rest.
+        """
         results: list[list[Completion]] = [[] for _ in requests]
 
-        def deliver(i: int, completions: list[Completion]) -> None:
-            results[i] = completions
+        def deliver_to(i: int) -> Callable[[list[Completion]], None]:
+            def deliver(completions: list[Completion]) -> None:
+                results[i] = completions
 
-        self._run_batch(list(requests), deliver)
+            return deliver
+
+        feed = _RowFeed(self)
+        for request in requests:  # validate everything before decoding anything
+            self._check_prompt(request, self.prompt_ids(request))
+        for i, request in enumerate(requests):
+            if not request.multimodal:
+                feed.add(request, deliver_to(i), _reraise)
+        self._decode_continuous(feed)
+        for i, request in enumerate(requests):
+            if request.multimodal:
+                self._decode_alone(request, deliver_to(i))
         return results
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        """Complete one request, batched with whatever other callers are waiting at the same time."""
+        """Complete one request; it joins the running batch at the next step (continuous batching)."""
         self._check_prompt(request, self.prompt_ids(request))  # a bad request fails its caller, not the batch
         return await self._batcher.submit(request)
 
@@ -105,27 +134,20 @@ class HFEngine:
         """Stop the background batcher thread (safe to call twice)."""
         self._batcher.close()
 
-    def _run_batch(self, requests: list[GenerationRequest], deliver: Any) -> None:
-        """Validate, split into batches of at most `max_batch_rows` samples, decode, deliver per request."""
-        prompts = [self.prompt_ids(r) for r in requests]
-        for r, p in zip(requests, prompts, strict=True):
-            self._check_prompt(r, p)
-        text_only = [i for i, r in enumerate(requests) if not r.multimodal]
-        groups: list[list[int]] = []
-        current: list[int] = []
-        rows_in_current = 0
-        for i in text_only:
-            n = requests[i].sampling.n
-            if current and rows_in_current + n > self.config.max_batch_rows:
-                groups.append(current)
-                current, rows_in_current = [], 0
-            current.append(i)
-            rows_in_current += n
-        if current:
-            groups.append(current)
-        groups.extend([i] for i, r in enumerate(requests) if r.multimodal)
-        for group in groups:
-            self._decode_group(requests, prompts, group, deliver)
+    def _serve(self, take: TakeTickets) -> None:
+        """One run of the batcher's worker: multimodal tickets alone, text tickets in a continuous batch."""
+        tickets = take(self.config.max_batch_rows)
+        for ticket in tickets:
+            if ticket.request.multimodal:
+                try:
+                    self._decode_alone(ticket.request, ticket.deliver)
+                except Exception as exc:  # its own batch: only this caller fails
+                    ticket.fail(exc)
+        feed = _RowFeed(self, lambda room: take(room, _is_text))
+        for ticket in tickets:
+            if not ticket.request.multimodal:
+                feed.add(ticket.request, ticket.deliver, ticket.fail)
+        self._decode_continuous(feed)
 
     def _check_prompt(self, request: GenerationRequest, prompt: list[int]) -> None:
         if len(prompt) >= self._settings.max_positions:
@@ -133,40 +155,65 @@ class HFEngine:
                 f"request {request.request_id}: prompt has {len(prompt)} tokens but the model's context is "
                 f"{self._settings.max_positions}; shorten `prompt_ids`/`messages`."
             )
-
-    def _decode_group(
-        self, requests: list[GenerationRequest], prompts: list[list[int]], group: list[int], deliver: Any
-    ) -> None:
-        rows = [self._make_row(i, s, prompts[i], requests[i]) for i in group for s in range(requests[i].sampling.n)]
-        remaining = {i: requests[i].sampling.n for i in group}
-        finished: dict[int, list[SampleRow]] = {i: [] for i in group}
-
-        def on_finish(row: SampleRow) -> None:
-            i = row.request_index
-            finished[i].append(row)
-            remaining[i] -= 1
-            if remaining[i] == 0:
-                rows_done = sorted(finished[i], key=lambda r: r.sample_index)
-                deliver(i, [self._completion(requests[i], r) for r in rows_done])
-
-        settings = self._settings
-        mm = requests[group[0]].multimodal if len(group) == 1 else None
-        if mm:
-            settings = DecodeSettings(
-                pad_token_id=settings.pad_token_id,
-                max_positions=settings.max_positions,
-                compact_every=1 << 30,  # the model keeps per-batch rope state; never reshape the batch
-                forward_kwargs=dict(mm),
-                explicit_positions=False,
+        bad = next((t for t in prompt if not 0 <= t < self._vocab_size), None)
+        if bad is not None:
+            raise ValueError(
+                f"request {request.request_id}: prompt_ids holds token id {bad}, outside the model's vocabulary "
+                f"(0..{self._vocab_size - 1}); encode the prompt with this engine's tokenizer."
             )
-        with self._lock:
+
+    def _decode_continuous(self, feed: _RowFeed) -> None:
+        """Decode everything `feed` holds or admits later, joining new rows into the running batch."""
+        if not feed.pending:
+            return
+        with self._sampling_mode():
             self.batches_run += 1
-            was_training = self.model.training  # a shared actor may be in train mode: no dropout while sampling
+            decode(
+                self.model,
+                [],
+                self._settings,
+                feed.on_finish,
+                admit=feed,
+                on_admit_error=feed.on_error,
+                stats=self.decode_stats,
+            )
+
+    def _decode_alone(self, request: GenerationRequest, deliver: Callable[[list[Completion]], None]) -> None:
+        """A multimodal request in its own batch: its image inputs and 3-D rope state are per batch."""
+        prompt = self.prompt_ids(request)
+        self._check_prompt(request, prompt)
+        rows = [self._make_row(0, s, prompt, request) for s in range(request.sampling.n)]
+        settings = replace(
+            self._settings,
+            compact_every=1 << 30,  # the model keeps per-batch rope state; never reshape the batch
+            forward_kwargs=dict(request.multimodal or {}),
+            explicit_positions=False,
+        )
+        with self._sampling_mode():
+            self.batches_run += 1
+            decode(self.model, rows, settings, stats=self.decode_stats)
+        deliver([self._completion(request, r) for r in rows])
+
+    @contextmanager
+    def _sampling_mode(self) -> Iterator[None]:
+        """Hold the model (one decode at a time) in eval mode; a shared actor may be in train mode."""
+        with self._lock:
+            was_training = self.model.training
             self.model.eval()
             try:
-                decode(self.model, rows, settings, on_finish)
+                yield
             finally:
                 self.model.train(was_training)
+
+    @property
+    def peak_batch_rows(self) -> int:
+        """Most rows in one forward so far (never above `max_batch_rows`)."""
+        return self.decode_stats.peak_rows
+
+    @property
+    def joins(self) -> int:
+        """Times newly arrived requests joined a running batch."""
+        return self.decode_stats.joins
 
     def _make_row(self, i: int, s: int, prompt: list[int], request: GenerationRequest) -> SampleRow:
         params = request.sampling
@@ -217,3 +264,85 @@ def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
     elif isinstance(gen_eos, list):
         ids.update(int(e) for e in gen_eos)
     return ids
+
+
+def _is_text(request: GenerationRequest) -> bool:
+    return not request.multimodal
+
+
+def _reraise(error: BaseException) -> NoReturn:
+    raise error
+
+
+@dataclass(slots=True)
+class _Job:
+    """A request being decoded: where its completions go and which of its samples have finished."""
+
+    request: GenerationRequest
+    deliver: Callable[[list[Completion]], None]
+    fail: Callable[[BaseException], None]
+    finished: list[SampleRow] = field(default_factory=list)
+
+
+class _RowFeed:
+    """The `admit` source of a continuous decode: sample rows of accepted requests, handed out as room frees.
+
+    Rows of one request may join in several steps (n larger than the free room); the request is answered
+    when its last sample finishes, or failed if any of its prefills raised.
+    """
+
+    def __init__(self, engine: HFEngine, take: Callable[[int], list[Any]] | None = None) -> None:
+        self.engine = engine
+        self.take = take  # pulls more tickets from the batcher's queue when the backlog runs dry
+        self.jobs: dict[int, _Job] = {}
+        self.backlog: deque[SampleRow] = deque()
+        self._next_id = 0
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.backlog) or self.take is not None
+
+    def add(
+        self,
+        request: GenerationRequest,
+        deliver: Callable[[list[Completion]], None],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        """Accept a request (or fail its caller at once if its prompt is unusable)."""
+        try:
+            prompt = self.engine.prompt_ids(request)
+            self.engine._check_prompt(request, prompt)
+            rows = [self.engine._make_row(self._next_id, s, prompt, request) for s in range(request.sampling.n)]
+        except Exception as exc:
+            fail(exc)
+            return
+        self.jobs[self._next_id] = _Job(request, deliver, fail)
+        self._next_id += 1
+        self.backlog.extend(rows)
+
+    def __call__(self, room: int) -> list[SampleRow]:
+        if not self.backlog and self.take is not None:
+            for ticket in self.take(room):
+                self.add(ticket.request, ticket.deliver, ticket.fail)
+        out: list[SampleRow] = []
+        while self.backlog and len(out) < room:
+            row = self.backlog.popleft()
+            if row.request_index in self.jobs:  # rows of a failed request are dropped
+                out.append(row)
+        return out
+
+    def on_finish(self, row: SampleRow) -> None:
+        job = self.jobs.get(row.request_index)
+        if job is None:  # its request already failed
+            return
+        job.finished.append(row)
+        if len(job.finished) == job.request.sampling.n:
+            del self.jobs[row.request_index]
+            rows = sorted(job.finished, key=lambda r: r.sample_index)
+            job.deliver([self.engine._completion(job.request, r) for r in rows])
+
+    def on_error(self, rows: list[SampleRow], error: BaseException) -> None:
+        for index in dict.fromkeys(r.request_index for r in rows):
+            job = self.jobs.pop(index, None)
+            if job is not None:
+                job.fail(error)

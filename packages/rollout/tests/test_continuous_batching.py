@@ -1,0 +1,234 @@
+"""Continuous batching: rows that join a running decode behave exactly as if decoded alone.
+
+References are independent of the joining machinery: the same request decoded in a batch of its own, and a
+plain fp32 forward pass over prompt + completion for the logprobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.rollout.decoding import DecodeSettings, RunningBatch, SampleRow, decode
+from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+
+
+@pytest.fixture
+def sharp(tok: Any, peaked_state: Any) -> torch.nn.Module:
+    """A tiny model with sharp next-token distributions, so greedy choices are far from ties."""
+    m = tiny_qwen2(tok, seed=5)
+    m.load_state_dict(peaked_state(tok, seed=5), strict=False)
+    m.eval()
+    return m
+
+
+@pytest.fixture
+def settings(tok: Any) -> DecodeSettings:
+    return DecodeSettings(pad_token_id=tok.pad_token_id, max_positions=1024)
+
+
+def _row(index: int, prompt: list[int], sample: int = 0, **params: Any) -> SampleRow:
+    sampling = SamplingParams(ignore_eos=True, **params)
+    return SampleRow(index, sample, list(prompt), sampling, frozenset())
+
+
+def _alone(model: torch.nn.Module, prompt: list[int], settings: DecodeSettings, **params: Any) -> SampleRow:
+    row = _row(0, prompt, **params)
+    decode(model, [row], settings)
+    return row
+
+
+class _JoinAt:
+    """An admission source that hands over `rows` once it has been polled `after` times."""
+
+    def __init__(self, rows: list[SampleRow], after: int) -> None:
+        self.rows, self.after, self.polls = rows, after, 0
+
+    def __call__(self, room: int) -> list[SampleRow]:
+        self.polls += 1
+        if self.polls <= self.after or not self.rows:
+            return []
+        out, self.rows = self.rows[:room], self.rows[room:]
+        return out
+
+
+def _forward_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("joiner_text", ["a joining prompt that is much longer than the running ones", "hi"])
+def test_greedy_row_joining_mid_decode_matches_decoding_alone(
+    sharp: torch.nn.Module, settings: DecodeSettings, encode: Any, joiner_text: str
+) -> None:
+    running = [_row(0, encode("running one"), temperature=0.0, max_tokens=30, logprobs=True)]
+    running.append(_row(1, encode("second running row"), temperature=0.0, max_tokens=12, logprobs=True))
+    joiner = _row(2, encode(joiner_text), temperature=0.0, max_tokens=20, logprobs=True)
+    stats = decode(sharp, running, settings, admit=_JoinAt([joiner], after=6))
+    assert stats.joins == 1 and stats.peak_rows == 3
+    for row in [*running, joiner]:
+        alone = _alone(sharp, row.prompt_ids, settings, temperature=0.0, max_tokens=row.params.max_tokens)
+        assert row.token_ids == alone.token_ids
+        ref = _forward_logprobs(sharp, row.prompt_ids, row.token_ids, 1.0)
+        assert torch.max(torch.abs(ref - torch.tensor(row.logprobs))).item() < 1e-4
+
+
+def test_seeded_row_joining_mid_decode_samples_as_alone(
+    model: torch.nn.Module, settings: DecodeSettings, encode: Any
+) -> None:
+    sharp = model  # a fresh, near-uniform model: sampling really draws from many tokens
+    params = {"temperature": 0.9, "seed": 17, "max_tokens": 25, "logprobs": True}
+    running = [_row(0, encode(f"row {i} is running") + [7] * i, **params | {"seed": i}) for i in range(3)]
+    joiners = [_row(3, encode("late"), sample=s, **params) for s in range(2)]
+    stats = decode(sharp, running, settings, admit=_JoinAt(joiners, after=9))
+    assert stats.joins == 1
+    for s, row in enumerate(joiners):
+        alone = _row(0, encode("late"), sample=s, **params)
+        decode(sharp, [alone], settings)
+        assert row.token_ids == alone.token_ids
+        ref = _forward_logprobs(sharp, row.prompt_ids, row.token_ids, 0.9)
+        assert torch.max(torch.abs(ref - torch.tensor(row.logprobs))).item() < 1e-4
+    assert joiners[0].token_ids != joiners[1].token_ids  # two samples, two streams
+
+
+def test_admission_respects_the_row_budget_and_drains(
+    sharp: torch.nn.Module, settings: DecodeSettings, encode: Any
+) -> None:
+    budget = DecodeSettings(pad_token_id=settings.pad_token_id, max_positions=1024, max_rows=3)
+    waiting = [_row(i, encode(f"queued {i}"), temperature=0.0, max_tokens=4 + 3 * i) for i in range(8)]
+    rooms: list[int] = []
+
+    def admit(room: int) -> list[SampleRow]:
+        rooms.append(room)
+        out = waiting[:room]
+        del waiting[:room]
+        return out
+
+    stats = decode(sharp, [], budget, admit=admit)
+    assert not waiting and stats.peak_rows == 3 and max(rooms) <= 3
+    assert stats.joins >= 1  # rows joined while others were still running
+
+
+def test_finished_long_prompt_is_trimmed_from_the_left(
+    sharp: torch.nn.Module, settings: DecodeSettings, encode: Any
+) -> None:
+    long_row = _row(0, encode("x" * 40), temperature=0.0, max_tokens=2)
+    short_row = _row(1, encode("short"), temperature=0.0, max_tokens=10)
+    with torch.inference_mode():
+        batch = RunningBatch.prefill(sharp, [long_row, short_row], settings)
+        assert batch.mask.shape[1] == 40
+        for _ in range(2):
+            batch.sample(settings, None)
+            batch.compact()
+            batch.advance(sharp, settings)
+        assert long_row.finish_reason == "length"
+        batch.sample(settings, None)
+        batch.compact()
+        # only the short row is left: its prompt plus the tokens fed so far, no padding columns
+        assert batch.size == 1 and batch.mask.shape[1] == len(encode("short")) + 2
+        assert int(batch.mask.sum()) == batch.mask.numel()
+        assert batch.cache.get_seq_length() == batch.mask.shape[1]
+
+
+@pytest.fixture
+def small_engine(model: torch.nn.Module, tok: Any) -> Iterator[HFEngine]:
+    """A fresh (near-uniform) model, so seeded samples really differ, and room for only 4 rows."""
+    eng = HFEngine(model, tok, HFEngineConfig(max_batch_rows=4, gather_s=0.0))
+    yield eng
+    eng.close()
+
+
+def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:
+    return GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(ignore_eos=True, **sampling))
+
+
+def test_callers_arriving_at_different_times_get_their_own_results(
+    small_engine: HFEngine, model: torch.nn.Module, tok: Any, encode: Any
+) -> None:
+    rng = random.Random(0)
+    reqs = [
+        _req(
+            encode(f"caller {i} " + "z" * rng.randint(0, 30)),
+            n=rng.choice([1, 2, 3]),
+            seed=i,
+            temperature=rng.choice([0.0, 0.7, 1.0]),
+            max_tokens=rng.randint(3, 40),
+            logprobs=True,
+        )
+        for i in range(14)
+    ]
+    delays = [rng.uniform(0.0, 0.15) for _ in reqs]
+
+    async def call(r: GenerationRequest, delay: float) -> Any:
+        await asyncio.sleep(delay)
+        return await small_engine.agenerate(r)
+
+    async def run_all() -> list[Any]:
+        return await asyncio.gather(*(call(r, d) for r, d in zip(reqs, delays, strict=True)))
+
+    got = asyncio.run(run_all())
+    assert small_engine.joins > 0  # some callers really joined a running batch
+    assert 1 < small_engine.peak_batch_rows <= 4
+    reference = HFEngine(model, tok, HFEngineConfig(max_batch_rows=64))
+    for r, completions in zip(reqs, got, strict=True):
+        [alone] = reference.generate([r])
+        assert [c.sample_index for c in completions] == list(range(r.sampling.n))
+        assert [c.token_ids for c in completions] == [c.token_ids for c in alone]
+        for c in completions:
+            assert c.logprobs == pytest.approx(alone[completions.index(c)].logprobs, abs=1e-4)
+
+
+def test_generate_refills_the_batch_and_splits_large_n(small_engine: HFEngine, encode: Any) -> None:
+    reqs = [_req(encode(f"p{i}"), seed=i, max_tokens=3 + 5 * (i % 3)) for i in range(6)]
+    reqs.append(_req(encode("group"), n=6, seed=99, max_tokens=8))  # more samples than max_batch_rows
+    out = small_engine.generate(reqs)
+    assert small_engine.peak_batch_rows == 4
+    for r, completions in zip(reqs, out, strict=True):
+        alone = HFEngine(small_engine.model, small_engine.tokenizer).generate([r])[0]
+        assert [c.token_ids for c in completions] == [c.token_ids for c in alone]
+    assert len({tuple(c.token_ids) for c in out[-1]}) == 6
+
+
+def test_a_request_that_breaks_its_prefill_fails_alone(
+    small_engine: HFEngine, model: torch.nn.Module, encode: Any
+) -> None:
+    poison = encode("~")[0]
+
+    def fault(_module: Any, args: tuple[Any, ...]) -> None:
+        if args[0].shape[1] > 1 and bool((args[0] == poison).any()):  # a prefill holding the poison token
+            raise RuntimeError("injected fault for the poisoned prompt")
+
+    long_req = _req(encode("long running"), seed=1, max_tokens=600)  # ~0.5 s: outlives the others
+    bad = _req(encode("bad ~ prompt"), max_tokens=5)
+    later = _req(encode("after the bad one"), seed=2, max_tokens=10)
+
+    async def run() -> list[Any]:
+        first = asyncio.ensure_future(small_engine.agenerate(long_req))
+        await asyncio.sleep(0.05)  # the long request is decoding: the others join it
+        rest = await asyncio.gather(small_engine.agenerate(bad), small_engine.agenerate(later), return_exceptions=True)
+        return [await first, *rest]
+
+    hook = model.model.embed_tokens.register_forward_pre_hook(fault)
+    try:
+        got_long, got_bad, got_later = asyncio.run(run())
+    finally:
+        hook.remove()
+    assert isinstance(got_bad, RuntimeError) and "injected" in str(got_bad)
+    assert small_engine.joins >= 1
+    for r, got in [(long_req, got_long), (later, got_later)]:
+        assert got[0].token_ids == small_engine.generate([r])[0][0].token_ids
+
+
+def test_out_of_vocabulary_prompt_id_is_rejected_with_the_field(small_engine: HFEngine) -> None:
+    with pytest.raises(ValueError, match=r"prompt_ids holds token id 100000, outside the model's vocabulary"):
+        asyncio.run(small_engine.agenerate(_req([5, 100000], max_tokens=2)))
+    with pytest.raises(ValueError, match="vocabulary"):
+        small_engine.generate([_req([5, 6], max_tokens=2), _req([-1], max_tokens=2)])
