@@ -9,13 +9,15 @@ file does not change between the two.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from rlloom.core_rl.actor import PolicyActor
 from rlloom.core_rl.algorithms import (
     AdvantageInputs,
     apply_kl_in_reward,
@@ -39,6 +41,10 @@ from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_setup import RunParts, build_run
 from rlloom.core_rl.trajectory import Trajectory
 
+EngineFactory = Callable[[nn.Module], RolloutEngine]
+"""Builds the rollout engine from the actor's own module, so it samples from the weights being trained (no copy,
+no per-step weight transfer); the in-process default. Only the in-process `PolicyActor` has a module to give."""
+
 
 class RunFinished(SystemExit):
     """Raised when asked to resume a run that already reached `trainer.total_steps` (exit status 1)."""
@@ -51,18 +57,23 @@ class Trainer:
         self,
         config: RLConfig,
         *,
-        engine: RolloutEngine,
+        engine: RolloutEngine | None = None,
+        engine_factory: EngineFactory | None = None,
         reward_fn: RewardFn,
         train_data: Sequence[Row],
         val_data: Sequence[Row] | None = None,
         collect: CollectFn | None = None,
         trackers: Sequence[Tracker] | None = None,
     ) -> None:
+        if (engine is None) == (engine_factory is None):
+            raise ValueError(
+                "give the Trainer exactly one of engine= (a RolloutEngine with its own weights, synced every step) "
+                "or engine_factory= (a callable that builds one on the actor's module, e.g. "
+                "lambda module: HFEngine(module, tokenizer))"
+            )
         self.cfg = config
-        self.engine = engine
         self.reward_fn = reward_fn
         self.val_data = list(val_data or [])
-        self.collect = collect or single_turn_collector(engine)
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,
@@ -90,6 +101,8 @@ class Trainer:
             start_step=self.step,
             trackers=trackers,
         )
+        self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
+        self.collect = collect or single_turn_collector(self.engine)
         self.kl_ctrl = make_kl_controller(
             config.algorithm.kl_controller,
             config.algorithm.kl_coef,
@@ -107,6 +120,22 @@ class Trainer:
             self._restore(state)
         else:
             _seed_everything(config.trainer.seed)
+
+    def _engine_on_actor(self, factory: EngineFactory | None) -> RolloutEngine:
+        """Call `factory` with the actor's module (built only now, by `build_run`)."""
+        actor = self.parts.actor
+        if factory is None or not isinstance(actor, PolicyActor):
+            raise TypeError(
+                f"engine_factory needs the in-process PolicyActor's module, but the actor is a {type(actor).__name__}; "
+                "pass engine= (an engine with its own weights) instead"
+            )
+        engine = factory(actor.model)
+        if not isinstance(engine, RolloutEngine):
+            raise TypeError(
+                f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
+                "(the RolloutEngine protocol)"
+            )
+        return engine
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -356,7 +385,8 @@ def _seed_everything(seed: int) -> None:
 def train(
     config: RLConfig,
     *,
-    engine: RolloutEngine,
+    engine: RolloutEngine | None = None,
+    engine_factory: EngineFactory | None = None,
     reward_fn: RewardFn,
     train_data: Sequence[Row],
     val_data: Sequence[Row] | None = None,
@@ -367,6 +397,7 @@ def train(
     trainer = Trainer(
         config,
         engine=engine,
+        engine_factory=engine_factory,
         reward_fn=reward_fn,
         train_data=train_data,
         val_data=val_data,
