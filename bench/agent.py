@@ -1,9 +1,13 @@
 """Agent rollout throughput: `AgentLoop` against a synchronous Search-R1-style batch loop, same engine and model.
 
 256 SearchEnv conversations (HotpotQA questions from /work/shared/data, BM25 over its 4,858-passage corpus with an
-added 50 ms per retrieval call, the tiny Qwen2 char model behind `HFEngine`). The tiny model is first warmed up
-for a few seconds of supervised steps on scripted search-then-answer conversations, so that it actually writes
-`<search>`/`<answer>` turns (a random model never does, and nothing would be retrieved).
+added 50 ms per retrieval call, the tiny Qwen2 char model behind `HFEngine` with continuous batching). The tiny
+model is first warmed up with 2,000 supervised steps (about 8 minutes on one core; cached under --cache-dir)
+on whole scripted conversations run through `AgentLoop` itself: `<search> 2-5 words of the question </search>`,
+the real BM25 `<information>`, then another search or `<answer> gold </answer>` EOS, 1-3 searches each. Only
+the model's tokens carry loss; whole conversations (not short windows) so the format holds at the context
+lengths met when sampling. Every method prints its mean searches and answered fraction; the run stops if a
+method made no searches (then nothing was retrieved and the comparison would be void).
 
 Three ways to run the same 256 conversations (same prompts, sampling, limits, engine):
 - `agent_loop`: `AgentLoop`, each conversation its own asyncio task; turns stop at `</search>`/`</answer>`;
@@ -14,10 +18,12 @@ Three ways to run the same 256 conversations (same prompts, sampling, limits, en
 - `sync_batch_stop`: the same synchronous batch loop but with stop strings in the engine (isolates the
   scheduling effect from the wasted tokens).
 
-Prints median trajectories/s over `--repeats` runs (methods alternate within a repeat) and ratios vs baselines.
+Prints median trajectories/s over `--repeats` runs (methods alternate within a repeat), the tokens each method
+had the engine sample, and AgentLoop's speed-up. One torch thread by default: the tiny model only loses from
+intra-op threads on a shared 2-core machine. Every method uses the same engine (`--max-batch-rows`, default 64).
 
     python bench/agent.py                  # 256 conversations, 3 repeats
-    python bench/agent.py --n 64 --repeats 1 --warmup-steps 60   # quick look
+    python bench/agent.py --n 64 --repeats 1   # quick look
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import time
@@ -33,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, SearchEnv, SearchEnvConfig
 from rlloom.agent.envs.search import ThreadedRetriever
@@ -83,17 +91,21 @@ class ScriptedPolicy:
     def __init__(self, tokenizer: Any, answers: dict[str, str], rng: random.Random) -> None:
         self.tok, self.answers, self.rng = tokenizer, answers, rng
         self.eos_token_ids = {int(tokenizer.eos_token_id)}
-        self.plan: dict[str, int] = {}
+        self.plan: dict[int, int] = {}  # searches planned per conversation
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         assert request.prompt_ids is not None
         context = self.tok.decode(request.prompt_ids, skip_special_tokens=False)
         question = context.split("Question: ", 1)[1].split("\n", 1)[0]
-        n_search = self.plan.setdefault(question, self.rng.randint(1, 3))
         done = context.count("<information>")
+        # AgentLoop seeds turn t of conversation c with base + 1_000_003 * c + t; here turn t == searches done
+        conversation = (request.sampling.seed or 0) - done
+        n_search = self.plan.setdefault(conversation, self.rng.randint(1, 3))
         if done < n_search:
             words = question.rstrip("?").split()
-            text = "<search> " + " ".join(words[self.rng.randint(0, max(0, len(words) - 4)) :][:6]) + " </search>"
+            span = self.rng.randint(2, 5)
+            start = self.rng.randint(0, max(0, len(words) - span))
+            text = "<search> " + " ".join(words[start : start + span]) + " </search>"
             ids = self.tok(text, add_special_tokens=False)["input_ids"]
         else:
             text = f"<answer> {self.answers[question]} </answer>"
@@ -109,9 +121,22 @@ class ScriptedPolicy:
 
 
 def warm_up(
-    model: Any, tok: Any, retriever: Any, queries: list[dict[str, Any]], *, steps: int, loop_cfg: Any, window: int = 64
+    model: Any,
+    tok: Any,
+    retriever: Any,
+    queries: list[dict[str, Any]],
+    *,
+    steps: int,
+    loop_cfg: Any,
+    batch_size: int = 8,
+    copies: int = 6,
 ) -> float:
-    """Supervised steps on the model tokens (loss_mask 1) of scripted conversations; returns the last loss."""
+    """Supervised steps on the model tokens (loss_mask 1) of scripted conversations; returns the last loss.
+
+    The scripted conversations go through `AgentLoop` itself, so the model learns exactly the token layout it
+    will see: prompt -> `<search> 2-5 words of the question </search>`, `<information>...</information>`, then
+    another search or `<answer> gold </answer>` + EOS, with 1-3 searches per conversation.
+    """
     rng = random.Random(0)
     answers = {
         q["text"].strip() + ("" if q["text"].strip().endswith("?") else "?"): q["metadata"]["answers"][0]
@@ -119,27 +144,29 @@ def warm_up(
     }
     policy = ScriptedPolicy(tok, answers, rng)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
-    cfg = loop_cfg.model_copy(update={"compute_reward": False})
+    sampling = loop_cfg.sampling.model_copy(update={"seed": 0})  # the seeds tell conversations apart
+    cfg = loop_cfg.model_copy(update={"compute_reward": False, "sampling": sampling})
     loop = AgentLoop(policy, tok, lambda: SearchEnv(retriever, AgentRubric(_never), env_cfg), cfg)
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries]
-    trajs = loop.run(rows)
-    # Training windows: each model turn with up to `window` tokens of context before it; loss on the turn only.
+    trajs = loop.run(rows, n=copies)  # each question several times, with other queries and search counts
+    # Whole conversations (the model must see its turns at the positions and context lengths it will meet when
+    # sampling; short windows taught it a format it then forgot in long contexts); loss on model tokens only.
     examples: list[tuple[list[int], list[int]]] = []
     for t in trajs:
         seq, mask = t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + t.loss_mask
-        ends = [j + 1 for j in range(len(seq)) if mask[j] and (j + 1 == len(seq) or not mask[j + 1])]
-        for end in ends:
-            start = max(0, end - window)
-            examples.append(
-                (seq[start:end], [x if m else -100 for x, m in zip(seq[start:end], mask[start:end], strict=True)])
-            )
+        examples.append((seq, [x if m else -100 for x, m in zip(seq, mask, strict=True)]))
+    searches = statistics.mean(t.metrics.get("searches", 0.0) for t in trajs)
+    print(f"  {len(trajs)} scripted conversations ({searches:.2f} searches each)", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=3e-4)
     model.train()
     loss_value = float("nan")
-    for step in range(steps):
-        batch = rng.sample(examples, 16)
-        ids = torch.full((16, window), tok.pad_token_id)
-        labels = torch.full((16, window), -100)
+    bar = tqdm(range(steps), desc="warm-up", mininterval=5.0)
+    for _ in bar:
+        batch = rng.sample(examples, batch_size)
+        width = max(len(seq) for seq, _ in batch)
+        ids = torch.full((batch_size, width), tok.pad_token_id)
+        labels = torch.full((batch_size, width), -100)
         for i, (seq, lab) in enumerate(batch):
             ids[i, : len(seq)] = torch.tensor(seq)
             labels[i, : len(lab)] = torch.tensor(lab)
@@ -147,9 +174,11 @@ def warm_up(
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
         loss_value = float(loss.detach())
-        if step % 25 == 0 or step == steps - 1:
-            print(f"  warm-up step {step:4d}  loss {loss_value:.3f}", flush=True)
+        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    bar.close()
+    print(f"  warm-up final loss {loss_value:.3f}", flush=True)
     model.eval()
     return loss_value
 
@@ -175,6 +204,9 @@ def sync_batch_loop(
     stops = ["</search>", "</answer>"]
     marker = tok(cfg.truncation_marker, add_special_tokens=False)["input_ids"]
     turns = [0] * len(rows)
+    searches = [0] * len(rows)
+    answered = [False] * len(rows)
+    generated = [0] * len(rows)  # tokens the engine sampled (before Search-R1's cut)
     for turn in range(cfg.max_turns):
         if not active:
             break
@@ -189,6 +221,7 @@ def sync_batch_loop(
         for i, out in zip(active, outputs, strict=True):
             completion = out[0]
             turns[i] += 1
+            generated[i] += len(completion.token_ids)
             if use_stop:
                 ids, text = list(completion.token_ids), completion.text
             else:  # Search-R1: cut the decoded text after the first </search> (else </answer>) and re-tokenise
@@ -201,11 +234,13 @@ def sync_batch_loop(
             contexts[i] = contexts[i] + ids
             action = first_action(text)
             if action is not None and action[0] == "answer":
+                answered[i] = True
                 continue
             if len(contexts[i]) >= cfg.max_total_tokens or turn == cfg.max_turns - 1:
                 continue
             if action is not None:
                 queries.append((i, action[1]))
+                searches[i] += 1
             else:
                 obs_ids = _cap(tok(env_cfg.invalid_action_text, add_special_tokens=False)["input_ids"], cfg, marker)
                 contexts[i] = contexts[i] + _fit(obs_ids, cfg, contexts[i])
@@ -213,7 +248,7 @@ def sync_batch_loop(
         if queries:  # one batched retrieval call per turn, as Search-R1 POSTs all queries at once
             results = retriever.search([q for _, q in queries], env_cfg.top_k)
             for (i, _), hits in zip(queries, results, strict=True):
-                body = "".join(f"Doc {r + 1}(Title: {h.title}) {h.text}\n" for r, h in enumerate(hits)).strip()
+                body = prompt_env.format_passages(hits).strip()  # the same passage text SearchEnv shows
                 obs = _cap(tok(body, add_special_tokens=False)["input_ids"], cfg, marker)
                 wrapped = tok("\n\n<information>", add_special_tokens=False)["input_ids"] + obs
                 wrapped += tok("</information>\n\n", add_special_tokens=False)["input_ids"]
@@ -221,6 +256,9 @@ def sync_batch_loop(
         active = [i for i in still if len(contexts[i]) < cfg.max_total_tokens]
     return {
         "turns": statistics.mean(turns),
+        "searches": statistics.mean(searches),
+        "answered": statistics.mean(answered),
+        "generated_tokens": statistics.mean(generated),
         "response_tokens": statistics.mean(len(c) - p for c, p in zip(contexts, prompt_lens, strict=True)),
     }
 
@@ -248,8 +286,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=256, help="conversations per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=50.0, help="added latency per retrieval call")
-    ap.add_argument("--warmup-steps", type=int, default=150)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup-steps", type=int, default=2000)
+    ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every method")
+    ap.add_argument("--max-batch-rows", type=int, default=64, help="HFEngine's row budget (every method)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1: the tiny model gains nothing from more)"
+    )
     ap.add_argument("--cache-dir", default="/tmp", help="where the warmed-up tiny model is kept between runs")
     ap.add_argument("--gather-ms", type=float, default=5.0, help="HFEngine's batching window for agenerate")
     args = ap.parse_args()
@@ -266,9 +308,9 @@ def main() -> None:
         max_obs_tokens=96,
         max_total_tokens=1024,
         max_concurrency=args.n,
-        sampling=SamplingParams(temperature=0.8),
+        sampling=SamplingParams(temperature=args.temperature),
     )
-    cache = Path(args.cache_dir) / f"rlloom_bench_agent_tiny_{args.warmup_steps}.pt"
+    cache = Path(args.cache_dir) / f"rlloom_bench_agent_tiny_v2_{args.warmup_steps}.pt"
     if cache.exists():
         model.load_state_dict(torch.load(cache))
         print(f"warm-up: loaded {cache}", flush=True)
@@ -280,13 +322,14 @@ def main() -> None:
         torch.save(model.state_dict(), cache)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
-    engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=64, gather_s=args.gather_ms / 1000))
+    engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=args.max_batch_rows, gather_s=args.gather_ms / 1000))
     delayed = Delayed(base, args.latency_ms / 1000)
     threaded = ThreadedRetriever(delayed, max_threads=args.n)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     loop = AgentLoop(engine, tok, lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg), cfg)
 
     times: dict[str, list[float]] = {"agent_loop": [], "search_r1": [], "sync_batch_stop": []}
+    load_before = os.getloadavg()
     stats: dict[str, dict[str, float]] = {}
     for rep in range(args.repeats):
         order = ["agent_loop", "search_r1", "sync_batch_stop"]
@@ -299,8 +342,10 @@ def main() -> None:
                 trajs = asyncio.run(loop.arun(rows))
                 s = {
                     "turns": statistics.mean(t.metrics["turns"] for t in trajs),
-                    "response_tokens": statistics.mean(len(t.response_ids) for t in trajs),
                     "searches": statistics.mean(t.metrics.get("searches", 0.0) for t in trajs),
+                    "answered": statistics.mean(t.metrics.get("answers", 0.0) for t in trajs),
+                    "generated_tokens": statistics.mean(t.metrics["model_tokens"] for t in trajs),
+                    "response_tokens": statistics.mean(len(t.response_ids) for t in trajs),
                 }
             else:
                 s = sync_batch_loop(engine, tok, rows, delayed, cfg, use_stop=name == "sync_batch_stop")
@@ -308,20 +353,34 @@ def main() -> None:
             s["retrieval_calls"] = delayed.calls
             times[name].append(elapsed)
             stats[name] = s
-            print(f"  repeat {rep} {name:16s} {elapsed:6.2f} s  {args.n / elapsed:6.1f} traj/s  {s}", flush=True)
+            shown = {k: round(v, 2) for k, v in s.items()}
+            print(f"  repeat {rep} {name:16s} {elapsed:6.2f} s  {args.n / elapsed:6.1f} traj/s  {shown}", flush=True)
+            if s["searches"] == 0:
+                raise SystemExit(
+                    f"{name}: the model made no searches, so nothing was retrieved and the comparison is void; "
+                    "raise --warmup-steps or lower --temperature"
+                )
     engine.close()
     threaded.close()
+    load_after = os.getloadavg()
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{args.n} SearchEnv trajectories, {args.latency_ms:.0f} ms per retrieval call, median of {args.repeats}:")
-    print("| method | traj/s | mean turns | mean response tokens | retrieval calls | AgentLoop speed-up |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n{args.n} SearchEnv trajectories, {args.latency_ms:.0f} ms per retrieval call, median of {args.repeats}")
+    print(f"(T={args.temperature}, max_batch_rows={args.max_batch_rows}, {args.threads} torch thread(s); ", end="")
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; last repeat's stats):")
+    print(
+        "| method | traj/s | mean turns | mean searches | answered | sampled tokens | response tokens "
+        "| retrieval calls | AgentLoop speed-up |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in times:
         s = stats[name]
         print(
-            f"| {name} | {args.n / med[name]:.1f} | {s['turns']:.2f} | {s['response_tokens']:.0f} | "
-            f"{s['retrieval_calls']:.0f} | {med[name] / med['agent_loop']:.2f}x |"
+            f"| {name} | {args.n / med[name]:.1f} | {s['turns']:.2f} | {s['searches']:.2f} | {s['answered']:.2f} | "
+            f"{s['generated_tokens']:.0f} | {s['response_tokens']:.0f} | {s['retrieval_calls']:.0f} | "
+            f"{med[name] / med['agent_loop']:.2f}x |"
         )
+    print(f"engine: {engine.joins} joins into running batches, peak {engine.peak_batch_rows} rows per forward")
 
 
 if __name__ == "__main__":
