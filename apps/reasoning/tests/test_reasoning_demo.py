@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 from rlloom_apps.reasoning.cli import main
-from rlloom_apps.reasoning.demo import DemoSettings, math_reward, run_demo
-from rlloom_apps.reasoning.toy_task import reverse_row, reverse_splits
+from rlloom_apps.reasoning.demo import DemoSettings, rubric_reward, run_demo
+from rlloom_apps.reasoning.toy_task import digits_in_place, reverse_row, reverse_splits
+from rlloom_apps.reasoning.warmup import supervised_warmup
 from transformers import AutoModelForCausalLM
 
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trajectory import Trajectory
 
-SHORT = DemoSettings(hidden_size=32, warmup_steps=5, warmup_rows=16, held_out=6)
+SHORT = DemoSettings(hidden_size=32, warmup_max_steps=10, warmup_check_every=5, probe_rows=4, held_out=6)
 SHORT_OVERRIDES = [
     "data.train_batch_size=2",
     "rollout.n=2",
@@ -37,8 +39,15 @@ def test_short_demo_writes_a_complete_run_folder(tmp_path: Path) -> None:
         for key in ("reward/mean", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "timing/rollout_s"):
             assert key in record, key
     assert [r["step"] for r in val] == [0, 1, 2]  # before training, then every step
-    assert result.before_reward == val[0]["val/reward/mean"]
-    assert result.after_reward == val[-1]["val/reward/mean"]
+    # the demo's own greedy held-out scoring agrees with the trainer's validation before and after GRPO
+    assert result.before.reward == pytest.approx(val[0]["val/reward/mean"])
+    assert result.after.reward == pytest.approx(val[-1]["val/reward/mean"])
+    assert result.before.reward == pytest.approx((result.before.exact + result.before.digits) / 2)
+    assert 0 < result.warmup_steps <= 10
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["after_grpo"]["reward"] == result.after.reward
+    table = (out / "before_after.md").read_text()
+    assert f"after warm-up ({result.warmup_steps} steps)" in table and "after GRPO (2 steps)" in table
     assert (out / "config.yaml").read_text().count("total_steps: 2") == 1
 
     checkpoint = out / "checkpoints" / "step_2"
@@ -49,14 +58,43 @@ def test_short_demo_writes_a_complete_run_folder(tmp_path: Path) -> None:
     assert changed, "two GRPO steps left the weights exactly as the warm-up did"
 
 
-def test_math_reward_scores_the_reversed_string() -> None:
+def test_rubric_reward_gives_exact_half_plus_digits_in_place_half() -> None:
     row = reverse_row("482")
     assert row["reward_model"]["ground_truth"] == "284"
+    texts = ("284", " 284\n", "482", "281", "28", "2845", "")
     trajs = [
         Trajectory(prompt_ids=[1], response_ids=[2], loss_mask=[1], response_text=text, ground_truth="284")
-        for text in ("284", "482", "28", "")
+        for text in texts
     ]
-    assert [r.score for r in math_reward(trajs)] == [1.0, 0.0, 0.0, 0.0]
+    # by hand: exact counts 0.5; each of the 3 digits in place counts 0.5/3 (over the longer string's length)
+    expected = [1.0, 1.0, 0.5 / 3, 1.0 / 3, 1.0 / 3, 0.5 * 3 / 4, 0.0]
+    outputs = rubric_reward(trajs)
+    assert [o.score for o in outputs] == pytest.approx(expected)
+    assert [o.components["exact"] for o in outputs] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_digits_in_place_rejects_an_empty_answer_key() -> None:
+    result = digits_in_place("123", "")
+    assert result.score == 0.0 and result.error is not None and "ground_truth" in result.error
+
+
+def test_warmup_stops_when_asked_and_only_at_check_points() -> None:
+    tokenizer = char_tokenizer()
+    model = tiny_qwen2(tokenizer, hidden_size=16, num_layers=1)
+    rows = reverse_splits(3, 8)[0][:8]
+    calls: list[int] = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) == 2
+
+    losses = supervised_warmup(
+        model, tokenizer, [(r["prompt"], r["reward_model"]["ground_truth"]) for r in rows],
+        steps=50, batch_size=4, stop=stop, check_every=3,
+    )  # fmt: skip
+    assert len(losses) == 6 and len(calls) == 2  # checked after steps 3 and 6, stopped at the second
+    with pytest.raises(ValueError, match="check_every"):
+        supervised_warmup(model, tokenizer, [], steps=0, check_every=0)
 
 
 def test_splits_are_disjoint_and_fixed() -> None:

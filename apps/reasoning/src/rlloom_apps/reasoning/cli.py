@@ -20,10 +20,11 @@ def main(argv: list[str] | None = None) -> None:
     demo = commands.add_parser(
         "demo",
         help="train a tiny model end to end on CPU (warm-up, then GRPO with held-out validation)",
-        description="Supervised warm-up, then GRPO on digit reversal with rlloom's trainer, HF engine and math "
-        "scorer. Extra arguments are dotted trainer-config overrides, e.g. actor.lr=5e-4 rollout.n=4.",
+        description="Supervised warm-up, then GRPO on digit reversal with rlloom's trainer, HF engine and a "
+        "rewards Rubric (exact answer + digits in place). Extra arguments are dotted trainer-config "
+        "overrides, e.g. actor.lr=5e-4 rollout.n=4.",
     )
-    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: configs/demo.yaml's 40)")
+    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 120)")
     demo.add_argument("--seed", type=int, default=0, help="model initialisation, warm-up and training seed")
     demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.reasoning.demo import run_demo
-    from rlloom_apps.reasoning.demo_report import ascii_curve, save_plot
+    from rlloom_apps.reasoning.demo_report import ascii_curve, before_after_table, save_plot
 
     from rlloom.core_rl.config import ConfigError
 
@@ -51,10 +52,8 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except (ConfigError, ValidationError, FileExistsError) as err:
         parser.error(str(err))
     print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
-    print(
-        f"held-out reward: untrained {result.untrained_reward:.2f} -> after warm-up {result.before_reward:.2f} "
-        f"-> after GRPO {result.after_reward:.2f}"
-    )
+    print(before_after_table(result))
+    print(f"(also in {result.output_dir / 'before_after.md'})")
     plot = save_plot(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png")
     if plot is not None:
         print(f"reward curve: {plot}")

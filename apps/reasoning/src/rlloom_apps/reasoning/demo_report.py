@@ -1,4 +1,4 @@
-"""The demo's closing report: held-out reward before vs after, and the reward curve as a PNG or in ASCII.
+"""The demo's closing report: the held-out before/after table, and the reward curve as a PNG or in ASCII.
 
 matplotlib is optional (not a dependency of the app): with it the curve is saved as reward_curve.png in the run
 folder, without it the curve is drawn in the terminal.
@@ -8,8 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlloom_apps.reasoning.demo import DemoResult
 
 ASCII_HEIGHT = 8
+
+
+def before_after_table(result: DemoResult) -> str:
+    """Markdown table of the held-out scores (greedy) of the untrained, warmed-up and GRPO-trained model."""
+    rows = [
+        ("untrained", result.untrained),
+        (f"after warm-up ({result.warmup_steps} steps) = before GRPO", result.before),
+        (f"after GRPO ({result.train_curve[-1][0] if result.train_curve else 0} steps)", result.after),
+    ]
+    lines = [
+        "| held-out model (greedy) | exact answers | digits in place | reward (rubric) |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {name} | {s.exact:.2f} | {s.digits:.2f} | {s.reward:.2f} |" for name, s in rows]
+    gain = result.after.exact - result.before.exact
+    lines.append(f"\nGRPO changed held-out exact answers by {gain:+.2f} ({result.seconds:.0f} s in all).")
+    return "\n".join(lines)
 
 
 def ascii_curve(points: Sequence[tuple[int, float]], height: int = ASCII_HEIGHT) -> str:

@@ -1,16 +1,23 @@
-"""The demo's verifiable task: reverse a short digit string ("reverse 482" -> "284"), fixed train / held-out split.
+"""The demo's verifiable task: reverse a short digit string ("reverse 482" -> "284"), its reward and its split.
 
-A 0.1M-parameter character model learns it in seconds on a CPU (it is pure attention: copy the right
-position), and the answer is a number, so the real math scorer from rlloom.rewards checks it: the demo goes
-through the same reward path as a GSM8K run. Digits 1-9 only, so no answer has a leading zero. The split is
-over strings, so held-out prompts are never seen in warm-up or GRPO.
+A 0.1M-parameter character model can learn it on a CPU (it is pure attention: copy the right position), and the
+answer is a number, so the real math scorer from rlloom.rewards checks it: the demo goes through the same reward
+path as a GSM8K run. The reward is an rlloom.rewards `Rubric`: half for the exact answer (math scorer), half
+for the share of digits in the right place, so a sample with two of three digits right beats one with none and
+GRPO gets a signal from groups where nobody is exactly right yet. Digits 1-9 only, so no answer has a leading
+zero. The split is over strings, so held-out prompts are never seen in warm-up or GRPO.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Mapping
 from typing import Any
+
+from rlloom.rewards.math import math_scorer
+from rlloom.rewards.rubric import Rubric
+from rlloom.rewards.types import ScoreResult
 
 DATA_SOURCE = "toy_reverse"
 DIGITS = "123456789"
@@ -42,3 +49,20 @@ def reverse_splits(
 
 def answer_of(row: dict[str, Any]) -> str:
     return str(row["reward_model"]["ground_truth"])
+
+
+def digits_in_place(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """Share of the answer's digits that the response has at the same position (a rlloom.rewards Scorer).
+
+    Divided by the longer of the two strings, so extra characters cost as much as missing ones.
+    """
+    answer, gold = response.strip(), str(ground_truth).strip()
+    if not gold:
+        return ScoreResult(score=0.0, error="ground_truth is empty; every reversal row needs its reversed digits")
+    hits = sum(a == b for a, b in zip(answer, gold, strict=False))
+    return ScoreResult(score=hits / max(len(answer), len(gold)), extracted=answer)
+
+
+def reversal_rubric() -> Rubric:
+    """score = 0.5 * exact (rlloom.rewards' math scorer) + 0.5 * digits in place; both logged as components."""
+    return Rubric([("exact", math_scorer, 0.5), ("digits", digits_in_place, 0.5)])

@@ -9,7 +9,7 @@ same chat template the rollout engine uses, so the warmed-up model sees exactly 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,12 +33,20 @@ def supervised_warmup(
     *,
     steps: int,
     batch_size: int = 16,
-    lr: float = 3e-3,
+    lr: float = 1e-3,
     seed: int = 0,
+    stop: Callable[[], bool] | None = None,
+    check_every: int = 20,
 ) -> list[float]:
-    """Train `model` in place for `steps` AdamW steps on random batches of `examples`; returns the losses."""
+    """Train `model` in place for up to `steps` AdamW steps on random batches of `examples`; returns the losses.
+
+    `stop`, called every `check_every` steps (with the model in eval mode), ends the warm-up early when it returns
+    True: the demo stops once the model gets some answers right, leaving the rest for RL to learn.
+    """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"warm-up needs steps >= 0 and batch_size >= 1, got steps={steps}, batch_size={batch_size}")
+    if check_every < 1:
+        raise ValueError(f"warm-up needs check_every >= 1, got {check_every}")
     if steps and not examples:
         raise ValueError("warm-up got no examples; give it a non-empty slice of the training rows")
     encoded = [_example_ids(tokenizer, messages, answer) for messages, answer in examples]
@@ -47,7 +55,7 @@ def supervised_warmup(
     rng = random.Random(seed)
     losses: list[float] = []
     model.train()
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         picked = [encoded[rng.randrange(len(encoded))] for _ in range(batch_size)]
         width = max(len(ids) for ids, _ in picked)
         input_ids = torch.full((batch_size, width), pad)
@@ -62,5 +70,10 @@ def supervised_warmup(
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
+        if stop is not None and step % check_every == 0:
+            model.eval()
+            if stop():
+                break
+            model.train()
     model.eval()
     return losses
