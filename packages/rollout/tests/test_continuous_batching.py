@@ -7,6 +7,7 @@ plain fp32 forward pass over prompt + completion for the logprobs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -232,3 +233,19 @@ def test_out_of_vocabulary_prompt_id_is_rejected_with_the_field(small_engine: HF
         asyncio.run(small_engine.agenerate(_req([5, 100000], max_tokens=2)))
     with pytest.raises(ValueError, match="vocabulary"):
         small_engine.generate([_req([5, 6], max_tokens=2), _req([-1], max_tokens=2)])
+
+
+def test_multimodal_requests_decode_in_their_own_batch(small_engine: HFEngine, encode: Any) -> None:
+    """Extra forward inputs are per request, so such requests never join; results match the text path."""
+    text = [_req(encode(f"text {i}"), seed=i, max_tokens=12) for i in range(3)]
+    extra = {"output_hidden_states": False}  # a forward kwarg every causal LM accepts; stands in for pixels
+    mm = [dataclasses.replace(r, multimodal=extra) for r in text]
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(small_engine.agenerate(r) for r in [*text, *mm]))
+
+    got = asyncio.run(run())
+    assert [g[0].token_ids for g in got[:3]] == [g[0].token_ids for g in got[3:]]
+    runs_before = small_engine.batches_run
+    small_engine.generate(mm)
+    assert small_engine.batches_run - runs_before == 3  # one decode per multimodal request

@@ -164,7 +164,7 @@ class HFEngine:
 
     def _decode_continuous(self, feed: _RowFeed) -> None:
         """Decode everything `feed` holds or admits later, joining new rows into the running batch."""
-        if not feed.pending:
+        if not feed.backlog:  # nothing to start with; later arrivals start the worker's next run
             return
         with self._sampling_mode():
             self.batches_run += 1
@@ -297,10 +297,6 @@ class _RowFeed:
         self.jobs: dict[int, _Job] = {}
         self.backlog: deque[SampleRow] = deque()
         self._next_id = 0
-
-    @property
-    def pending(self) -> bool:
-        return bool(self.backlog) or self.take is not None
 
     def add(
         self,
