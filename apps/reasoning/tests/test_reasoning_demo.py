@@ -109,3 +109,14 @@ def test_demo_rejects_a_mistyped_override(tmp_path: Path, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         main(["demo", "--out", str(tmp_path / "x"), "actor.learning_rate=1e-3"])
     assert "actor.learning_rate" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_default_demo_improves_held_out_answers(tmp_path: Path) -> None:
+    """The README's main job with its embedded defaults (seed 0, about a minute on 2 idle cores): GRPO must
+    clearly raise the held-out exact answers from a partial warm-up start."""
+    result = run_demo(output_dir=tmp_path / "run", seed=0, overrides=["trainer.trackers=[jsonl]"])
+    assert 0.05 <= result.before.exact <= 0.5, "the warm-up should stop with the task partly learned"
+    assert result.after.exact >= result.before.exact + 0.3
+    assert result.after.reward > result.before.reward
+    assert (tmp_path / "run" / "checkpoints" / "step_150" / "model.safetensors").exists()

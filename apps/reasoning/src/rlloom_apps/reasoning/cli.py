@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
         "rewards Rubric (exact answer + digits in place). Extra arguments are dotted trainer-config "
         "overrides, e.g. actor.lr=5e-4 rollout.n=4.",
     )
-    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 120)")
+    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 150)")
     demo.add_argument("--seed", type=int, default=0, help="model initialisation, warm-up and training seed")
     demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
