@@ -249,3 +249,27 @@ def test_multimodal_requests_decode_in_their_own_batch(small_engine: HFEngine, e
     runs_before = small_engine.batches_run
     small_engine.generate(mm)
     assert small_engine.batches_run - runs_before == 3  # one decode per multimodal request
+
+
+def test_rows_taking_finished_rows_places_decode_as_alone(
+    model: torch.nn.Module, settings: DecodeSettings, encode: Any
+) -> None:
+    """Rows finish at different steps and waiting ones take their place (the finished rows are dropped in the
+    same cache rewrite that joins the newcomers): every row samples exactly what it samples alone."""
+
+    def make(i: int, max_tokens: int | None = None) -> SampleRow:
+        budget = max_tokens if max_tokens is not None else 2 + 3 * (i % 4)
+        prompt = encode("p" * (3 + 7 * (i % 3)) + f" {i}")
+        return _row(i, prompt, temperature=1.0, seed=i, max_tokens=budget, logprobs=True)
+
+    waiting = [make(i) for i in range(9)]
+    done = list(waiting)
+    three_rows = DecodeSettings(pad_token_id=settings.pad_token_id, max_positions=1024, max_rows=3)
+    stats = decode(model, [], three_rows, admit=lambda room: [waiting.pop(0) for _ in range(min(room, len(waiting)))])
+    assert not waiting and stats.joins >= 3 and stats.peak_rows == 3
+    for row in done:
+        alone = make(row.request_index)
+        decode(model, [alone], settings)
+        assert row.token_ids == alone.token_ids
+        reference = _forward_logprobs(model, row.prompt_ids, row.token_ids, 1.0)
+        assert row.logprobs == pytest.approx(reference.tolist(), abs=1e-4)

@@ -22,7 +22,8 @@ import torch
 from transformers import DynamicCache
 
 from rlloom.core_rl.generation import FinishReason, SamplingParams
-from rlloom.rollout.kv_cache import concat_caches, left_pad_cache, mergeable, trim_left_cache
+from rlloom.rollout.kv_cache import concat_caches, dynamic_layers, left_pad_cache, mergeable, trim_left_cache
+from rlloom.rollout.prefix_cache import PrefixCache, PrefixHit
 from rlloom.rollout.sampling import RowSampling, sample_next
 from rlloom.rollout.stopping import StopStringWatcher
 
@@ -57,6 +58,7 @@ class DecodeSettings:
     explicit_positions: bool = True  # False lets the model build positions (Qwen2-VL's 3-D rope); no admission
     max_rows: int = 1 << 30  # admission never grows the batch beyond this many unfinished rows
     admit_every: int = 1  # poll `admit` every this many decode steps
+    prefix_cache: PrefixCache | None = None  # reuse finished rows' keys/values for prompts extending them
 
 
 @dataclass(slots=True)
@@ -66,6 +68,8 @@ class DecodeStats:
     steps: int = 0  # forwards of the running batch after prefill
     peak_rows: int = 0  # largest number of rows in one forward
     joins: int = 0  # prefilled groups merged into a running batch
+    prefill_tokens: int = 0  # prompt tokens run through the model (once per distinct request)
+    reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache instead
 
 
 AdmitRows = Callable[[int], list[SampleRow]]
@@ -129,25 +133,43 @@ class RunningBatch:
         self.sampling, self.logits = sampling, logits
         self.want_logprobs = any(r.params.logprobs for r in rows)
         self.tokens: torch.Tensor | None = None  # sampled, not yet fed to the model
+        self.just_finished: list[int] = []  # rows the last `sample` finished
 
     @classmethod
-    def prefill(cls, model: torch.nn.Module, rows: list[SampleRow], settings: DecodeSettings) -> RunningBatch:
-        """Run the prompts of `rows` through the model once per distinct request and expand to one row per sample."""
+    def prefill(
+        cls, model: torch.nn.Module, rows: list[SampleRow], settings: DecodeSettings, stats: DecodeStats | None = None
+    ) -> RunningBatch:
+        """Run the prompts of `rows` through the model once per distinct request and expand to one row per sample.
+
+        With a prefix cache, a prompt that extends a stored sequence starts from its keys/values and only its
+        new tail is run. The columns are then [padding | cached prefix | padding | new tail]; the attention mask
+        is 0 on both paddings and the explicit position ids continue the prefix, so a row's numbers are those
+        of a plain prefill.
+        """
         device = next(model.parameters()).device
         now = time.perf_counter()
         for r in rows:
             r.joined_at = now
         request_order = list(dict.fromkeys(r.request_index for r in rows))
         first_row = {r.request_index: r for r in reversed(rows)}
-        ids, mask = left_pad([first_row[q].prompt_ids for q in request_order], settings.pad_token_id, device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        prompts = [first_row[q].prompt_ids for q in request_order]
+        hits = _lookup_prefixes(prompts, settings)
         cache = DynamicCache(config=getattr(model, "config", None))
+        past_mask = _fill_cache_from_hits(cache, hits, device) if hits is not None else None
+        reused = [h.length if h is not None else 0 for h in hits] if hits is not None else [0] * len(prompts)
+        ids, mask = left_pad([p[n:] for p, n in zip(prompts, reused, strict=True)], settings.pad_token_id, device)
+        if past_mask is not None:
+            mask = torch.cat([past_mask, mask], dim=-1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         kwargs: dict[str, Any] = dict(settings.forward_kwargs)
         if settings.explicit_positions:
-            kwargs["position_ids"] = positions
+            kwargs["position_ids"] = positions[:, -ids.shape[1] :]
         out = model(
             input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
         )
+        if stats is not None:
+            stats.reused_tokens += sum(reused)
+            stats.prefill_tokens += sum(len(p) for p in prompts) - sum(reused)
         logits = out.logits[:, -1, :]
         slot = {q: i for i, q in enumerate(request_order)}
         expand = torch.tensor([slot[r.request_index] for r in rows], device=device)
@@ -158,6 +180,22 @@ class RunningBatch:
         return cls(
             rows=list(rows), cache=cache, mask=mask, last_pos=positions[:, -1:], sampling=sampling, logits=logits
         )
+
+    def store_finished(self, cache_store: PrefixCache, finished: list[int]) -> None:
+        """Give the prefix cache the keys/values of the rows at `finished` (every token that went through the model)."""
+        if not finished or not mergeable(self.cache):
+            return
+        for j in finished:
+            row = self.rows[j]
+            fed = row.prompt_ids + row.token_ids[:-1]  # the last sampled token was never fed
+            columns = self.mask[j].nonzero().squeeze(-1)
+            if columns.numel() != len(fed):  # cannot happen with left padding; never store misaligned keys
+                continue
+            layers = []
+            for layer in dynamic_layers(self.cache):
+                assert layer.keys is not None and layer.values is not None
+                layers.append((layer.keys[j].index_select(-2, columns), layer.values[j].index_select(-2, columns)))
+            cache_store.insert(fed, layers)
 
     @property
     def size(self) -> int:
@@ -175,6 +213,7 @@ class RunningBatch:
         logprob_list = logprobs.tolist() if logprobs is not None else None
         now = time.perf_counter()
         finished = 0
+        self.just_finished = []
         for j, row in enumerate(self.rows):
             if row.finish_reason is not None:
                 finished += 1
@@ -187,6 +226,7 @@ class RunningBatch:
             _row_finish(row, token_list[j], settings)
             if row.finish_reason is not None:
                 finished += 1
+                self.just_finished.append(j)
                 row.done_s = now - row.joined_at
                 if on_finish is not None:
                     on_finish(row)
@@ -227,6 +267,53 @@ class RunningBatch:
         self.logits = out.logits[:, -1, :]
         self.tokens = None
 
+    def absorb(self, other: RunningBatch) -> None:
+        """`compact()` then `join(other)`, writing each cache layer once instead of copying it two or three times.
+
+        Continuous batching does this at every turn of an agent workload (a row finishes, a waiting one takes
+        its place), and on CPU the copies of the whole cache were a quarter of the decode time.
+        """
+        if not mergeable(self.cache) or not mergeable(other.cache):
+            self.compact()
+            self.join(other)
+            return
+        keep_list = [j for j, r in enumerate(self.rows) if r.finish_reason is None]
+        dropped = len(keep_list) != len(self.rows)
+        keep = torch.tensor(keep_list, device=self.mask.device)
+        mask = self.mask[keep] if dropped else self.mask
+        used = mask.any(dim=0)
+        first = int(used.to(torch.int8).argmax()) if bool(used.any()) else mask.shape[1]
+        mine_width, their_width = mask.shape[1] - first, other.mask.shape[1]
+        width = max(mine_width, their_width)
+        kept, added = len(keep_list), other.size
+        for mine, theirs in zip(dynamic_layers(self.cache), dynamic_layers(other.cache), strict=True):
+            for name in ("keys", "values"):
+                old, new = getattr(mine, name), getattr(theirs, name)
+                merged = old.new_empty((kept + added, old.shape[1], width, old.shape[3]))
+                merged[:kept, :, : width - mine_width].zero_()
+                merged[kept:, :, : width - their_width].zero_()
+                source = old.index_select(0, keep) if dropped else old
+                merged[:kept, :, width - mine_width :] = source[:, :, first:]
+                merged[kept:, :, width - their_width :] = new
+                setattr(mine, name, merged)
+        self.mask = torch.cat(
+            [
+                torch.cat([mask.new_zeros((kept, width - mine_width)), mask[:, first:]], dim=-1),
+                torch.cat([other.mask.new_zeros((added, width - their_width)), other.mask], dim=-1),
+            ]
+        )
+        if dropped:
+            self.last_pos, self.logits = self.last_pos[keep], self.logits[keep]
+            if self.tokens is not None:
+                self.tokens = self.tokens[keep]
+            self.sampling = self.sampling.select(keep, keep_list)
+            self.rows = [self.rows[j] for j in keep_list]
+        self.last_pos = torch.cat([self.last_pos, other.last_pos])
+        self.logits = torch.cat([self.logits, other.logits])
+        self.sampling = _join_sampling(self.sampling, other.sampling)
+        self.rows = [*self.rows, *other.rows]
+        self.want_logprobs = self.want_logprobs or other.want_logprobs
+
     def join(self, other: RunningBatch) -> None:
         """Append `other`'s rows (both must be awaiting a sample): left-pad the shorter cache, concatenate."""
         width, other_width = self.mask.shape[1], other.mask.shape[1]
@@ -263,7 +350,7 @@ def decode(
     (a fresh one when None) is updated as the loop runs, so an engine can accumulate and read it live.
     """
     stats = stats if stats is not None else DecodeStats()
-    batch = RunningBatch.prefill(model, rows, settings) if rows else None
+    batch = RunningBatch.prefill(model, rows, settings, stats) if rows else None
     can_admit = admit is not None and settings.explicit_positions and (batch is None or mergeable(batch.cache))
     while True:
         if admit is not None and can_admit and (batch is None or stats.steps % settings.admit_every == 0):
@@ -275,13 +362,16 @@ def decode(
             return stats
         stats.peak_rows = max(stats.peak_rows, batch.size)
         finished = batch.sample(settings, on_finish)
+        if settings.prefix_cache is not None:
+            batch.store_finished(settings.prefix_cache, batch.just_finished)
         if finished == batch.size:
             batch = None
             if admit is None or not can_admit:
                 return stats
             continue
-        if finished >= settings.compact_every:
-            batch.compact()
+        admit_next = can_admit and (stats.steps + 1) % settings.admit_every == 0
+        if finished >= settings.compact_every and not (admit_next and finished < batch.size):
+            batch.compact()  # (when an admission comes next step, `absorb` drops them while joining)
         batch.advance(model, settings)
         stats.steps += 1
 
@@ -297,30 +387,31 @@ def _admit(
 ) -> RunningBatch | None:
     """Prefill whatever `admit` hands over (within the row budget) and join it to `batch`."""
     room = settings.max_rows - (batch.unfinished if batch is not None else 0)
-    if room <= 0:
-        return batch
-    new_rows = admit(room)
-    if not new_rows:
-        return batch
+    new_rows = admit(room) if room > 0 else []
     if len(new_rows) > room:
         raise RuntimeError(f"admit({room}) returned {len(new_rows)} rows; it must respect the row budget")
-    joined = _prefill_isolated(model, new_rows, settings, on_admit_error)
-    if joined is None:
-        return batch
+    joined = _prefill_isolated(model, new_rows, settings, on_admit_error, stats) if new_rows else None
     if batch is None:
         return joined
-    batch.compact()
-    batch.join(joined)
+    if joined is None:  # rows whose compaction was left to this admission are dropped now
+        if batch.size - batch.unfinished >= settings.compact_every:
+            batch.compact()
+        return batch
+    batch.absorb(joined)
     stats.joins += 1
     return batch
 
 
 def _prefill_isolated(
-    model: torch.nn.Module, rows: list[SampleRow], settings: DecodeSettings, on_admit_error: AdmitFailed | None
+    model: torch.nn.Module,
+    rows: list[SampleRow],
+    settings: DecodeSettings,
+    on_admit_error: AdmitFailed | None,
+    stats: DecodeStats,
 ) -> RunningBatch | None:
     """Prefill `rows`; if that raises, retry request by request so only the culprit's callers fail."""
     try:
-        return RunningBatch.prefill(model, rows, settings)
+        return RunningBatch.prefill(model, rows, settings, stats)
     except Exception as exc:
         if on_admit_error is None:
             raise
@@ -333,7 +424,7 @@ def _prefill_isolated(
     out: RunningBatch | None = None
     for group in groups.values():
         try:
-            part = RunningBatch.prefill(model, group, settings)
+            part = RunningBatch.prefill(model, group, settings, stats)
         except Exception as exc:
             on_admit_error(group, exc)
             continue
@@ -342,3 +433,31 @@ def _prefill_isolated(
         else:
             out.join(part)
     return out
+
+
+def _lookup_prefixes(prompts: list[list[int]], settings: DecodeSettings) -> list[PrefixHit | None] | None:
+    """Each prompt's longest cached prefix, or None when there is no cache or no prompt has one."""
+    if settings.prefix_cache is None or settings.forward_kwargs or not settings.explicit_positions:
+        return None
+    hits = [settings.prefix_cache.lookup(p) for p in prompts]
+    return hits if any(h is not None for h in hits) else None
+
+
+def _fill_cache_from_hits(cache: DynamicCache, hits: list[PrefixHit | None], device: torch.device) -> torch.Tensor:
+    """Load the hits' keys/values into `cache`, right-aligned per row; returns their attention mask."""
+    width = max(h.length for h in hits if h is not None)
+    template = next(h for h in hits if h is not None)
+    mask = torch.zeros((len(hits), width), dtype=torch.long, device=device)
+    for layer_index, (keys0, values0) in enumerate(template.layers):
+        keys = keys0.new_zeros((len(hits), keys0.shape[0], width, keys0.shape[-1]))
+        values = values0.new_zeros((len(hits), values0.shape[0], width, values0.shape[-1]))
+        for i, hit in enumerate(hits):
+            if hit is not None:
+                k, v = hit.layers[layer_index]
+                keys[i, :, width - hit.length :] = k
+                values[i, :, width - hit.length :] = v
+        cache.update(keys, values, layer_index)
+    for i, hit in enumerate(hits):
+        if hit is not None:
+            mask[i, width - hit.length :] = 1
+    return mask

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
 from rlloom.rollout.decoding import DecodeSettings, DecodeStats, SampleRow, decode
+from rlloom.rollout.prefix_cache import PrefixCache
 from rlloom.rollout.prompts import render_prompt
 from rlloom.rollout.stopping import StopStringWatcher, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
@@ -47,6 +48,12 @@ class HFEngineConfig(BaseModel):
         description="Let waiting requests join the running batch every this many decode steps (1: every step).",
     )
     skip_special_tokens: bool = Field(default=True, description="Leave special tokens (EOS...) out of `text`.")
+    prefix_cache_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Keep finished sequences' keys/values, up to this many tokens in all, so a prompt that extends "
+        "one (an agent's next turn) prefills only its new tokens. 0 turns prefix caching off.",
+    )
 
 
 class HFEngine:
@@ -63,12 +70,15 @@ class HFEngine:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_token_ids), 0)
         model_config = getattr(model, "config", None)
+        self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens else None
+        self._weights_version = self._parameter_versions()
         self._settings = DecodeSettings(
             pad_token_id=int(pad),
             max_positions=int(getattr(model_config, "max_position_embeddings", None) or 1 << 30),
             compact_every=self.config.compact_every,
             max_rows=self.config.max_batch_rows,
             admit_every=self.config.admit_every,
+            prefix_cache=self.prefix_cache,
         )
         self._vocab_size = int(getattr(model_config, "vocab_size", None) or len(tokenizer))
 
@@ -188,6 +198,7 @@ class HFEngine:
             compact_every=1 << 30,  # the model keeps per-batch rope state; never reshape the batch
             forward_kwargs=dict(request.multimodal or {}),
             explicit_positions=False,
+            prefix_cache=None,
         )
         with self._sampling_mode():
             self.batches_run += 1
@@ -200,10 +211,22 @@ class HFEngine:
         with self._lock:
             was_training = self.model.training
             self.model.eval()
+            self._drop_stale_prefixes()
             try:
                 yield
             finally:
                 self.model.train(was_training)
+
+    def _parameter_versions(self) -> int:
+        """Sum of the parameters' in-place write counters: it moves whenever an optimizer step changes them."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _drop_stale_prefixes(self) -> None:
+        """Clear the prefix cache if the weights changed since it was filled (a shared actor trains in place)."""
+        version = self._parameter_versions()
+        if version != self._weights_version and self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        self._weights_version = version
 
     @property
     def peak_batch_rows(self) -> int:
@@ -251,6 +274,8 @@ class HFEngine:
         """Copy new weights into the model in place (skipped for tensors that already are the model's)."""
         with self._lock:
             load_named_tensors(self.model, named_tensors)
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:

@@ -20,7 +20,7 @@ def mergeable(cache: DynamicCache) -> bool:
     return bool(cache.layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers)
 
 
-def _layers(cache: DynamicCache) -> list[DynamicLayer]:
+def dynamic_layers(cache: DynamicCache) -> list[DynamicLayer]:
     """The cache's layers as `DynamicLayer`s (callers checked `mergeable`)."""
     layers = [layer for layer in cache.layers if isinstance(layer, DynamicLayer)]
     if len(layers) != len(cache.layers):
@@ -32,7 +32,7 @@ def left_pad_cache(cache: DynamicCache, columns: int) -> None:
     """Prepend `columns` zero positions to every layer's keys and values (in place)."""
     if columns <= 0:
         return
-    for layer in _layers(cache):
+    for layer in dynamic_layers(cache):
         keys, values = layer.keys, layer.values
         assert keys is not None and values is not None
         pad = keys.new_zeros((keys.shape[0], keys.shape[1], columns, keys.shape[3]))
@@ -44,7 +44,7 @@ def concat_caches(into: DynamicCache, other: DynamicCache) -> None:
     """Append `other`'s rows after `into`'s along the batch axis; both must already have the same length."""
     if len(into.layers) != len(other.layers):
         raise ValueError(f"cannot join caches with {len(into.layers)} and {len(other.layers)} layers")
-    for mine, theirs in zip(_layers(into), _layers(other), strict=True):
+    for mine, theirs in zip(dynamic_layers(into), dynamic_layers(other), strict=True):
         assert mine.keys is not None and mine.values is not None
         assert theirs.keys is not None and theirs.values is not None
         if mine.keys.shape[-2] != theirs.keys.shape[-2]:
@@ -59,7 +59,7 @@ def trim_left_cache(cache: DynamicCache, columns: int) -> None:
     """Drop the first `columns` positions of every layer (they must be padding for every row)."""
     if columns <= 0:
         return
-    for layer in _layers(cache):
+    for layer in dynamic_layers(cache):
         assert layer.keys is not None and layer.values is not None
         layer.keys = layer.keys[:, :, columns:, :]
         layer.values = layer.values[:, :, columns:, :]
