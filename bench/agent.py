@@ -1,13 +1,16 @@
 """Agent rollout throughput: `AgentLoop` against a synchronous Search-R1-style batch loop, same engine and model.
 
 256 SearchEnv conversations (HotpotQA questions from /work/shared/data, BM25 over its 4,858-passage corpus with an
-added 50 ms per retrieval call, the tiny Qwen2 char model behind `HFEngine` with continuous batching). The tiny
-model is first warmed up with 2,000 supervised steps (about 8 minutes on one core; cached under --cache-dir)
-on whole scripted conversations run through `AgentLoop` itself: `<search> 2-5 words of the question </search>`,
-the real BM25 `<information>`, then another search or `<answer> gold </answer>` EOS, 1-3 searches each. Only
-the model's tokens carry loss; whole conversations (not short windows) so the format holds at the context
-lengths met when sampling. Every method prints its mean searches and answered fraction; the run stops if a
-method made no searches (then nothing was retrieved and the comparison would be void).
+added 50 ms per retrieval call, the tiny Qwen2 char model behind `HFEngine` with continuous batching and prefix
+caching, emptied before each method). The tiny model is first warmed up with 2,000 supervised steps (about
+6 minutes on one core; cached under --cache-dir) on whole scripted conversations run through `AgentLoop` itself:
+`<search> 2-5 words of the question </search>`, the real BM25 `<information>`, then another search or
+`<answer> gold </answer>` EOS, 1-3 searches each. The loss covers everything after the prompt, observations
+included, as pretraining does for a real LLM: so, like Search-R1's Qwen2.5 models, the model writes on past
+`</search>` (a made-up `<information>` block...) when nothing stops it (`--warmup-loss model` trains on its own
+turns only; that model ends a turn with EOS right after `</search>`, which real LLMs do not). Every method prints
+its mean searches and answered fraction; the run stops if a method made no searches (then nothing was
+retrieved and the comparison would be void). Per-turn budget: Search-R1's 500 tokens (`--max-tokens-per-turn`).
 
 Three ways to run the same 256 conversations (same prompts, sampling, limits, engine):
 - `agent_loop`: `AgentLoop`, each conversation its own asyncio task; turns stop at `</search>`/`</answer>`;
@@ -130,12 +133,19 @@ def warm_up(
     loop_cfg: Any,
     batch_size: int = 8,
     copies: int = 6,
+    loss_on: str = "conversation",
 ) -> float:
-    """Supervised steps on the model tokens (loss_mask 1) of scripted conversations; returns the last loss.
+    """Supervised steps on scripted conversations; returns the last loss.
 
     The scripted conversations go through `AgentLoop` itself, so the model learns exactly the token layout it
     will see: prompt -> `<search> 2-5 words of the question </search>`, `<information>...</information>`, then
     another search or `<answer> gold </answer>` + EOS, with 1-3 searches per conversation.
+
+    `loss_on="conversation"` (default) trains language-model style on everything after the prompt, observations
+    included, as pretraining does for a real LLM: the model then knows that text goes on after `</search>` (an
+    `<information>` block), so an engine with no stop string lets it write on, as Search-R1's Qwen2.5 runs do
+    (`../shared/design/notes/search_r1_retrieval.md`). `loss_on="model"` puts loss on the model's own tokens
+    only (SFT style); that model ends its turn with EOS right after `</search>`, which real LLMs do not.
     """
     rng = random.Random(0)
     answers = {
@@ -150,10 +160,11 @@ def warm_up(
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries]
     trajs = loop.run(rows, n=copies)  # each question several times, with other queries and search counts
     # Whole conversations (the model must see its turns at the positions and context lengths it will meet when
-    # sampling; short windows taught it a format it then forgot in long contexts); loss on model tokens only.
+    # sampling; short windows taught it a format it then forgot in long contexts).
     examples: list[tuple[list[int], list[int]]] = []
     for t in trajs:
-        seq, mask = t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + t.loss_mask
+        trained = t.loss_mask if loss_on == "model" else [1] * len(t.response_ids)
+        seq, mask = t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + trained
         examples.append((seq, [x if m else -100 for x, m in zip(seq, mask, strict=True)]))
     searches = statistics.mean(t.metrics.get("searches", 0.0) for t in trajs)
     print(f"  {len(trajs)} scripted conversations ({searches:.2f} searches each)", flush=True)
@@ -288,11 +299,31 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=50.0, help="added latency per retrieval call")
     ap.add_argument("--warmup-steps", type=int, default=2000)
     ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every method")
+    ap.add_argument(
+        "--max-tokens-per-turn",
+        type=int,
+        default=500,
+        help="sampling budget per model turn, every method (Search-R1's max_response_length; a stop string ends "
+        "a turn sooner)",
+    )
     ap.add_argument("--max-batch-rows", type=int, default=64, help="HFEngine's row budget (every method)")
     ap.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (1: the tiny model gains nothing from more)"
     )
+    ap.add_argument(
+        "--warmup-loss",
+        choices=["conversation", "model"],
+        default="conversation",
+        help="conversation: LM loss on all tokens after the prompt, as pretraining (the model writes on past "
+        "</search> when nothing stops it, like a real LLM); model: loss on the model's own turns only",
+    )
     ap.add_argument("--cache-dir", default="/tmp", help="where the warmed-up tiny model is kept between runs")
+    ap.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=262_144,
+        help="HFEngine's prefix cache (every method; emptied before each run); 0 turns it off",
+    )
     ap.add_argument("--gather-ms", type=float, default=5.0, help="HFEngine's batching window for agenerate")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -304,25 +335,33 @@ def main() -> None:
     model = tiny_qwen2(tok, max_position_embeddings=1024, seed=0)
     cfg = AgentLoopConfig(
         max_turns=4,
-        max_tokens_per_turn=128,
+        max_tokens_per_turn=args.max_tokens_per_turn,
         max_obs_tokens=96,
         max_total_tokens=1024,
         max_concurrency=args.n,
         sampling=SamplingParams(temperature=args.temperature),
     )
-    cache = Path(args.cache_dir) / f"rlloom_bench_agent_tiny_v2_{args.warmup_steps}.pt"
+    cache = Path(args.cache_dir) / f"rlloom_bench_agent_tiny_v3_{args.warmup_loss}_{args.warmup_steps}.pt"
     if cache.exists():
         model.load_state_dict(torch.load(cache))
         print(f"warm-up: loaded {cache}", flush=True)
     else:
         print(f"warm-up: {args.warmup_steps} supervised steps on scripted search conversations", flush=True)
         t0 = time.perf_counter()
-        warm_up(model, tok, base, queries[args.n :], steps=args.warmup_steps, loop_cfg=cfg)
+        warm_up(model, tok, base, queries[args.n :], steps=args.warmup_steps, loop_cfg=cfg, loss_on=args.warmup_loss)
         print(f"warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
         torch.save(model.state_dict(), cache)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
-    engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=args.max_batch_rows, gather_s=args.gather_ms / 1000))
+    engine = HFEngine(
+        model,
+        tok,
+        HFEngineConfig(
+            max_batch_rows=args.max_batch_rows,
+            gather_s=args.gather_ms / 1000,
+            prefix_cache_tokens=args.prefix_cache_tokens,
+        ),
+    )
     delayed = Delayed(base, args.latency_ms / 1000)
     threaded = ThreadedRetriever(delayed, max_threads=args.n)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
@@ -337,6 +376,9 @@ def main() -> None:
             order.reverse()
         for name in order:
             delayed.calls = 0
+            if engine.prefix_cache is not None:  # no method may reuse another's keys/values
+                engine.prefix_cache.clear()
+            prefilled, reused = engine.decode_stats.prefill_tokens, engine.decode_stats.reused_tokens
             t0 = time.perf_counter()
             if name == "agent_loop":
                 trajs = asyncio.run(loop.arun(rows))
@@ -351,6 +393,8 @@ def main() -> None:
                 s = sync_batch_loop(engine, tok, rows, delayed, cfg, use_stop=name == "sync_batch_stop")
             elapsed = time.perf_counter() - t0
             s["retrieval_calls"] = delayed.calls
+            s["prefilled_tokens"] = (engine.decode_stats.prefill_tokens - prefilled) / args.n
+            s["reused_tokens"] = (engine.decode_stats.reused_tokens - reused) / args.n
             times[name].append(elapsed)
             stats[name] = s
             shown = {k: round(v, 2) for k, v in s.items()}
@@ -370,14 +414,15 @@ def main() -> None:
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; last repeat's stats):")
     print(
         "| method | traj/s | mean turns | mean searches | answered | sampled tokens | response tokens "
-        "| retrieval calls | AgentLoop speed-up |"
+        "| retrieval calls | prompt tokens run / reused | AgentLoop speed-up |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in times:
         s = stats[name]
         print(
             f"| {name} | {args.n / med[name]:.1f} | {s['turns']:.2f} | {s['searches']:.2f} | {s['answered']:.2f} | "
             f"{s['generated_tokens']:.0f} | {s['response_tokens']:.0f} | {s['retrieval_calls']:.0f} | "
+            f"{s['prefilled_tokens']:.0f} / {s['reused_tokens']:.0f} | "
             f"{med[name] / med['agent_loop']:.2f}x |"
         )
     print(f"engine: {engine.joins} joins into running batches, peak {engine.peak_batch_rows} rows per forward")

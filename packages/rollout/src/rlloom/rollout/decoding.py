@@ -6,8 +6,9 @@ request back the moment its samples finish (agents are waiting on them). Each un
 and its cache rows repeated for the request's n samples; rows that finish are dropped from the batch (and the
 KV cache). Between steps an optional `admit(room)` callback supplies new rows: they are prefilled on their own
 cache and then joined to the running batch (vLLM/SGLang-style continuous batching), so requests that arrive
-mid-decode never wait for the whole batch to end. On a CPU a decode step costs about the same for 1 or 64 rows,
-so this is what keeps an agent workload (conversations coming back from tools at random times) batched.
+mid-decode never wait for the whole batch to end. One step of 64 rows costs far less than 64 steps of one row
+(the tiny test model on one CPU thread: 3.1 ms against 0.85 ms for 4 rows), so this is what keeps an agent
+workload (conversations coming back from tools at random times) batched.
 Left padding plus explicit position ids keep padded and joined rows numerically equal to unpadded ones.
 """
 
