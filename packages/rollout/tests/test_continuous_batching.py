@@ -267,6 +267,7 @@ def test_rows_taking_finished_rows_places_decode_as_alone(
     three_rows = DecodeSettings(pad_token_id=settings.pad_token_id, max_positions=1024, max_rows=3)
     stats = decode(model, [], three_rows, admit=lambda room: [waiting.pop(0) for _ in range(min(room, len(waiting)))])
     assert not waiting and stats.joins >= 3 and stats.peak_rows == 3
+    assert 0 < stats.filled_in_place < stats.joins  # both ways of joining were taken
     for row in done:
         alone = make(row.request_index)
         decode(model, [alone], settings)

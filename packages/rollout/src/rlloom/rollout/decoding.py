@@ -71,6 +71,7 @@ class DecodeStats:
     joins: int = 0  # prefilled groups merged into a running batch
     prefill_tokens: int = 0  # prompt tokens run through the model (once per distinct request)
     reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache instead
+    filled_in_place: int = 0  # joins written into finished rows' places (no rewrite of the whole cache)
 
 
 AdmitRows = Callable[[int], list[SampleRow]]
@@ -245,6 +246,10 @@ class RunningBatch:
             self.tokens = self.tokens[keep]
         self.sampling = self.sampling.select(keep, keep_list)
         self.rows = [self.rows[j] for j in keep_list]
+        self.trim_left()
+
+    def trim_left(self) -> None:
+        """Drop the left columns that are padding for every row (views, no copy)."""
         if self.rows and mergeable(self.cache):
             used = self.mask.any(dim=0)
             first = int(used.to(torch.int8).argmax())  # first column some row attends to
@@ -267,6 +272,39 @@ class RunningBatch:
         )
         self.logits = out.logits[:, -1, :]
         self.tokens = None
+
+    def fill_finished(self, other: RunningBatch) -> bool:
+        """Write `other`'s rows into the places of finished rows, in place; False (nothing done) if they don't fit.
+
+        They fit when there are at least as many finished rows as newcomers and the newcomers' columns are no
+        wider than the batch's. Then only the newcomers' keys/values are written, whatever the batch's size: at
+        an agent's turn boundary (one row finishes, a waiting conversation takes its place) this replaces a
+        rewrite of the whole cache.
+        """
+        width, their_width = self.mask.shape[1], other.mask.shape[1]
+        finished = [j for j, r in enumerate(self.rows) if r.finish_reason is not None]
+        if len(finished) < other.size or their_width > width or self.tokens is not None:
+            return False
+        if not mergeable(self.cache) or not mergeable(other.cache):
+            return False
+        slots = finished[: other.size]
+        pad = width - their_width
+        for mine, theirs in zip(dynamic_layers(self.cache), dynamic_layers(other.cache), strict=True):
+            for name in ("keys", "values"):
+                old, new = getattr(mine, name), getattr(theirs, name)
+                for i, slot in enumerate(slots):
+                    old[slot, :, :pad].zero_()
+                    old[slot, :, pad:].copy_(new[i])
+        index = torch.tensor(slots, device=self.mask.device)
+        self.mask[index] = torch.cat([other.mask.new_zeros((other.size, pad)), other.mask], dim=-1)
+        self.last_pos[index] = other.last_pos
+        self.logits[index] = other.logits
+        self.sampling = self.sampling.place(slots, other.sampling)
+        for slot, row in zip(slots, other.rows, strict=True):
+            self.rows[slot] = row
+        self.want_logprobs = self.want_logprobs or other.want_logprobs
+        self.trim_left()
+        return True
 
     def absorb(self, other: RunningBatch) -> None:
         """`compact()` then `join(other)`, writing each cache layer once instead of copying it two or three times.
@@ -398,7 +436,12 @@ def _admit(
         if batch.size - batch.unfinished >= settings.compact_every:
             batch.compact()
         return batch
-    batch.absorb(joined)
+    if batch.fill_finished(joined):
+        stats.filled_in_place += 1
+    else:
+        batch.absorb(joined)
+    if batch.size - batch.unfinished >= settings.compact_every:
+        batch.compact()  # finished rows that no newcomer replaced
     stats.joins += 1
     return batch
 

@@ -82,6 +82,27 @@ class RowSampling:
             any_greedy=bool(self.greedy[keep].any()),
         )
 
+    def place(self, slots: list[int], other: RowSampling) -> RowSampling:
+        """`other`'s rows written over the rows at `slots` (finished rows whose places newcomers take)."""
+        index = torch.tensor(slots, device=self.greedy.device)
+        greedy = self.greedy.index_put((index,), other.greedy)
+        generators = list(self.generators)
+        for slot, generator in zip(slots, other.generators, strict=True):
+            generators[slot] = generator
+        return RowSampling(
+            temperature=self.temperature.index_put((index,), other.temperature),
+            greedy=greedy,
+            top_k=self.top_k.index_put((index,), other.top_k),
+            top_p=self.top_p.index_put((index,), other.top_p),
+            min_p=self.min_p.index_put((index,), other.min_p),
+            generators=generators,
+            needs_sort=self.needs_sort or other.needs_sort,
+            needs_min_p=self.needs_min_p or other.needs_min_p,
+            scaled=self.scaled or other.scaled,
+            all_greedy=bool(greedy.all()),
+            any_greedy=bool(greedy.any()),
+        )
+
 
 def _row_seed(seed: int, sample_index: int) -> int:
     """Distinct, reproducible streams for the n samples of one seeded request."""
