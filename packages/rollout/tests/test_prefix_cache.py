@@ -124,6 +124,24 @@ def test_next_turn_reuses_the_cache_and_decodes_as_without_it(sharp_model: Any, 
         assert g.logprobs == pytest.approx(reference, abs=1e-4)
 
 
+def test_reusing_an_entry_never_writes_to_it(sharp_model: Any, tok: Any, encode: Any) -> None:
+    engine = HFEngine(sharp_model, tok, HFEngineConfig(prefix_cache_tokens=10_000))
+    try:
+        prompt = encode("a prompt long enough to be cached by the engine")
+        first = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=GREEDY)])[0][0]
+        assert engine.prefix_cache is not None
+        (entry,) = engine.prefix_cache._entries.values()
+        before = [(k.clone(), v.clone()) for k, v in entry.layers]
+        longer = prompt + list(first.token_ids) + encode(" and more")
+        for _ in range(2):  # one request alone (the stored tensors are used as views), then two together
+            engine.generate([GenerationRequest(prompt_ids=longer, sampling=GREEDY)] * (1 + _))
+        assert engine.decode_stats.reused_tokens >= 3 * (len(prompt) + len(first.token_ids) - 1)
+        for (k, v), (k0, v0) in zip(entry.layers, before, strict=True):
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+    finally:
+        engine.close()
+
+
 def test_changed_weights_empty_the_cache(sharp_model: Any, tok: Any, encode: Any) -> None:
     engine = HFEngine(sharp_model, tok, HFEngineConfig(prefix_cache_tokens=10_000))
     try:
