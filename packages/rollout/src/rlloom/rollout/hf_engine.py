@@ -223,8 +223,10 @@ class HFEngine:
 
     def _drop_stale_prefixes(self) -> None:
         """Clear the prefix cache if the weights changed since it was filled (a shared actor trains in place)."""
+        if self.prefix_cache is None:
+            return
         version = self._parameter_versions()
-        if version != self._weights_version and self.prefix_cache is not None:
+        if version != self._weights_version:
             self.prefix_cache.clear()
         self._weights_version = version
 

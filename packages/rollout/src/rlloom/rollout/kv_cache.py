@@ -1,8 +1,9 @@
 """Reshape a transformers `DynamicCache` so two decode batches can become one (continuous batching).
 
-A request that arrives while a batch decodes is prefilled on its own cache; to join the running batch the two
-caches must agree on length. The shorter one is padded on the *left* with zero keys/values (its attention mask
-is 0 there, so they never receive weight) and the layers are concatenated along the batch axis. Columns that
+A request that arrives while a batch decodes is prefilled on its own cache. It either takes the places of
+finished rows in place (`write_rows`) or the two caches are merged into one (`merge_caches`); in both the
+narrower side is padded on the *left* with zero keys/values (its attention mask is 0 there, so they never
+receive weight). Columns that
 are padding for every remaining row are trimmed off the left so the cache does not grow without bound as rows
 come and go. Only plain full-attention `DynamicLayer`s can be reshaped this way: sliding-window layers keep a
 rolling window whose start differs per call, so callers must check `mergeable` first.
@@ -28,31 +29,37 @@ def dynamic_layers(cache: DynamicCache) -> list[DynamicLayer]:
     return layers
 
 
-def left_pad_cache(cache: DynamicCache, columns: int) -> None:
-    """Prepend `columns` zero positions to every layer's keys and values (in place)."""
-    if columns <= 0:
-        return
-    for layer in dynamic_layers(cache):
-        keys, values = layer.keys, layer.values
-        assert keys is not None and values is not None
-        pad = keys.new_zeros((keys.shape[0], keys.shape[1], columns, keys.shape[3]))
-        layer.keys = torch.cat([pad, keys], dim=-2)
-        layer.values = torch.cat([pad.new_zeros((*pad.shape[:3], values.shape[3])), values], dim=-2)
+def merge_caches(into: DynamicCache, keep: torch.Tensor | None, first: int, other: DynamicCache) -> None:
+    """`into`'s rows at `keep` (all when None) from column `first` on, then `other`'s rows, right-aligned.
 
-
-def concat_caches(into: DynamicCache, other: DynamicCache) -> None:
-    """Append `other`'s rows after `into`'s along the batch axis; both must already have the same length."""
+    One new tensor per layer: the narrower side is padded on the left with zeros, so finished rows are dropped,
+    leading padding is cut and the newcomers are appended in a single write.
+    """
     if len(into.layers) != len(other.layers):
         raise ValueError(f"cannot join caches with {len(into.layers)} and {len(other.layers)} layers")
     for mine, theirs in zip(dynamic_layers(into), dynamic_layers(other), strict=True):
-        assert mine.keys is not None and mine.values is not None
-        assert theirs.keys is not None and theirs.values is not None
-        if mine.keys.shape[-2] != theirs.keys.shape[-2]:
-            raise ValueError(
-                f"cannot join caches of lengths {mine.keys.shape[-2]} and {theirs.keys.shape[-2]}; left-pad first"
-            )
-        mine.keys = torch.cat([mine.keys, theirs.keys], dim=0)
-        mine.values = torch.cat([mine.values, theirs.values], dim=0)
+        for name in ("keys", "values"):
+            old, new = getattr(mine, name), getattr(theirs, name)
+            source = (old if keep is None else old.index_select(0, keep))[:, :, first:]
+            width = max(source.shape[2], new.shape[2])
+            kept = source.shape[0]
+            merged = old.new_empty((kept + new.shape[0], old.shape[1], width, old.shape[3]))
+            merged[:kept, :, : width - source.shape[2]].zero_()
+            merged[kept:, :, : width - new.shape[2]].zero_()
+            merged[:kept, :, width - source.shape[2] :] = source
+            merged[kept:, :, width - new.shape[2] :] = new
+            setattr(mine, name, merged)
+
+
+def write_rows(into: DynamicCache, slots: list[int], other: DynamicCache) -> None:
+    """Overwrite `into`'s rows at `slots` with `other`'s rows, right-aligned (in place; `other` is no wider)."""
+    for mine, theirs in zip(dynamic_layers(into), dynamic_layers(other), strict=True):
+        for name in ("keys", "values"):
+            old, new = getattr(mine, name), getattr(theirs, name)
+            pad = old.shape[2] - new.shape[2]
+            for i, slot in enumerate(slots):
+                old[slot, :, :pad].zero_()
+                old[slot, :, pad:].copy_(new[i])
 
 
 def trim_left_cache(cache: DynamicCache, columns: int) -> None:

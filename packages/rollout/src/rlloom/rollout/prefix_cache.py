@@ -15,7 +15,7 @@ cache when the model's parameters change (see `HFEngine`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,8 +54,6 @@ class PrefixCache:
         self._by_hash: dict[int, int] = {}  # chain hash of a block-aligned prefix -> newest entry holding it
         self._next_id = 0
         self.stored_tokens = 0
-        self.hits = 0
-        self.hit_tokens = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,15 +64,13 @@ class PrefixCache:
         self._by_hash.clear()
         self.stored_tokens = 0
 
-    def _chain(self, tokens: Sequence[int], limit: int) -> list[int]:
-        """Chain hashes of the full blocks among the first `limit` tokens."""
-        out: list[int] = []
+    def _chain(self, tokens: Sequence[int], limit: int) -> Iterator[int]:
+        """Chain hashes of the full blocks among the first `limit` tokens (each names the whole prefix so far)."""
         h = 0
         b = self.block_size
         for start in range(0, limit - b + 1, b):
             h = hash((h, tuple(tokens[start : start + b])))
-            out.append(h)
-        return out
+            yield h
 
     def insert(self, tokens: list[int], layers: list[LayerKV]) -> None:
         """Store `layers` (each (kv_heads, len(tokens), head_dim)) as the keys/values of `tokens`."""
@@ -85,7 +81,7 @@ class PrefixCache:
                 raise ValueError(f"keys/values hold {keys.shape[-2]} positions for {len(tokens)} tokens")
         entry_id = self._next_id
         self._next_id += 1
-        entry = _Entry(list(tokens), layers, self._chain(tokens, len(tokens)))
+        entry = _Entry(list(tokens), layers, list(self._chain(tokens, len(tokens))))
         self._entries[entry_id] = entry
         for h in entry.hashes:
             self._by_hash[h] = entry_id
@@ -105,10 +101,7 @@ class PrefixCache:
         limit = len(prompt) - 1
         found: int | None = None
         blocks = 0
-        h = 0
-        b = self.block_size
-        for start in range(0, limit - b + 1, b):
-            h = hash((h, tuple(prompt[start : start + b])))
+        for h in self._chain(prompt, limit):
             entry_id = self._by_hash.get(h)
             if entry_id is None:
                 break
@@ -116,7 +109,7 @@ class PrefixCache:
         if found is None:
             return None
         entry = self._entries[found]
-        matched = blocks * b
+        matched = blocks * self.block_size
         if entry.tokens[:matched] != list(prompt[:matched]):  # a hash collision: never trust the hash alone
             return None
         end = min(len(entry.tokens), limit)
@@ -125,6 +118,4 @@ class PrefixCache:
         if matched < self.min_hit_tokens:
             return None
         self._entries.move_to_end(found)
-        self.hits += 1
-        self.hit_tokens += matched
         return PrefixHit(matched, [(k[:, :matched], v[:, :matched]) for k, v in entry.layers])
