@@ -184,3 +184,34 @@ def test_context_limit_ends_with_length(tok: Any) -> None:
     small = tiny_qwen2(tok, max_position_embeddings=16)
     [c] = HFEngine(small, tok).generate([_req(list(range(10, 20)), max_tokens=50, ignore_eos=True)])[0:1][0]
     assert c.finish_reason == "length" and len(c.token_ids) == 6
+
+
+def _openmp_threads_reader() -> Any:
+    """`omp_get_max_threads` of the OpenMP runtime torch uses (per-thread state), or None if not found."""
+    import ctypes
+    from pathlib import Path
+
+    libs = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*.so*"))
+    return ctypes.CDLL(str(libs[0])).omp_get_max_threads if libs else None
+
+
+def test_worker_thread_uses_the_process_thread_setting(engine: HFEngine, encode: Any) -> None:
+    # torch keeps set_num_threads in OpenMP's per-thread state: a thread started later would otherwise run ops
+    # on every core whatever the caller asked for.
+    read = _openmp_threads_reader()
+    if read is None:
+        pytest.skip("torch is not built against libgomp here")
+    seen: list[int] = []
+    forward = engine.model.forward
+
+    def recording_forward(*args: Any, **kwargs: Any) -> Any:
+        seen.append(read())
+        return forward(*args, **kwargs)
+
+    engine.model.forward = recording_forward  # type: ignore[method-assign]
+    try:
+        asyncio.run(engine.agenerate(_req(encode("threads"), max_tokens=3)))
+    finally:
+        del engine.model.forward
+    assert torch.get_num_threads() == 1  # the autouse fixture's setting
+    assert seen and set(seen) == {1}

@@ -209,6 +209,7 @@ class HFEngine:
     def _sampling_mode(self) -> Iterator[None]:
         """Hold the model (one decode at a time) in eval mode; a shared actor may be in train mode."""
         with self._lock:
+            honour_thread_setting()  # the batcher's worker or a caller's thread pool
             was_training = self.model.training
             self.model.eval()
             self._drop_stale_prefixes()
@@ -278,6 +279,16 @@ class HFEngine:
             load_named_tensors(self.model, named_tensors)
             if self.prefix_cache is not None:
                 self.prefix_cache.clear()
+
+
+def honour_thread_setting() -> None:
+    """Apply `torch.set_num_threads` to the calling thread too.
+
+    torch keeps the setting in OpenMP's per-thread state, so a thread started later runs its ops on as many
+    threads as the machine has cores whatever the process asked for (a worker would then compete with the
+    threads that call it, and a benchmark would compare unequal thread counts).
+    """
+    torch.set_num_threads(torch.get_num_threads())
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
