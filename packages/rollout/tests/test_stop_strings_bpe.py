@@ -7,6 +7,7 @@ force over prefixes of the unstopped sample, independently of the engine's incre
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
-from rlloom.rollout.stopping import StopStringWatcher, find_stop
+from rlloom.rollout.stopping import StopStringWatcher, TokenPieces, find_stop
 
 CORPUS = [
     "<search> capital of France </search> <answer> Paris </answer>",
@@ -85,3 +86,70 @@ def test_find_stop_prefers_the_earliest_end() -> None:
     m = find_stop("abc </search> </answer>", ["</answer>", "</search>"])
     assert m is not None and m.stop == "</search>" and m.start == 4
     assert find_stop("nothing here", ["</x>"]) is None
+
+
+MULTILINGUAL = [
+    "<search> Zürich café naïve </search> <answer> 東京 </answer>",
+    "straße → Ελληνικά, emoji 🙂🚀 and «quotes» <think> ok </think>",
+    "plain ascii text: the answer is 42. done.",
+] * 20
+
+
+def _byte_level_bpe() -> PreTrainedTokenizerFast:
+    """GPT-2/Qwen style: byte-level BPE, so multi-byte characters are split over tokens."""
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "<eos>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(MULTILINGUAL, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def _sentencepiece_style() -> PreTrainedTokenizerFast:
+    """Llama style: Metaspace word boundaries and byte fallback (`<0xE2>`-like tokens) for unseen characters."""
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<pad>", "<eos>", "<unk>", *[f"<0x{b:02X}>" for b in range(256)]],
+        show_progress=False,
+    )
+    backend.train_from_iterator(MULTILINGUAL[:1] * 5 + MULTILINGUAL[2:3] * 5, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+@pytest.mark.parametrize("make", [_byte_level_bpe, _sentencepiece_style], ids=["byte-level", "sentencepiece"])
+def test_skipping_tokens_that_cannot_complete_a_stop_fires_at_the_same_step(make: Any) -> None:
+    # The shortcut must never change when a stop fires: compare against the watcher that decodes at every
+    # token, on real texts (stops cut from them, across token seams and inside multi-byte characters) and on
+    # random token streams (ids whose bytes do not form valid UTF-8).
+    tok = make()
+    pieces = TokenPieces(tok)
+    rng = random.Random(0)
+    vocab = len(tok)
+    streams = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in MULTILINGUAL[:3]]
+    streams += [[rng.randrange(vocab) for _ in range(60)] for _ in range(40)]
+    checked = fired = 0
+    for ids in streams:
+        text = tok.decode(ids, skip_special_tokens=True)
+        candidates = [text[i : i + n] for n in (1, 2, 3, 5) for i in range(0, max(1, len(text) - n), 3)]
+        for stops in [[c] for c in candidates if c.strip()] + [["</search>", "</answer>"], ["🚀"], ["é"]]:
+            eager = StopStringWatcher(tok, stops)
+            lazy = StopStringWatcher(tok, stops, pieces=pieces)
+            want = next((k for k, t in enumerate(ids) if eager.push(t)), None)
+            got = next((k for k, t in enumerate(ids) if lazy.push(t)), None)
+            assert got == want, (stops, ids)
+            checked += 1
+            fired += want is not None
+    assert checked > 500 and fired > checked // 2  # the comparison is not vacuous
+
+
+def test_stops_ending_in_whitespace_are_checked_at_every_token(bpe: PreTrainedTokenizerFast) -> None:
+    watcher = StopStringWatcher(bpe, ["answer "], pieces=TokenPieces(bpe))
+    assert watcher.pieces is None

@@ -26,7 +26,7 @@ from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
 from rlloom.rollout.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.prefix_cache import PrefixCache
 from rlloom.rollout.prompts import render_prompt
-from rlloom.rollout.stopping import StopStringWatcher, cut_at_stop, find_stop
+from rlloom.rollout.stopping import StopStringWatcher, TokenPieces, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
 
 
@@ -81,6 +81,7 @@ class HFEngine:
             prefix_cache=self.prefix_cache,
         )
         self._vocab_size = int(getattr(model_config, "vocab_size", None) or len(tokenizer))
+        self._token_pieces = TokenPieces(tokenizer)  # lets stop-string watchers skip most tokens
 
     @classmethod
     def from_pretrained(
@@ -247,7 +248,9 @@ class HFEngine:
         if not params.ignore_eos:
             stop_ids |= self.eos_token_ids
         watcher = (
-            StopStringWatcher(self.tokenizer, params.stop, self.config.skip_special_tokens) if params.stop else None
+            StopStringWatcher(self.tokenizer, params.stop, self.config.skip_special_tokens, self._token_pieces)
+            if params.stop
+            else None
         )
         return SampleRow(i, s, prompt, params, frozenset(stop_ids), watcher)
 
