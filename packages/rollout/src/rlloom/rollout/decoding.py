@@ -101,23 +101,6 @@ def _row_finish(row: SampleRow, token: int, settings: DecodeSettings) -> None:
         row.finish_reason = "length"
 
 
-def _join_sampling(a: RowSampling, b: RowSampling) -> RowSampling:
-    """Per-row sampling tensors of two batches, `a`'s rows first."""
-    return RowSampling(
-        temperature=torch.cat([a.temperature, b.temperature]),
-        greedy=torch.cat([a.greedy, b.greedy]),
-        top_k=torch.cat([a.top_k, b.top_k]),
-        top_p=torch.cat([a.top_p, b.top_p]),
-        min_p=torch.cat([a.min_p, b.min_p]),
-        generators=[*a.generators, *b.generators],
-        needs_sort=a.needs_sort or b.needs_sort,
-        needs_min_p=a.needs_min_p or b.needs_min_p,
-        scaled=a.scaled or b.scaled,
-        all_greedy=a.all_greedy and b.all_greedy,
-        any_greedy=a.any_greedy or b.any_greedy,
-    )
-
-
 class RunningBatch:
     """Rows decoding together and their tensors, aligned row for row; `logits` await the next sample."""
 
@@ -244,7 +227,7 @@ class RunningBatch:
         self.mask, self.last_pos, self.logits = self.mask[keep], self.last_pos[keep], self.logits[keep]
         if self.tokens is not None:
             self.tokens = self.tokens[keep]
-        self.sampling = self.sampling.select(keep, keep_list)
+        self.sampling = self.sampling.select(keep)
         self.rows = [self.rows[j] for j in keep_list]
         self.trim_left()
 
@@ -324,11 +307,11 @@ class RunningBatch:
             self.last_pos, self.logits = self.last_pos[keep], self.logits[keep]
             if self.tokens is not None:
                 self.tokens = self.tokens[keep]
-            self.sampling = self.sampling.select(keep, keep_list)
+            self.sampling = self.sampling.select(keep)
             self.rows = [self.rows[j] for j in keep_list]
         self.last_pos = torch.cat([self.last_pos, other.last_pos])
         self.logits = torch.cat([self.logits, other.logits])
-        self.sampling = _join_sampling(self.sampling, other.sampling)
+        self.sampling = self.sampling.joined(other.sampling)
         self.rows = [*self.rows, *other.rows]
         self.want_logprobs = self.want_logprobs or other.want_logprobs
 

@@ -4,6 +4,11 @@ A batch mixes requests (a greedy eval prompt next to temperature-1 GRPO samples 
 seed), so every knob is a per-row tensor and one pass of tensor ops filters the whole batch. The logprob we
 return is the one the trainer recomputes: `log_softmax(logits / temperature)` of the sampled token, taken
 before top-k/top-p/min-p truncation (as verl and vLLM's default do), so rollout and actor logprobs agree.
+
+Seeded rows draw from a counter-based generator: the uniform number behind a row's t-th token is a hash of
+(its seed, t), and the token is read off the cumulative distribution. So a seeded sample depends on nothing
+but its seed and its own probabilities, whatever batch it shares, and the whole batch is drawn in one pass of
+tensor ops (a `torch.Generator` per row would cost one small op per row per step).
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ class RowSampling:
     top_k: torch.Tensor  # [B] long, vocab size when disabled
     top_p: torch.Tensor  # [B] float
     min_p: torch.Tensor  # [B] float
-    generators: list[torch.Generator | None]  # one per row when its request has a seed
+    seeds: torch.Tensor  # [B] long, the row's stream (see `_row_seed`); meaningful where `seeded`
+    seeded: torch.Tensor  # [B] bool
+    counters: torch.Tensor  # [B] long, tokens this row has drawn so far (the position in its stream)
     needs_sort: bool  # any row uses top-k or top-p
     needs_min_p: bool
     scaled: bool  # any row has a temperature other than 1
     all_greedy: bool
     any_greedy: bool
+    any_seeded: bool
+    all_seeded: bool
 
     @classmethod
     def build(
@@ -42,14 +51,8 @@ class RowSampling:
     ) -> RowSampling:
         greedy = [p.temperature == 0.0 for p in params]
         top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
-        generators: list[torch.Generator | None] = []
-        for p, i in zip(params, sample_index, strict=True):
-            if p.seed is None or p.temperature == 0.0:
-                generators.append(None)
-                continue
-            gen = torch.Generator(device=device)
-            gen.manual_seed(_row_seed(p.seed, i))
-            generators.append(gen)
+        seeded = [p.seed is not None and p.temperature != 0.0 for p in params]
+        seeds = [_row_seed(p.seed, i) if p.seed is not None else 0 for p, i in zip(params, sample_index, strict=True)]
         return cls(
             temperature=torch.tensor(
                 [[1.0 if g else p.temperature] for p, g in zip(params, greedy, strict=True)], device=device
@@ -58,15 +61,19 @@ class RowSampling:
             top_k=torch.tensor(top_k, device=device),
             top_p=torch.tensor([p.top_p for p in params], device=device),
             min_p=torch.tensor([p.min_p for p in params], device=device),
-            generators=generators,
+            seeds=torch.tensor(seeds, dtype=torch.long, device=device),
+            seeded=torch.tensor(seeded, device=device),
+            counters=torch.zeros(len(params), dtype=torch.long, device=device),
             needs_sort=any(k < vocab_size for k in top_k) or any(p.top_p < 1.0 for p in params),
             needs_min_p=any(p.min_p > 0.0 for p in params),
             scaled=any(p.temperature not in (0.0, 1.0) for p in params),
             all_greedy=all(greedy),
             any_greedy=any(greedy),
+            any_seeded=any(seeded),
+            all_seeded=all(seeded),
         )
 
-    def select(self, keep: torch.Tensor, keep_list: list[int]) -> RowSampling:
+    def select(self, keep: torch.Tensor) -> RowSampling:
         """The rows still generating, after finished ones left the batch."""
         return RowSampling(
             temperature=self.temperature[keep],
@@ -74,39 +81,101 @@ class RowSampling:
             top_k=self.top_k[keep],
             top_p=self.top_p[keep],
             min_p=self.min_p[keep],
-            generators=[self.generators[i] for i in keep_list],
+            seeds=self.seeds[keep],
+            seeded=self.seeded[keep],
+            counters=self.counters[keep],
             needs_sort=self.needs_sort,
             needs_min_p=self.needs_min_p,
             scaled=self.scaled,
             all_greedy=bool(self.greedy[keep].all()),
             any_greedy=bool(self.greedy[keep].any()),
+            any_seeded=bool(self.seeded[keep].any()),
+            all_seeded=bool(self.seeded[keep].all()),
         )
 
     def place(self, slots: list[int], other: RowSampling) -> RowSampling:
         """`other`'s rows written over the rows at `slots` (finished rows whose places newcomers take)."""
         index = torch.tensor(slots, device=self.greedy.device)
         greedy = self.greedy.index_put((index,), other.greedy)
-        generators = list(self.generators)
-        for slot, generator in zip(slots, other.generators, strict=True):
-            generators[slot] = generator
+        seeded = self.seeded.index_put((index,), other.seeded)
         return RowSampling(
             temperature=self.temperature.index_put((index,), other.temperature),
             greedy=greedy,
             top_k=self.top_k.index_put((index,), other.top_k),
             top_p=self.top_p.index_put((index,), other.top_p),
             min_p=self.min_p.index_put((index,), other.min_p),
-            generators=generators,
+            seeds=self.seeds.index_put((index,), other.seeds),
+            seeded=seeded,
+            counters=self.counters.index_put((index,), other.counters),
             needs_sort=self.needs_sort or other.needs_sort,
             needs_min_p=self.needs_min_p or other.needs_min_p,
             scaled=self.scaled or other.scaled,
             all_greedy=bool(greedy.all()),
             any_greedy=bool(greedy.any()),
+            any_seeded=bool(seeded.any()),
+            all_seeded=bool(seeded.all()),
+        )
+
+    def joined(self, other: RowSampling) -> RowSampling:
+        """These rows, then `other`'s."""
+        return RowSampling(
+            temperature=torch.cat([self.temperature, other.temperature]),
+            greedy=torch.cat([self.greedy, other.greedy]),
+            top_k=torch.cat([self.top_k, other.top_k]),
+            top_p=torch.cat([self.top_p, other.top_p]),
+            min_p=torch.cat([self.min_p, other.min_p]),
+            seeds=torch.cat([self.seeds, other.seeds]),
+            seeded=torch.cat([self.seeded, other.seeded]),
+            counters=torch.cat([self.counters, other.counters]),
+            needs_sort=self.needs_sort or other.needs_sort,
+            needs_min_p=self.needs_min_p or other.needs_min_p,
+            scaled=self.scaled or other.scaled,
+            all_greedy=self.all_greedy and other.all_greedy,
+            any_greedy=self.any_greedy or other.any_greedy,
+            any_seeded=self.any_seeded or other.any_seeded,
+            all_seeded=self.all_seeded and other.all_seeded,
         )
 
 
 def _row_seed(seed: int, sample_index: int) -> int:
     """Distinct, reproducible streams for the n samples of one seeded request."""
     return (seed * 1_000_003 + sample_index) % (2**63 - 1)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for 32-bit values held in int64, in 16-bit halves so no product overflows."""
+    return (x * (c & 0xFFFF) + ((x * (c >> 16)) & 0xFFFF) * 65536) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's finaliser: every input bit flips each output bit with probability about 1/2."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def counter_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """A uniform float64 in [0, 1) for each (seed, counter) pair, 53 random bits, from hashing alone."""
+    key = _mix32((seeds & _MASK32) ^ _mix32(((seeds >> 32) & _MASK32) ^ 0x9E3779B9))
+    high = _mix32(key ^ _mix32((counters & _MASK32) ^ 0x7F4A7C15))
+    low = _mix32(high ^ key ^ 0x68E31DA4)
+    return (high * 2**21 + (low >> 11)).double() * 2.0**-53
+
+
+def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The token whose cumulative-probability interval holds `uniform` (rows [B, V] need not be normalised).
+
+    A token of probability 0 has an empty interval, so it is never returned.
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    target = (uniform * cdf[:, -1]).unsqueeze(-1)
+    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return index.clamp_(max=probs.shape[-1] - 1)
 
 
 def filter_logits(scaled: torch.Tensor, rows: RowSampling) -> torch.Tensor:
@@ -142,15 +211,16 @@ def sample_next(
             probs = torch.softmax(filter_logits(scaled, rows), dim=-1)
         else:  # nothing truncated: reuse the log-softmax the logprobs need anyway
             probs = logp.exp() if logp is not None else torch.softmax(scaled, dim=-1)
-        seeded = [i for i, g in enumerate(rows.generators) if g is not None]
-        if len(seeded) < logits.shape[0]:
-            tokens = torch.multinomial(probs, 1).squeeze(-1)
+        if rows.all_seeded:
+            tokens = inverse_cdf(probs, counter_uniform(rows.seeds, rows.counters))
         else:
-            tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-        for i in seeded:
-            tokens[i] = torch.multinomial(probs[i], 1, generator=rows.generators[i]).squeeze(-1)
+            tokens = torch.multinomial(probs, 1).squeeze(-1)
+            if rows.any_seeded:
+                seeded = inverse_cdf(probs, counter_uniform(rows.seeds, rows.counters))
+                tokens = torch.where(rows.seeded, seeded, tokens)
         if rows.any_greedy:
             tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
+    rows.counters += 1
     if logp is None:
         return tokens, None
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
