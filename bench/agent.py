@@ -21,6 +21,9 @@ Three ways to run the same 256 conversations (same prompts, sampling, limits, en
 - `sync_batch_stop`: the same synchronous batch loop but with stop strings in the engine (isolates the
   scheduling effect from the wasted tokens).
 
+Sampling is seeded per conversation and turn (`--seed`; repeat r uses its own seed) the same way in every
+method, so within a repeat the three methods run the same conversations (up to float noise between batch
+layouts) and differ only in how they schedule them; search_r1 additionally samples past the tool tag.
 Prints median trajectories/s over `--repeats` runs (methods alternate within a repeat), the tokens each method
 had the engine sample, and AgentLoop's speed-up. One torch thread by default: the tiny model only loses from
 intra-op threads on a shared 2-core machine. Every method uses the same engine (`--max-batch-rows`, default 64).
@@ -202,7 +205,11 @@ def _never(response: str, ground_truth: Any, *, extra_info: Any = None) -> float
 def sync_batch_loop(
     engine: HFEngine, tok: Any, rows: list[dict[str, Any]], retriever: Any, cfg: AgentLoopConfig, *, use_stop: bool
 ) -> dict[str, float]:
-    """Search-R1's generation manager: all active conversations advance one turn together."""
+    """Search-R1's generation manager: all active conversations advance one turn together.
+
+    With `cfg.sampling.seed`, turn t of conversation i is seeded as `AgentLoop` seeds it, so every method
+    samples the same conversations (up to float noise between batch layouts).
+    """
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     prompt_env = SearchEnv(retriever, AgentRubric(_never), env_cfg)
     contexts: list[list[int]] = []
@@ -224,7 +231,10 @@ def sync_batch_loop(
         requests = []
         for i in active:
             budget = min(cfg.max_tokens_per_turn, cfg.max_total_tokens - len(contexts[i]))
-            params = cfg.sampling.model_copy(update={"max_tokens": budget, "stop": stops if use_stop else []})
+            update: dict[str, Any] = {"max_tokens": budget, "stop": stops if use_stop else []}
+            if cfg.sampling.seed is not None:
+                update["seed"] = cfg.sampling.seed + 1_000_003 * i + turn
+            params = cfg.sampling.model_copy(update=update)
             requests.append(GenerationRequest(prompt_ids=contexts[i], sampling=params))
         outputs = engine.generate(requests)
         queries: list[tuple[int, str]] = []
@@ -300,6 +310,13 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=2000)
     ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every method")
     ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="repeat r samples with seed SEED + r * 1_000_000_007 in every method, so the methods of one repeat "
+        "run the same conversations; -1 samples unseeded",
+    )
+    ap.add_argument(
         "--max-tokens-per-turn",
         type=int,
         default=500,
@@ -365,7 +382,6 @@ def main() -> None:
     delayed = Delayed(base, args.latency_ms / 1000)
     threaded = ThreadedRetriever(delayed, max_threads=args.n)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
-    loop = AgentLoop(engine, tok, lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg), cfg)
 
     times: dict[str, list[float]] = {"agent_loop": [], "search_r1": [], "sync_batch_stop": []}
     load_before = os.getloadavg()
@@ -374,6 +390,10 @@ def main() -> None:
         order = ["agent_loop", "search_r1", "sync_batch_stop"]
         if rep % 2:
             order.reverse()
+        if args.seed >= 0:
+            seeded = cfg.sampling.model_copy(update={"seed": args.seed + rep * 1_000_000_007})
+            cfg = cfg.model_copy(update={"sampling": seeded})
+        loop = AgentLoop(engine, tok, lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg), cfg)
         for name in order:
             delayed.calls = 0
             if engine.prefix_cache is not None:  # no method may reuse another's keys/values
