@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from rlloom.core_rl.generation import SamplingParams
-from rlloom.rollout.sampling import RowSampling, counter_uniform, inverse_cdf, sample_next
+from rlloom.rollout.sampling import RowSampling, counter_uniform, inverse_cdf, sample_next, stream_keys
 
 
 def test_inverse_cdf_reads_the_interval_holding_the_uniform() -> None:
@@ -20,8 +20,10 @@ def test_inverse_cdf_reads_the_interval_holding_the_uniform() -> None:
 
 def test_counter_uniform_is_uniform_and_uncorrelated() -> None:
     seeds = torch.arange(2_000, dtype=torch.long).repeat_interleave(100) * 7_919 + 12_345
+    seeds[100:200] += 1 << 40  # seeds that differ only in their high half get their own streams too
     counters = torch.arange(100, dtype=torch.long).repeat(2_000)
-    u = counter_uniform(seeds, counters)
+    keys = stream_keys(seeds)
+    u = counter_uniform(keys, counters)
     assert u.dtype == torch.float64 and float(u.min()) >= 0.0 and float(u.max()) < 1.0
     n = u.numel()
     # 64 equal bins: chi-square with 63 degrees of freedom stays under 120 with probability > 0.9999
@@ -32,7 +34,8 @@ def test_counter_uniform_is_uniform_and_uncorrelated() -> None:
     lag1 = torch.corrcoef(torch.stack([grid[:, :-1].flatten(), grid[:, 1:].flatten()]))[0, 1]
     across_seeds = torch.corrcoef(torch.stack([grid[:-1].flatten(), grid[1:].flatten()]))[0, 1]
     assert abs(float(lag1)) < 0.01 and abs(float(across_seeds)) < 0.01  # 5 standard errors at n ~ 2e5
-    assert torch.equal(u, counter_uniform(seeds, counters))  # a pure function of (seed, counter)
+    assert torch.equal(u, counter_uniform(stream_keys(seeds), counters))  # a pure function of (seed, counter)
+    assert not torch.equal(grid[1], counter_uniform(stream_keys(seeds[100:200] - (1 << 40)), counters[:100]))
 
 
 def _rows(params: list[SamplingParams], vocab: int) -> RowSampling:

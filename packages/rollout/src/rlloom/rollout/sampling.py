@@ -30,7 +30,7 @@ class RowSampling:
     top_k: torch.Tensor  # [B] long, vocab size when disabled
     top_p: torch.Tensor  # [B] float
     min_p: torch.Tensor  # [B] float
-    seeds: torch.Tensor  # [B] long, the row's stream (see `_row_seed`); meaningful where `seeded`
+    keys: torch.Tensor  # [B, 2] long, the row's stream (`stream_keys` of its seed); meaningful where `seeded`
     seeded: torch.Tensor  # [B] bool
     counters: torch.Tensor  # [B] long, tokens this row has drawn so far (the position in its stream)
     needs_sort: bool  # any row uses top-k or top-p
@@ -61,7 +61,7 @@ class RowSampling:
             top_k=torch.tensor(top_k, device=device),
             top_p=torch.tensor([p.top_p for p in params], device=device),
             min_p=torch.tensor([p.min_p for p in params], device=device),
-            seeds=torch.tensor(seeds, dtype=torch.long, device=device),
+            keys=stream_keys(torch.tensor(seeds, dtype=torch.long, device=device)),
             seeded=torch.tensor(seeded, device=device),
             counters=torch.zeros(len(params), dtype=torch.long, device=device),
             needs_sort=any(k < vocab_size for k in top_k) or any(p.top_p < 1.0 for p in params),
@@ -75,38 +75,26 @@ class RowSampling:
 
     def select(self, keep: torch.Tensor) -> RowSampling:
         """The rows still generating, after finished ones left the batch."""
-        return RowSampling(
-            temperature=self.temperature[keep],
-            greedy=self.greedy[keep],
-            top_k=self.top_k[keep],
-            top_p=self.top_p[keep],
-            min_p=self.min_p[keep],
-            seeds=self.seeds[keep],
-            seeded=self.seeded[keep],
-            counters=self.counters[keep],
-            needs_sort=self.needs_sort,
-            needs_min_p=self.needs_min_p,
-            scaled=self.scaled,
-            all_greedy=bool(self.greedy[keep].all()),
-            any_greedy=bool(self.greedy[keep].any()),
-            any_seeded=bool(self.seeded[keep].any()),
-            all_seeded=bool(self.seeded[keep].all()),
-        )
+        return self._with({name: getattr(self, name)[keep] for name in _ROW_TENSORS}, self)
 
     def place(self, slots: list[int], other: RowSampling) -> RowSampling:
         """`other`'s rows written over the rows at `slots` (finished rows whose places newcomers take)."""
-        index = torch.tensor(slots, device=self.greedy.device)
-        greedy = self.greedy.index_put((index,), other.greedy)
-        seeded = self.seeded.index_put((index,), other.seeded)
+        index = (torch.tensor(slots, device=self.greedy.device),)
+        return self._with(
+            {name: getattr(self, name).index_put(index, getattr(other, name)) for name in _ROW_TENSORS}, other
+        )
+
+    def joined(self, other: RowSampling) -> RowSampling:
+        """These rows, then `other`'s."""
+        return self._with(
+            {name: torch.cat([getattr(self, name), getattr(other, name)]) for name in _ROW_TENSORS}, other
+        )
+
+    def _with(self, tensors: dict[str, torch.Tensor], other: RowSampling) -> RowSampling:
+        """New rows from per-row `tensors`; the filters' flags stay on if this batch or `other` needed them."""
+        greedy, seeded = tensors["greedy"], tensors["seeded"]
         return RowSampling(
-            temperature=self.temperature.index_put((index,), other.temperature),
-            greedy=greedy,
-            top_k=self.top_k.index_put((index,), other.top_k),
-            top_p=self.top_p.index_put((index,), other.top_p),
-            min_p=self.min_p.index_put((index,), other.min_p),
-            seeds=self.seeds.index_put((index,), other.seeds),
-            seeded=seeded,
-            counters=self.counters.index_put((index,), other.counters),
+            **tensors,
             needs_sort=self.needs_sort or other.needs_sort,
             needs_min_p=self.needs_min_p or other.needs_min_p,
             scaled=self.scaled or other.scaled,
@@ -116,25 +104,9 @@ class RowSampling:
             all_seeded=bool(seeded.all()),
         )
 
-    def joined(self, other: RowSampling) -> RowSampling:
-        """These rows, then `other`'s."""
-        return RowSampling(
-            temperature=torch.cat([self.temperature, other.temperature]),
-            greedy=torch.cat([self.greedy, other.greedy]),
-            top_k=torch.cat([self.top_k, other.top_k]),
-            top_p=torch.cat([self.top_p, other.top_p]),
-            min_p=torch.cat([self.min_p, other.min_p]),
-            seeds=torch.cat([self.seeds, other.seeds]),
-            seeded=torch.cat([self.seeded, other.seeded]),
-            counters=torch.cat([self.counters, other.counters]),
-            needs_sort=self.needs_sort or other.needs_sort,
-            needs_min_p=self.needs_min_p or other.needs_min_p,
-            scaled=self.scaled or other.scaled,
-            all_greedy=self.all_greedy and other.all_greedy,
-            any_greedy=self.any_greedy or other.any_greedy,
-            any_seeded=self.any_seeded or other.any_seeded,
-            all_seeded=self.all_seeded and other.all_seeded,
-        )
+
+_ROW_TENSORS = ("temperature", "greedy", "top_k", "top_p", "min_p", "keys", "seeded", "counters")
+"""`RowSampling`'s per-row fields: what selecting, placing and joining rows must carry along."""
 
 
 def _row_seed(seed: int, sample_index: int) -> int:
@@ -159,11 +131,18 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def counter_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """A uniform float64 in [0, 1) for each (seed, counter) pair, 53 random bits, from hashing alone."""
-    key = _mix32((seeds & _MASK32) ^ _mix32(((seeds >> 32) & _MASK32) ^ 0x9E3779B9))
-    high = _mix32(key ^ _mix32((counters & _MASK32) ^ 0x7F4A7C15))
-    low = _mix32(high ^ key ^ 0x68E31DA4)
+def stream_keys(seeds: torch.Tensor) -> torch.Tensor:
+    """Two mixed 32-bit keys per seed ([B] -> [B, 2]), computed once per row: together they name its stream."""
+    low, high = seeds & _MASK32, (seeds >> 32) & _MASK32
+    first = _mix32(low ^ _mix32(high ^ 0x9E3779B9))
+    return torch.stack([first, _mix32(high ^ _mix32(first ^ 0x7F4A7C15))], dim=-1)
+
+
+def counter_uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """A uniform float64 in [0, 1) for each (stream key, counter) pair, 53 random bits, from hashing alone."""
+    first, second = keys[:, 0], keys[:, 1]
+    high = _mix32(first ^ _mix32((counters & _MASK32) ^ second))
+    low = _mix32(high ^ first ^ 0x68E31DA4)
     return (high * 2**21 + (low >> 11)).double() * 2.0**-53
 
 
@@ -212,11 +191,11 @@ def sample_next(
         else:  # nothing truncated: reuse the log-softmax the logprobs need anyway
             probs = logp.exp() if logp is not None else torch.softmax(scaled, dim=-1)
         if rows.all_seeded:
-            tokens = inverse_cdf(probs, counter_uniform(rows.seeds, rows.counters))
+            tokens = inverse_cdf(probs, counter_uniform(rows.keys, rows.counters))
         else:
             tokens = torch.multinomial(probs, 1).squeeze(-1)
             if rows.any_seeded:
-                seeded = inverse_cdf(probs, counter_uniform(rows.seeds, rows.counters))
+                seeded = inverse_cdf(probs, counter_uniform(rows.keys, rows.counters))
                 tokens = torch.where(rows.seeded, seeded, tokens)
         if rows.any_greedy:
             tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
