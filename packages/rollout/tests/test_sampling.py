@@ -3,6 +3,7 @@ and the softmax distribution they must follow."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlloom.core_rl.generation import SamplingParams
@@ -43,10 +44,12 @@ def _rows(params: list[SamplingParams], vocab: int) -> RowSampling:
     return RowSampling.build(params, [0] * len(params), vocab, torch.device("cpu"))
 
 
-def test_seeded_draws_follow_the_softmax() -> None:
+@pytest.mark.parametrize("seeded", [True, False])
+def test_draws_follow_the_softmax(seeded: bool) -> None:
+    torch.manual_seed(0)
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0, 0.5])
     n = 20_000
-    rows = _rows([SamplingParams(temperature=0.7, seed=s) for s in range(n)], logits.numel())
+    rows = _rows([SamplingParams(temperature=0.7, seed=s if seeded else None) for s in range(n)], logits.numel())
     tokens, logprobs = sample_next(logits.expand(n, -1).clone(), rows, want_logprobs=True)
     expected = torch.softmax(logits / 0.7, dim=-1)
     counts = torch.bincount(tokens, minlength=logits.numel()).double()
@@ -82,6 +85,15 @@ def test_a_seeded_row_draws_the_same_tokens_in_any_batch() -> None:
     other_seed = draw([me.model_copy(update={"seed": 43})], 0)
     assert other_seed != alone
     assert len(set(alone)) > 5  # it is sampling, not stuck on one token
+
+
+def test_top_k_leaves_no_mass_outside_the_k_best() -> None:
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.5, 2.0, 1.9, 1.8, 0.0]]).expand(4_000, -1).clone()
+    tokens, _ = sample_next(logits, _rows([SamplingParams(top_k=2)] * 4_000, 5), want_logprobs=False)
+    counts = torch.bincount(tokens, minlength=5).tolist()
+    assert counts[0] == counts[3] == counts[4] == 0
+    assert counts[1] > counts[2] > 1_500  # e^2.0 : e^1.9, renormalised over the two
 
 
 def test_greedy_and_unseeded_rows_beside_seeded_ones() -> None:
