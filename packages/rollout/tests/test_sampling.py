@@ -19,6 +19,12 @@ def test_inverse_cdf_reads_the_interval_holding_the_uniform() -> None:
     assert inverse_cdf(unnormalised, torch.tensor([0.2, 0.25, 0.9], dtype=torch.float64)).tolist() == [0, 2, 2]
 
 
+def test_a_row_without_a_distribution_raises_naming_it() -> None:
+    probs = torch.tensor([[0.5, 0.5], [float("nan"), 0.5]])
+    with pytest.raises(ValueError, match="row 1 .*NaN or infinite logits"):
+        inverse_cdf(probs, torch.tensor([0.3, 0.3], dtype=torch.float64))
+
+
 def test_counter_uniform_is_uniform_and_uncorrelated() -> None:
     seeds = torch.arange(2_000, dtype=torch.long).repeat_interleave(100) * 7_919 + 12_345
     seeds[100:200] += 1 << 40  # seeds that differ only in their high half get their own streams too

@@ -150,10 +150,19 @@ def counter_uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
 def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """The token whose cumulative-probability interval holds `uniform` (rows [B, V] need not be normalised).
 
-    A token of probability 0 has an empty interval, so it is never returned.
+    A token of probability 0 has an empty interval, so it is never returned. A row with no valid distribution
+    (NaN or infinite logits) raises instead of yielding an arbitrary token.
     """
     cdf = probs.double().cumsum(dim=-1)
-    target = (uniform * cdf[:, -1]).unsqueeze(-1)
+    total = cdf[:, -1]
+    bad = ~(torch.isfinite(total) & (total > 0))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"row {row} of the batch has no valid sampling distribution (total probability {float(total[row])}): "
+            "the model produced NaN or infinite logits; check the weights (a diverged update) or the dtype"
+        )
+    target = (uniform * total).unsqueeze(-1)
     index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     return index.clamp_(max=probs.shape[-1] - 1)
 
