@@ -26,20 +26,27 @@ CORPUS = [
 ] * 20
 
 
-@pytest.fixture(scope="module")
-def bpe() -> PreTrainedTokenizerFast:
+def _byte_level_bpe(corpus: list[str], vocab_size: int, **trainer_options: Any) -> PreTrainedTokenizerFast:
+    """GPT-2/Qwen style: byte-level BPE trained in-process, so multi-byte characters split over tokens."""
     backend = Tokenizer(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<pad>", "<eos>", "<unk>"],
-        show_progress=False,
+        vocab_size=vocab_size, special_tokens=["<pad>", "<eos>", "<unk>"], show_progress=False, **trainer_options
     )
-    backend.train_from_iterator(CORPUS, trainer)
+    backend.train_from_iterator(corpus, trainer)
+    return _fast(backend)
+
+
+def _fast(backend: Tokenizer) -> PreTrainedTokenizerFast:
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tok.padding_side = "left"
     return tok
+
+
+@pytest.fixture(scope="module")
+def bpe() -> PreTrainedTokenizerFast:
+    return _byte_level_bpe(CORPUS, 300)
 
 
 def _minimal_prefix(tok: Any, ids: list[int], stop: str) -> int:
@@ -95,21 +102,6 @@ MULTILINGUAL = [
 ] * 20
 
 
-def _byte_level_bpe() -> PreTrainedTokenizerFast:
-    """GPT-2/Qwen style: byte-level BPE, so multi-byte characters are split over tokens."""
-    backend = Tokenizer(models.BPE(unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<pad>", "<eos>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(MULTILINGUAL, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
 def _sentencepiece_style() -> PreTrainedTokenizerFast:
     """Llama style: Metaspace word boundaries and byte fallback (`<0xE2>`-like tokens) for unseen characters."""
     backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
@@ -121,10 +113,14 @@ def _sentencepiece_style() -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     backend.train_from_iterator(MULTILINGUAL[:1] * 5 + MULTILINGUAL[2:3] * 5, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    return _fast(backend)
 
 
-@pytest.mark.parametrize("make", [_byte_level_bpe, _sentencepiece_style], ids=["byte-level", "sentencepiece"])
+def _multilingual_byte_level() -> PreTrainedTokenizerFast:
+    return _byte_level_bpe(MULTILINGUAL, 400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+
+
+@pytest.mark.parametrize("make", [_multilingual_byte_level, _sentencepiece_style], ids=["byte-level", "sentencepiece"])
 def test_skipping_tokens_that_cannot_complete_a_stop_fires_at_the_same_step(make: Any) -> None:
     # The shortcut must never change when a stop fires: compare against the watcher that decodes at every
     # token, on real texts (stops cut from them, across token seams and inside multi-byte characters) and on

@@ -234,9 +234,8 @@ class RunningBatch:
     def trim_left(self) -> None:
         """Drop the left columns that are padding for every row (views, no copy)."""
         if self.rows and mergeable(self.cache):
-            used = self.mask.any(dim=0)
-            first = int(used.to(torch.int8).argmax())  # first column some row attends to
-            if first > 0:
+            first = _first_used_column(self.mask)
+            if 0 < first < self.mask.shape[1]:
                 trim_left_cache(self.cache, first)
                 self.mask = self.mask[:, first:]
 
@@ -292,8 +291,7 @@ class RunningBatch:
         dropped = len(keep_list) != len(self.rows)
         keep = torch.tensor(keep_list, device=self.mask.device) if dropped else None
         mask = self.mask if keep is None else self.mask[keep]
-        used = mask.any(dim=0)
-        first = int(used.to(torch.int8).argmax()) if bool(used.any()) else mask.shape[1]
+        first = _first_used_column(mask)
         merge_caches(self.cache, keep, first, other.cache)
         mine_width, their_width = mask.shape[1] - first, other.mask.shape[1]
         width = max(mine_width, their_width)
@@ -377,17 +375,14 @@ def _admit(
     joined = _prefill_isolated(model, new_rows, settings, on_admit_error, stats) if new_rows else None
     if batch is None:
         return joined
-    if joined is None:  # rows whose compaction was left to this admission are dropped now
-        if batch.size - batch.unfinished >= settings.compact_every:
-            batch.compact()
-        return batch
-    if batch.fill_finished(joined):
-        stats.filled_in_place += 1
-    else:
-        batch.absorb(joined)
+    if joined is not None:
+        if batch.fill_finished(joined):
+            stats.filled_in_place += 1
+        else:
+            batch.absorb(joined)
+        stats.joins += 1
     if batch.size - batch.unfinished >= settings.compact_every:
-        batch.compact()  # finished rows that no newcomer replaced
-    stats.joins += 1
+        batch.compact()  # finished rows whose compaction was left to this admission and no newcomer replaced
     return batch
 
 
@@ -422,6 +417,12 @@ def _prefill_isolated(
         else:
             out.absorb(part)
     return out
+
+
+def _first_used_column(mask: torch.Tensor) -> int:
+    """The first column some row attends to (the mask's width when none does): all before it is padding."""
+    used = mask.any(dim=0)
+    return int(used.to(torch.int8).argmax()) if bool(used.any()) else mask.shape[1]
 
 
 def _lookup_prefixes(prompts: list[list[int]], settings: DecodeSettings) -> list[PrefixHit | None] | None:
