@@ -11,6 +11,7 @@ from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_t
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
 from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
 from rlloom.agent.tools import Tool, ToolError, ToolResult, Toolset
+from rlloom.agent.training import agent_collector, env_reward
 
 __all__ = [
     "AgentLoop",
@@ -37,6 +38,8 @@ __all__ = [
     "Toolset",
     "XMLParser",
     "__version__",
+    "agent_collector",
+    "env_reward",
     "extract_answer",
     "first_action",
     "last_tag_content",

@@ -22,6 +22,7 @@ from rlloom.agent.environment import Environment, Sample
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.metrics import metric_means
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -76,12 +77,19 @@ class AgentLoop:
                 f"{self.config.max_obs_tokens}; shorten the marker"
             )
 
-    def run(self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1) -> list[Trajectory]:
+    def run(
+        self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1, group_prefix: str | None = None
+    ) -> list[Trajectory]:
         """Blocking `arun` for scripts (must not be called from inside a running event loop)."""
-        return asyncio.run(self.arun(samples, n))
+        return asyncio.run(self.arun(samples, n, group_prefix))
 
-    async def arun(self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1) -> list[Trajectory]:
-        """`n` conversations per sample (a group each), all concurrently; results follow `samples` order."""
+    async def arun(
+        self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1, group_prefix: str | None = None
+    ) -> list[Trajectory]:
+        """`n` conversations per sample (a group each), all concurrently; results follow `samples` order.
+
+        Sample i's group id is `{group_prefix}-{i}` (the trainer's naming), or a fresh random id without a prefix.
+        """
         if n < 1:
             raise ValueError(f"AgentLoop.arun: n must be >= 1, got {n}")
         parsed = [s if isinstance(s, Sample) else Sample.from_row(s) for s in samples]
@@ -97,7 +105,7 @@ class AgentLoop:
         try:
             async with asyncio.TaskGroup() as tasks:
                 for i, sample in enumerate(parsed):
-                    group_id = uuid.uuid4().hex
+                    group_id = f"{group_prefix}-{i}" if group_prefix is not None else uuid.uuid4().hex
                     for j in range(n):
                         tasks.create_task(one(i * n + j, sample, group_id))
         finally:
@@ -189,10 +197,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Batch means of every per-trajectory metric plus finish-reason fractions, for the trainer's tracker."""
     if not trajectories:
         return {}
-    out: dict[str, float] = {}
-    keys = sorted({k for t in trajectories for k in t.metrics})
-    for key in keys:
-        out[f"agent/{key}/mean"] = sum(t.metrics.get(key, 0.0) for t in trajectories) / len(trajectories)
+    out = {f"agent/{k}": v for k, v in metric_means([t.metrics for t in trajectories]).items()}
     for reason in sorted({*FINISH_REASONS, *(t.finish_reason for t in trajectories)}):
         out[f"agent/finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / len(trajectories)
     rewards = [t.reward for t in trajectories if t.reward is not None]

@@ -16,6 +16,10 @@ from rlloom.core_rl.trajectory import Trajectory
 CollectFn = Callable[[Sequence[Row], SamplingParams, str], list[Trajectory]]
 """(rows, sampling, group-id prefix) → trajectories, `sampling.n` per row, sharing a group id per row."""
 
+CollectFactory = Callable[[RolloutEngine], CollectFn]
+"""Builds a `CollectFn` on the trainer's engine: for collectors that need the engine an `EngineFactory` builds
+inside the `Trainer` (e.g. rlloom.agent's multi-turn `agent_collector`)."""
+
 
 def single_turn_collector(engine: RolloutEngine) -> CollectFn:
     """A `CollectFn` that samples `n` completions per prompt from `engine`."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
@@ -44,8 +44,21 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     }
 
 
+def metric_means(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """`{key}/mean` over all records for every key any record has; a record without the key counts as 0.
+
+    Per-trajectory counters (an agent's turns, searches, tool errors) are only written when they happen, so a
+    missing key means zero, not unknown.
+    """
+    if not records:
+        return {}
+    keys = sorted({k for r in records for k in r})
+    return {f"{k}/mean": sum(float(r.get(k, 0.0)) for r in records) / len(records) for k in keys}
+
+
 def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[str, float]:
-    """Reward mean/std (and per component, per data source), lengths and clip ratio, advantage/value stats."""
+    """Reward mean/std (and per component, per data source), lengths and clip ratio, advantage/value stats, and
+    the means of the trajectories' own metrics (`rollout/...`: an agent's turns, tool calls, latencies)."""
     out: dict[str, float] = {}
     if "scores" in batch.tensors:
         scores = batch["scores"]
@@ -70,6 +83,7 @@ def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[s
     for key in ("advantages", "returns", "values"):
         if key in batch.tensors:
             out[f"{key}/mean"] = float(masked_mean(batch[key], mask))
+    out.update({f"rollout/{k}": v for k, v in metric_means(batch.non_tensors.get("traj_metrics", [])).items()})
     out["batch/samples"] = float(batch.batch_size)
     out["batch/response_tokens"] = float(mask.sum())
     return out

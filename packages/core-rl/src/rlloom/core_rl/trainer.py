@@ -32,7 +32,7 @@ from rlloom.core_rl.algorithms import (
 )
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.checkpoint import latest_checkpoint, load_trainer_state, rng_state, save_checkpoint, set_rng_state
-from rlloom.core_rl.collection import CollectFn, score, single_turn_collector
+from rlloom.core_rl.collection import CollectFactory, CollectFn, score, single_turn_collector
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.generation import SamplingParams
@@ -63,8 +63,14 @@ class Trainer:
         train_data: Sequence[Row],
         val_data: Sequence[Row] | None = None,
         collect: CollectFn | None = None,
+        collect_factory: CollectFactory | None = None,
         trackers: Sequence[Tracker] | None = None,
     ) -> None:
+        if collect is not None and collect_factory is not None:
+            raise ValueError(
+                "give the Trainer at most one of collect= (a ready CollectFn) or collect_factory= (a callable that "
+                "builds one on the trainer's engine, e.g. rlloom.agent.agent_collector(...))"
+            )
         if (engine is None) == (engine_factory is None):
             raise ValueError(
                 "give the Trainer exactly one of engine= (a RolloutEngine with its own weights, synced every step) "
@@ -102,6 +108,8 @@ class Trainer:
             trackers=trackers,
         )
         self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
+        if collect_factory is not None:
+            collect = collect_factory(self.engine)
         self.collect = collect or single_turn_collector(self.engine)
         self.kl_ctrl = make_kl_controller(
             config.algorithm.kl_controller,
@@ -391,6 +399,7 @@ def train(
     train_data: Sequence[Row],
     val_data: Sequence[Row] | None = None,
     collect: CollectFn | None = None,
+    collect_factory: CollectFactory | None = None,
     trackers: Sequence[Tracker] | None = None,
 ) -> dict[str, float]:
     """Build a `Trainer` and run it; the entry point apps call. Returns the last step's metrics."""
@@ -402,6 +411,7 @@ def train(
         train_data=train_data,
         val_data=val_data,
         collect=collect,
+        collect_factory=collect_factory,
         trackers=trackers,
     )
     return trainer.fit()
