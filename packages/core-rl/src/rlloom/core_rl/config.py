@@ -230,12 +230,21 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
         raw = loaded or {}
+    apply_overrides(raw, overrides)
+    return config_from_dict(raw, source=str(path) if path else "config")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Set each `a.b.c=value` (value parsed as YAML) in the nested dict `raw`, in place; returns `raw`.
+
+    Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off.
+    """
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=200)")
         _set_dotted(raw, key.strip(), yaml.safe_load(value))
-    return config_from_dict(raw, source=str(path) if path else "config")
+    return raw
 
 
 def config_from_dict(raw: Mapping[str, Any], *, source: str = "config") -> RLConfig:
