@@ -1,0 +1,47 @@
+"""The `search:` section of a search-agent training config, and loading a config that has one.
+
+A config file holds core-rl's `RLConfig` sections (model, data, rollout, algorithm, actor, critic, trainer) plus
+`search:`, what the agent loop and the retriever need. Overrides use the same dotted form for both
+(`search.max_turns=2`, `actor.lr=1e-6`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlloom.core_rl.config import ConfigError, RLConfig, apply_overrides, config_from_dict
+
+
+class SearchSettings(BaseModel):
+    """Search-R1's defaults: top-3 passages, 4 search turns, 500-token observations, a 4,096-token context."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int = Field(default=3, ge=1, description="Passages per search (Search-R1 always asks for 3).")
+    max_turns: int = Field(default=4, ge=1, description="Model turns per conversation (Search-R1 v0.2: 4).")
+    max_obs_tokens: int = Field(default=500, ge=1, description="Tokens of one <information> block at most.")
+    max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")
+    max_concurrency: int = Field(default=512, ge=1, description="Conversations in flight at once.")
+    search_threads: int = Field(default=64, ge=1, description="Threads running blocking retrieval calls.")
+    retrieval_api: Literal["native", "search-r1"] = Field(
+        default="native", description="Wire format of --retrieval-url: rlloom's server, or Search-R1's /retrieve."
+    )
+
+
+def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, SearchSettings]:
+    """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
+    loaded = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    apply_overrides(loaded, overrides)
+    try:
+        search = SearchSettings.model_validate(loaded.pop("search", None) or {})
+    except ValidationError as err:
+        problems = "; ".join(f"search.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{path}: {problems} (valid: {', '.join(SearchSettings.model_fields)})") from err
+    return config_from_dict(loaded, source=str(path)), search

@@ -1,0 +1,113 @@
+"""`search-agent train`: the published configs load, bad input is refused by name, and a tiny run trains.
+
+The tiny run goes through everything a real one does (prepare-data rows with Search-R1's prompt, an
+rlloom-retrieval BM25 index loaded in-process, AgentLoop rollouts on HFEngine, GRPO, validation) with a
+randomly initialised character model, so its figures are checked against the trajectories' own metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rlloom_apps.search_agent.cli import main
+from rlloom_apps.search_agent.data import prepare
+from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
+from rlloom_apps.search_agent.train import CONFIGS
+
+from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.retrieval import build_index
+
+PASSAGES = [
+    ("Paris", "Paris is the capital of France."),
+    ("Berlin", "Berlin is the capital of Germany."),
+    ("Rome", "Rome is the capital of Italy."),
+]
+QUESTIONS = [
+    {"question": "what is the capital of france", "answer": ["Paris"]},
+    {"question": "what is the capital of germany", "answer": ["Berlin"]},
+]
+
+
+def test_published_configs_load_with_search_r1_settings() -> None:
+    grpo, search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])
+    assert (grpo.algorithm.adv_estimator, grpo.rollout.n, grpo.actor.lr) == ("grpo", 5, 1e-6)
+    assert (grpo.algorithm.kl_loss_coef, grpo.algorithm.kl_loss_type) == (0.001, "low_var_kl")
+    assert search == SearchSettings(top_k=3, max_turns=4, max_obs_tokens=500, max_total_tokens=4096)
+    ppo, _ = load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])
+    assert (ppo.algorithm.adv_estimator, ppo.rollout.n, ppo.critic.lr, ppo.algorithm.kl_coef) == ("gae", 1, 1e-5, 0.001)
+    assert load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])[1].max_turns == 2
+
+
+def test_bad_search_keys_and_values_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="search.top_kk"):
+        load_train_config(CONFIGS / "grpo.yaml", ["search.top_kk=2"])
+    with pytest.raises(ConfigError, match="search.max_turns"):
+        load_train_config(CONFIGS / "grpo.yaml", ["search.max_turns=0"])
+    with pytest.raises(ConfigError, match="actor.lrr"):
+        load_train_config(CONFIGS / "grpo.yaml", ["actor.lrr=1"])
+
+
+def test_cli_refuses_a_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("")
+    (tmp_path / "index").mkdir()
+    with pytest.raises(SystemExit):
+        main(["train", "--train-data", str(rows), "--index", str(tmp_path / "index")])
+    assert "model.path=SET_ME is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tiny_grpo_run_trains_with_search(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"_id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(PASSAGES))
+    )
+    index = build_index(corpus, tmp_path / "index", "bm25")
+    source = tmp_path / "nq.jsonl"
+    source.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    rows = tmp_path / "train.jsonl"
+    prepare("nq", source, rows, split="train")
+    tokenizer = char_tokenizer()
+    tiny_qwen2(tokenizer, seed=0, max_position_embeddings=2048).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
+    out = tmp_path / "run"
+    main(
+        [
+            "train",
+            "--train-data", str(rows),
+            "--val-data", str(rows),
+            "--index", str(index),
+            f"model.path={tmp_path / 'model'}",
+            f"model.tokenizer_path={tmp_path / 'tokenizer'}",
+            "model.dtype=float32",
+            "model.gradient_checkpointing=false",
+            "data.train_batch_size=2",
+            "rollout.n=2",
+            "rollout.max_tokens=8",
+            "actor.mini_batch_size=2",
+            "actor.warmup_steps=0",
+            "trainer.total_steps=2",
+            "trainer.save_every=0",
+            "trainer.val_every=2",
+            "trainer.device=cpu",
+            "trainer.trackers=[jsonl]",
+            f"trainer.output_dir={out}",
+            "search.max_turns=2",
+            "search.max_obs_tokens=32",
+            "search.max_total_tokens=2048",
+        ]
+    )  # fmt: skip
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "reward/mean" in line]
+    assert [line["step"] for line in steps] == [1, 2]
+    for line in steps:
+        assert line["batch/samples"] == 4  # 2 prompts x 2 samples
+        assert 1 <= line["rollout/turns/mean"] <= 2
+        # a random model writes no valid action: every turn but the last gets Search-R1's corrective text
+        assert line["rollout/invalid_actions/mean"] == line["rollout/turns/mean"]
+        assert line["reward/mean"] == 0.0 and line["reward_components/outcome"] == 0.0
+    assert any("val/reward/mean" in line for line in lines)
+    assert (out / "checkpoints").is_dir()
