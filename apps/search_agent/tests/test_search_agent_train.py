@@ -60,7 +60,8 @@ def test_cli_refuses_a_missing_model_folder(tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.slow
-def test_tiny_grpo_run_trains_with_search(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", ["grpo", "ppo"])
+def test_tiny_run_trains_with_search(tmp_path: Path, config: str) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(
         "".join(json.dumps({"_id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(PASSAGES))
@@ -77,6 +78,7 @@ def test_tiny_grpo_run_trains_with_search(tmp_path: Path) -> None:
     main(
         [
             "train",
+            "--config", config,
             "--train-data", str(rows),
             "--val-data", str(rows),
             "--index", str(index),
@@ -85,10 +87,12 @@ def test_tiny_grpo_run_trains_with_search(tmp_path: Path) -> None:
             "model.dtype=float32",
             "model.gradient_checkpointing=false",
             "data.train_batch_size=2",
-            "rollout.n=2",
+            f"rollout.n={2 if config == 'grpo' else 1}",
             "rollout.max_tokens=8",
             "actor.mini_batch_size=2",
             "actor.warmup_steps=0",
+            "critic.mini_batch_size=2",
+            "critic.warmup_steps=0",
             "trainer.total_steps=2",
             "trainer.save_every=0",
             "trainer.val_every=2",
@@ -104,10 +108,11 @@ def test_tiny_grpo_run_trains_with_search(tmp_path: Path) -> None:
     steps = [line for line in lines if "reward/mean" in line]
     assert [line["step"] for line in steps] == [1, 2]
     for line in steps:
-        assert line["batch/samples"] == 4  # 2 prompts x 2 samples
+        assert line["batch/samples"] == (4 if config == "grpo" else 2)  # 2 prompts x rollout.n
         assert 1 <= line["rollout/turns/mean"] <= 2
         # a random model writes no valid action: every turn but the last gets Search-R1's corrective text
         assert line["rollout/invalid_actions/mean"] == line["rollout/turns/mean"]
         assert line["reward/mean"] == 0.0 and line["reward_components/outcome"] == 0.0
+        assert ("values/mean" in line) == (config == "ppo")  # PPO trains a critic, GRPO has none
     assert any("val/reward/mean" in line for line in lines)
     assert (out / "checkpoints").is_dir()
