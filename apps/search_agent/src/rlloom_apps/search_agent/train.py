@@ -3,7 +3,7 @@
 Rows are `search-agent prepare-data` output (Search-R1's prompt as a chat message, `{"target": [...]}` gold).
 Rollouts: `SearchEnv` conversations (`<search>` → top-k passages in `<information>`, `<answer>` ends) through
 `rlloom.agent`'s `AgentLoop` on an `HFEngine` built on the actor's own module; reward: Search-R1's exact match
-of the last `<answer>` (the env's rubric). Retrieval: an index folder (`rlloom-retrieval build`) loaded
+of the last `<answer>` (the env's rubric). Retrieval: an index folder (`rlloom-retrieval build-index`) loaded
 in-process, or a running retrieval server (rlloom's or Search-R1's `/retrieve`).
 """
 
