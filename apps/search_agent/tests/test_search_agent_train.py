@@ -36,9 +36,9 @@ def test_published_configs_load_with_search_r1_settings() -> None:
     assert (grpo.algorithm.adv_estimator, grpo.rollout.n, grpo.actor.lr) == ("grpo", 5, 1e-6)
     assert (grpo.algorithm.kl_loss_coef, grpo.algorithm.kl_loss_type) == (0.001, "low_var_kl")
     assert search == SearchSettings(top_k=3, max_turns=4, max_obs_tokens=500, max_total_tokens=4096)
-    ppo, _ = load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])
+    ppo, ppo_search = load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])
     assert (ppo.algorithm.adv_estimator, ppo.rollout.n, ppo.critic.lr, ppo.algorithm.kl_coef) == ("gae", 1, 1e-5, 0.001)
-    assert load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])[1].max_turns == 2
+    assert ppo_search.max_turns == 2
 
 
 def test_bad_search_keys_and_values_are_refused_by_name() -> None:
