@@ -1,9 +1,12 @@
-"""`search-agent` console script: `prepare-data` (QA sets to Search-R1 rows) and `train` (GRPO/PPO with search)."""
+"""`search-agent` console script: `prepare-data`, `train`, `eval` (Search-R1's results table) and `infer`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 from rlloom_apps.search_agent.data import prepare
 
@@ -29,20 +32,81 @@ def main(argv: list[str] | None = None) -> None:
     fit.add_argument("--config", default="grpo", help="grpo, ppo (Search-R1's setups) or a YAML file")
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM)")
-    where = fit.add_mutually_exclusive_group(required=True)
-    where.add_argument("--index", type=Path, help="an index folder built by rlloom-retrieval, loaded in-process")
-    where.add_argument("--retrieval-url", help="a running retrieval server, e.g. http://127.0.0.1:8000")
+    _retrieval_args(fit, required=True)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    _eval_parser(commands)
+    _infer_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "train":
         _train(parser, args)
-        return
-    if not args.input.is_file():
-        parser.error(f"--input {args.input} does not exist")
-    n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
-    print(f"wrote {n} rows to {args.out}")
+    elif args.command == "eval":
+        _eval(parser, args)
+    elif args.command == "infer":
+        _infer(parser, args)
+    else:
+        if not args.input.is_file():
+            parser.error(f"--input {args.input} does not exist")
+        n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
+        print(f"wrote {n} rows to {args.out}")
 
 
+# ------------------------------------------------------------------------------------------- arguments
+def _retrieval_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    where = parser.add_mutually_exclusive_group(required=required)
+    where.add_argument("--index", type=Path, help="an index folder built by rlloom-retrieval, loaded in-process")
+    where.add_argument("--retrieval-url", help="a running retrieval server, e.g. http://127.0.0.1:8000")
+
+
+def _sampling_args(parser: argparse.ArgumentParser) -> None:
+    """The policy, retrieval and Search-R1's limits, shared by `eval` and `infer`."""
+    from rlloom_apps.search_agent.evaluate import EvalSettings
+
+    policy = parser.add_argument_group("policy (a model folder, or a server)")
+    policy.add_argument("--model", type=Path, help="a saved model folder, e.g. a checkpoints/step_N of train")
+    policy.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
+    policy.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="how to run --model")
+    policy.add_argument("--engine-url", help="an OpenAI-compatible server (vllm serve, rlloom-rollout serve)")
+    policy.add_argument("--served-model", help="the model name the server expects (default: tokenizer folder name)")
+    policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
+    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
+    _retrieval_args(parser, required=False)
+    parser.add_argument("--retrieval-api", choices=["native", "search-r1"], default="native")
+    limits = parser.add_argument_group("limits (Search-R1's defaults)")
+    for name, field in EvalSettings.model_fields.items():
+        if name == "progress":
+            continue
+        kind = float if field.annotation is float else int
+        limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.description)
+
+
+def _eval_parser(commands: Any) -> None:
+    ev = commands.add_parser(
+        "eval",
+        help="exact match per data source, laid out like Search-R1's results table",
+        description="Greedy evaluation of prepared rows (one file per data source, or mixed). Methods: search "
+        "(the agent), rag (top-k passages in the prompt, one answer), direct (no retrieval). Prints one table row "
+        "per method; --out also writes results.json, table.md and predictions_<method>.jsonl.",
+    )
+    ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
+    ev.add_argument("--method", nargs="+", default=["search"], choices=["search", "rag", "direct"])
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each data source")
+    ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and predictions")
+    _sampling_args(ev)
+
+
+def _infer_parser(commands: Any) -> None:
+    inf = commands.add_parser(
+        "infer",
+        help="ask the agent questions and print each conversation",
+        description="Runs Search-R1's protocol on each question and prints what the model wrote, with the "
+        "retrieved <information> between its turns, and its answer.",
+    )
+    inf.add_argument("question", nargs="+", help="one or more questions")
+    _sampling_args(inf)
+
+
+# ------------------------------------------------------------------------------------------- commands
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.search_agent.train import CONFIGS, run_train
@@ -68,3 +132,112 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("reward/", "val/", "rollout/turns"))}
     print(f"last step: {shown}")
+
+
+def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from rlloom_apps.search_agent.evaluate import evaluate, markdown_table, source_scores
+
+    rows = _eval_rows(parser, args.data, args.limit)
+    needs_retrieval = any(m != "direct" for m in args.method)
+    if needs_retrieval and args.index is None and args.retrieval_url is None:
+        parser.error(f"--method {' '.join(args.method)} needs --index DIR or --retrieval-url URL")
+
+    async def run(engine: Any, tokenizer: Any, retriever: Any, settings: Any) -> dict[str, Any]:
+        return {m: await evaluate(engine, tokenizer, rows, m, settings, retriever=retriever) for m in args.method}
+
+    results = _with_policy(parser, args, run, retrieval=needs_retrieval)
+    scores = {method: source_scores(found) for method, found in results.items()}
+    table = markdown_table(scores)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(scores, indent=2) + "\n")
+        (args.out / "table.md").write_text(table + "\n")
+        for method, found in results.items():
+            with (args.out / f"predictions_{method}.jsonl").open("w", encoding="utf-8") as handle:
+                for r in found:
+                    handle.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+        print(f"wrote results.json, table.md and predictions to {args.out}")
+
+
+def _infer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from rlloom_apps.search_agent.infer import ask
+
+    if args.index is None and args.retrieval_url is None:
+        parser.error("infer needs --index DIR or --retrieval-url URL")
+
+    async def run(engine: Any, tokenizer: Any, retriever: Any, settings: Any) -> Any:
+        return await ask(engine, tokenizer, args.question, retriever, settings)
+
+    for answered in _with_policy(parser, args, run, retrieval=True):
+        print(f"=== {answered.question}\n{answered.transcript}")
+        print(
+            f"--- answer: {answered.answer!r} ({answered.searches} searches, {answered.turns} turns, "
+            f"finish: {answered.finish_reason})\n"
+        )
+
+
+def _eval_rows(parser: argparse.ArgumentParser, files: list[Path], limit: int | None) -> list[dict[str, Any]]:
+    """Every file's rows, the first `limit` of each data source when given."""
+    from rlloom_apps.search_agent.data import read_records
+
+    rows: list[dict[str, Any]] = []
+    taken: dict[str, int] = {}
+    for path in files:
+        if not path.is_file():
+            parser.error(f"--data {path} does not exist")
+        for i, row in enumerate(read_records(path)):
+            if "data_source" not in row or "reward_model" not in row:
+                parser.error(f"--data {path} row {i} is not a prepare-data row (needs data_source, reward_model)")
+            source = str(row["data_source"])
+            if limit is not None and taken.get(source, 0) >= limit:
+                continue
+            taken[source] = taken.get(source, 0) + 1
+            rows.append(row)
+    if not rows:
+        parser.error("--data holds no rows")
+    return rows
+
+
+def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run: Any, *, retrieval: bool) -> Any:
+    """Build the engine (and the retriever), run `run(engine, tokenizer, retriever, settings)`, close both."""
+    from contextlib import nullcontext
+
+    from pydantic import ValidationError
+    from rlloom_apps.search_agent.engines import PolicySpec, build_engine, close_engine
+    from rlloom_apps.search_agent.evaluate import EvalSettings
+    from rlloom_apps.search_agent.retrieval import open_retriever
+
+    spec = PolicySpec(
+        model=args.model,
+        tokenizer=args.tokenizer,
+        url=args.engine_url,
+        served_model=args.served_model,
+        engine=args.engine,
+        device=args.device,
+        dtype=args.dtype,
+        max_batch_rows=args.max_batch_rows,
+    )
+    try:
+        spec.check()
+        settings = EvalSettings(**{k: getattr(args, k) for k in EvalSettings.model_fields if k != "progress"})
+    except (ValueError, ValidationError) as err:
+        parser.error(str(err))
+    if retrieval and args.index is not None and not args.index.is_dir():
+        parser.error(f"--index {args.index} is not a folder (build one with rlloom-retrieval build-index)")
+    opened = open_retriever(args.index, args.retrieval_url, api=args.retrieval_api) if retrieval else None
+    engine, tokenizer = build_engine(spec)
+
+    async def run_and_close(retriever: Any) -> Any:
+        try:
+            return await run(engine, tokenizer, retriever, settings)
+        finally:
+            aclose = getattr(engine, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    try:
+        with opened if opened is not None else nullcontext() as retriever:
+            return asyncio.run(run_and_close(retriever))
+    finally:
+        close_engine(engine)

@@ -40,7 +40,7 @@ def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> 
         "data_source": data_source,
         "prompt": [{"role": "user", "content": search_r1_prompt(str(record["question"]))}],
         "reward_model": {"style": "rule", "ground_truth": {"target": answers_of(record, index)}},
-        "extra_info": {"index": index, "split": split},
+        "extra_info": {"index": index, "split": split, "question": str(record["question"]).strip()},
     }
 
 

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rlloom_apps.search_agent.data import read_records
+from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from torch import nn
 from transformers import AutoTokenizer
 
-from rlloom.agent import AgentLoopConfig, SearchEnv, SearchEnvConfig, ThreadedRetriever, agent_collector, env_reward
+from rlloom.agent import AgentLoopConfig, SearchEnv, SearchEnvConfig, agent_collector, env_reward
 from rlloom.core_rl.config import ConfigError
 from rlloom.core_rl.trainer import train
-from rlloom.retrieval import load_index
-from rlloom.retrieval.client import RetrievalClient
 from rlloom.rollout.hf_engine import HFEngine
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -38,8 +36,6 @@ def run_train(
     overrides: Sequence[str] = (),
 ) -> dict[str, float]:
     """Train as the config says; returns the last step's metrics (the run folder has them all)."""
-    if (index is None) == (retrieval_url is None):
-        raise ValueError("give exactly one of an index folder (--index) or a retrieval server (--retrieval-url)")
     config, search = load_train_config(config_path, overrides)  # a bad config fails before anything loads
     if not Path(config.model.path).is_dir():
         raise ConfigError(
@@ -48,10 +44,6 @@ def run_train(
     train_rows = list(read_records(train_data))
     val_rows = list(read_records(val_data)) if val_data is not None else None
     tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
-    backend: Any = (
-        load_index(index) if index is not None else RetrievalClient(str(retrieval_url), api=search.retrieval_api)
-    )
-    retriever = ThreadedRetriever(backend, max_threads=search.search_threads)
     env_config = SearchEnvConfig(top_k=search.top_k)
     engines: list[HFEngine] = []
 
@@ -59,23 +51,21 @@ def run_train(
         engines.append(HFEngine(module, tokenizer))
         return engines[-1]
 
-    try:
-        return train(
-            config,
-            engine_factory=engine_on,
-            collect_factory=agent_collector(
-                tokenizer, lambda: SearchEnv(retriever, None, env_config), loop_config(search)
-            ),
-            reward_fn=env_reward,
-            train_data=train_rows,
-            val_data=val_rows,
-        )
-    finally:
-        for engine in engines:
-            engine.close()
-        retriever.close()
-        if isinstance(backend, RetrievalClient):
-            backend.close()
+    with open_retriever(index, retrieval_url, api=search.retrieval_api, threads=search.search_threads) as retriever:
+        try:
+            return train(
+                config,
+                engine_factory=engine_on,
+                collect_factory=agent_collector(
+                    tokenizer, lambda: SearchEnv(retriever, None, env_config), loop_config(search)
+                ),
+                reward_fn=env_reward,
+                train_data=train_rows,
+                val_data=val_rows,
+            )
+        finally:
+            for engine in engines:
+                engine.close()
 
 
 def loop_config(search: SearchSettings) -> AgentLoopConfig:

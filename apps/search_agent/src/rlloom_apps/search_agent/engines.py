@@ -1,0 +1,83 @@
+"""The policy that `eval` and `infer` talk to: a local model folder (HF transformers or vLLM) or an HTTP server.
+
+Training builds its engine on the actor's module (train.py); these commands only sample, so they load a saved
+model (a `checkpoints/step_N/` folder of `search-agent train` is one) or call an OpenAI-compatible endpoint
+(`rlloom-rollout serve`, `vllm serve`): token-id prompts go to `/v1/completions`, as the agent loop needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+EngineKind = Literal["hf", "vllm"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """Where the policy is: `model` (a folder) or `url` (an endpoint serving `served_model`), and how to load it."""
+
+    model: Path | None = None
+    tokenizer: Path | None = None  # defaults to the model folder
+    url: str | None = None
+    served_model: str | None = None
+    engine: EngineKind = "hf"
+    device: str | None = None  # hf: cuda when there is one, else cpu
+    dtype: str = "auto"  # hf: bf16 on CUDA, fp32 on CPU
+    max_batch_rows: int = 64
+
+    def check(self) -> None:
+        """Refuse an incomplete or contradictory spec by the flag that fixes it."""
+        if (self.model is None) == (self.url is None):
+            raise ValueError("give exactly one of --model DIR (a saved model folder) or --engine-url URL")
+        if self.model is not None and not self.model.is_dir():
+            raise ValueError(f"--model {self.model} is not a folder; give a saved model (e.g. checkpoints/step_N)")
+        if self.tokenizer is not None and not self.tokenizer.is_dir():
+            raise ValueError(f"--tokenizer {self.tokenizer} is not a folder")
+        if self.url is not None and self.tokenizer is None:
+            raise ValueError("--engine-url needs --tokenizer DIR: the agent loop sends token ids, not text")
+
+
+def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
+    """(engine, tokenizer) for the spec; the caller closes the engine when it has one."""
+    from transformers import AutoTokenizer
+
+    spec.check()
+    tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer or spec.model))
+    if spec.url is not None:
+        from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+        base = spec.url.rstrip("/")
+        base = base if base.endswith("/v1") else f"{base}/v1"
+        name = spec.served_model or (spec.tokenizer.name if spec.tokenizer is not None else "model")
+        return OpenAIEngine(OpenAIEngineConfig(base_url=base, model=name)), tokenizer
+    assert spec.model is not None
+    if spec.engine == "vllm":
+        from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+
+        engine = VLLMEngine(VLLMEngineConfig(model=str(spec.model), dtype=spec.dtype))
+        return engine, tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+
+    device = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if spec.dtype == "auto":
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, spec.dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(spec.model), dtype=dtype, attn_implementation="sdpa")
+    torch.nn.Module.to(model, device)
+    model.eval()
+    # Multi-turn conversations re-send their whole context each turn: the prefix cache prefills only what is new.
+    config = HFEngineConfig(max_batch_rows=spec.max_batch_rows, prefix_cache_tokens=1 << 18)
+    return HFEngine(model, tokenizer, config), tokenizer
+
+
+def close_engine(engine: Any) -> None:
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()

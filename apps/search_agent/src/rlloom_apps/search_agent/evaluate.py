@@ -1,0 +1,221 @@
+"""`search-agent eval`: exact match per data source, laid out like Search-R1's results table (paper v5, Table 2).
+
+Three methods, each a row of the table, all greedy by default (Search-R1 validates with `do_sample=False`):
+- `search`: the agent itself, Search-R1's prompt and protocol through `AgentLoop` + `SearchEnv` (top-k passages
+  per `<search>`, up to `max_turns` model turns);
+- `rag`: retrieve top-k passages for the question once, put them in the prompt, one answer turn (the paper's RAG
+  row);
+- `direct`: the question alone, one answer turn (the paper's "Direct inference" row).
+Every method is scored the same way: the last `<answer>` of what the model wrote, normalised exact match against
+any gold alias (rlloom-rewards' `qa_em_scorer`, Search-R1's `qa_em`), with F1 and cover-EM kept per row.
+Columns follow the paper: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, Musique, Bamboogle, then the unweighted mean.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, Sample, SearchEnv, SearchEnvConfig, SingleTurnEnv
+from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.trajectory import Trajectory
+from rlloom.rewards.qa import extract_tagged_answer, qa_em_scorer, qa_golds
+
+Method = Literal["search", "rag", "direct"]
+METHODS: tuple[Method, ...] = ("search", "rag", "direct")
+
+TABLE_COLUMNS = {
+    "nq": "NQ",
+    "triviaqa": "TriviaQA",
+    "popqa": "PopQA",
+    "hotpotqa": "HotpotQA",
+    "2wikimultihopqa": "2Wiki",
+    "musique": "Musique",
+    "bamboogle": "Bamboogle",
+}
+"""Search-R1's column order (general QA, then multi-hop QA); other data sources follow, alphabetically."""
+
+DIRECT_TEMPLATE = (
+    "Answer the given question. Provide the answer inside <answer> and </answer>, without detailed "
+    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+RAG_TEMPLATE = (
+    "Answer the given question using the documents below. Provide the answer inside <answer> and </answer>, "
+    "without detailed illustrations. For example, <answer> Beijing </answer>.\n\nDocuments:\n{documents}\n"
+    "Question: {question}\n"
+)
+
+
+class EvalSettings(BaseModel):
+    """Search-R1's evaluation limits (top-3, 4 turns, 500 tokens a turn and an observation), greedy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int = Field(default=3, ge=1, description="Passages per search (and in the RAG prompt).")
+    max_turns: int = Field(default=4, ge=1, description="Model turns per conversation (the search method).")
+    max_tokens_per_turn: int = Field(default=500, ge=1, description="New tokens per model turn.")
+    max_obs_tokens: int = Field(default=500, ge=1, description="Tokens of one <information> block at most.")
+    max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")
+    max_concurrency: int = Field(default=256, ge=1, description="Conversations in flight at once.")
+    temperature: float = Field(default=0.0, ge=0.0, description="0: greedy, as Search-R1 validates.")
+    seed: int | None = Field(default=None, description="Sampling seed when temperature > 0.")
+    progress: bool = Field(default=True, description="Show a progress bar.")
+
+
+@dataclass(slots=True)
+class RowResult:
+    """One evaluated question: what the model answered and how it scored."""
+
+    data_source: str
+    index: Any
+    question: str
+    golds: list[str]
+    prediction: str | None  # the last <answer>, None when the model never wrote one
+    em: float
+    f1: float
+    sub_em: float
+    searches: float
+    turns: float
+    finish_reason: str
+    response: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def row_question(row: Mapping[str, Any]) -> str:
+    """The bare question of a prepared row: `extra_info.question`, a flat `question`, or parsed from the prompt."""
+    extra = row.get("extra_info") or {}
+    if isinstance(extra, Mapping) and extra.get("question"):
+        return str(extra["question"])
+    if row.get("question"):
+        return str(row["question"])
+    prompt = row.get("prompt")
+    if isinstance(prompt, list) and prompt:
+        content = str(prompt[-1].get("content", ""))
+        if "Question: " in content:
+            return content.rsplit("Question: ", 1)[1].strip()
+    raise ValueError(
+        "row has no question: expected extra_info.question, a 'question' field, or a prompt ending in "
+        "'Question: ...' (rows from `search-agent prepare-data` have all three)"
+    )
+
+
+async def evaluate(
+    engine: Any,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, Any]],
+    method: Method,
+    settings: EvalSettings,
+    *,
+    retriever: Any = None,
+) -> list[RowResult]:
+    """Run `method` over `rows` (prepared rows: prompt, reward_model.ground_truth, data_source) and score each."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
+    if method != "direct" and retriever is None:
+        raise ValueError(f"method {method!r} needs a retriever (--index DIR or --retrieval-url URL)")
+    samples = [Sample.from_row(r) for r in rows]
+    questions = [row_question(r) for r in rows]
+    rubric = AgentRubric(qa_em_scorer)
+    sampling = SamplingParams(temperature=settings.temperature, seed=settings.seed)
+    loop_config = AgentLoopConfig(
+        max_turns=settings.max_turns if method == "search" else 1,
+        max_tokens_per_turn=settings.max_tokens_per_turn,
+        max_obs_tokens=settings.max_obs_tokens,
+        max_total_tokens=settings.max_total_tokens,
+        max_concurrency=settings.max_concurrency,
+        sampling=sampling,
+        progress=settings.progress,
+    )
+    search_config = SearchEnvConfig(top_k=settings.top_k)
+    if method == "search":
+        loop = AgentLoop(engine, tokenizer, lambda: SearchEnv(retriever, rubric, search_config), loop_config)
+    else:
+        if method == "rag":
+            formatter = SearchEnv(retriever, rubric, search_config).format_passages  # Search-R1's passage text
+            hits = retriever.search(questions, settings.top_k)
+            prompts = [
+                RAG_TEMPLATE.format(documents=formatter(h).strip(), question=q)
+                for h, q in zip(hits, questions, strict=True)
+            ]
+        else:
+            prompts = [DIRECT_TEMPLATE.format(question=q) for q in questions]
+        samples = [
+            s.model_copy(update={"prompt": [{"role": "user", "content": p}], "question": None})
+            for s, p in zip(samples, prompts, strict=True)
+        ]
+        loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric, stop=["</answer>"]), loop_config)
+    trajectories = await loop.arun(samples)
+    return [_row_result(t, q, tokenizer) for t, q in zip(trajectories, questions, strict=True)]
+
+
+def _row_result(traj: Trajectory, question: str, tokenizer: Any) -> RowResult:
+    components = traj.reward_components
+    return RowResult(
+        data_source=traj.data_source,
+        index=traj.extra_info.get("index"),
+        question=question,
+        golds=qa_golds(traj.ground_truth),
+        prediction=extract_tagged_answer(model_text(traj, tokenizer)),
+        em=components.get("outcome/em", 0.0),
+        f1=components.get("outcome/f1", 0.0),
+        sub_em=components.get("outcome/sub_em", 0.0),
+        searches=traj.metrics.get("searches", 0.0),
+        turns=traj.metrics.get("turns", 0.0),
+        finish_reason=traj.finish_reason,
+        response=traj.response_text,
+    )
+
+
+def model_text(traj: Trajectory, tokenizer: Any) -> str:
+    """What the model itself wrote (its turns, not the observations between them), as the reward reads it."""
+    turns: list[list[int]] = []
+    previous = 0
+    for token, mask in zip(traj.response_ids, traj.loss_mask, strict=True):
+        if mask and not previous:
+            turns.append([])
+        if mask:
+            turns[-1].append(token)
+        previous = mask
+    return "".join(tokenizer.decode(ids, skip_special_tokens=True) for ids in turns)
+
+
+# --------------------------------------------------------------------------------------------- the table
+def source_scores(results: Sequence[RowResult]) -> dict[str, dict[str, float]]:
+    """Per data source: mean EM, F1, cover-EM, searches and the row count, in the table's column order."""
+    by_source: dict[str, list[RowResult]] = {}
+    for r in results:
+        by_source.setdefault(r.data_source, []).append(r)
+    out: dict[str, dict[str, float]] = {}
+    for source in ordered_sources(by_source):
+        group = by_source[source]
+        out[source] = {
+            "em": statistics.fmean(r.em for r in group),
+            "f1": statistics.fmean(r.f1 for r in group),
+            "sub_em": statistics.fmean(r.sub_em for r in group),
+            "searches": statistics.fmean(r.searches for r in group),
+            "n": float(len(group)),
+        }
+    return out
+
+
+def ordered_sources(sources: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    known = [s for s in TABLE_COLUMNS if s in sources]
+    return known + sorted(s for s in sources if s not in TABLE_COLUMNS)
+
+
+def markdown_table(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "em") -> str:
+    """One row per method, one column per data source, then Avg. (unweighted over sources, as in the paper)."""
+    sources = ordered_sources({s: None for per in scores.values() for s in per})
+    header = ["Method", *(TABLE_COLUMNS.get(s, s) for s in sources), "Avg."]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method, per in scores.items():
+        cells = [f"{per[s][metric]:.3f}" if s in per else "-" for s in sources]
+        mean = statistics.fmean(per[s][metric] for s in sources if s in per) if per else 0.0
+        lines.append("| " + " | ".join([method, *cells, f"{mean:.3f}"]) + " |")
+    return "\n".join(lines)

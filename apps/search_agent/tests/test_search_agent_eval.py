@@ -1,0 +1,267 @@
+"""`search-agent eval` and `infer`: the table's figures, each method's protocol, and the commands end to end.
+
+The protocol tests use a scripted policy (it reads its context and writes what a competent agent would), so
+every expected EM follows from a real BM25 index over three passages and is worked out by hand below. The
+command tests run a randomly initialised character model through the real engine and check the written files
+against each other and against an independent exact-match check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rlloom_apps.search_agent.cli import main
+from rlloom_apps.search_agent.data import prepare
+from rlloom_apps.search_agent.evaluate import (
+    EvalSettings,
+    RowResult,
+    evaluate,
+    markdown_table,
+    row_question,
+    source_scores,
+)
+from rlloom_apps.search_agent.infer import ask
+
+from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.retrieval import build_index, load_index
+
+PASSAGES = [
+    ("Paris", "Paris is the capital of France."),
+    ("Berlin", "Berlin is the capital of Germany."),
+    ("Rome", "Rome is the capital of Italy."),
+]
+NQ = [
+    {"question": "what is the capital of france", "answer": ["Paris"]},
+    {"question": "what is the capital of germany", "answer": ["Berlin", "Berlin, Germany"]},
+]
+HOTPOT = [{"question": "what is the capital of italy", "answer": "Rome"}]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("eval")
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(PASSAGES))
+    )
+    build_index(root / "corpus.jsonl", root / "index", "bm25")
+    paths = {"root": root, "index": root / "index"}
+    for name, source, records in (("nq", "nq", NQ), ("hotpotqa", "hotpotqa", HOTPOT)):
+        (root / f"{name}_raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        prepare(source, root / f"{name}_raw.jsonl", root / f"{name}.jsonl")
+        paths[name] = root / f"{name}.jsonl"
+    return paths
+
+
+def rows_of(*paths: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+
+
+class ScriptedAgent:
+    """Plays a competent policy from its context, so retrieval, prompts and scoring decide every EM.
+
+    With no passages in view it searches for the question (or, with `direct_answer`, answers it blind);
+    with passages it answers with Doc 1's title.
+    """
+
+    def __init__(self, tokenizer: Any, direct_answer: str = "Paris") -> None:
+        self.tok, self.direct_answer = tokenizer, direct_answer
+        self.eos_token_ids = {int(tokenizer.eos_token_id)}
+        self.prompts: list[str] = []
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        assert request.prompt_ids is not None and request.sampling.temperature == 0.0  # eval is greedy
+        context = self.tok.decode(request.prompt_ids, skip_special_tokens=False)
+        self.prompts.append(context)
+        titles = re.findall(r'Doc 1\(Title: "?([^")]+)"?\)', context)
+        question = context.rsplit("Question: ", 1)[1].split("?", 1)[0]
+        if titles:
+            text = f"<answer> {titles[-1]} </answer>"
+        elif "<search>" in context.split("Question: ", 1)[1] or "Documents:" in context:
+            text = "<answer> nowhere </answer>"
+        elif "call a search engine" in context:
+            text = f"<search> {question} </search>"
+        else:
+            text = f"<answer> {self.direct_answer} </answer>"
+        ids = [*self.tok(text, add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
+        return [Completion(request.request_id, list(request.prompt_ids), ids, text, "stop", [0.0] * len(ids))]
+
+    def generate(self, requests: Any) -> Any:
+        raise NotImplementedError("the agent loop only calls agenerate")
+
+    def update_weights(self, named_tensors: Any) -> None:
+        return None
+
+
+def _em(prediction: str | None, golds: list[str]) -> float:
+    """SQuAD normalisation written out again, independent of rlloom-rewards."""
+
+    def norm(s: str) -> str:
+        s = "".join(c for c in s.lower() if c not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
+
+    return float(prediction is not None and norm(prediction) in {norm(g) for g in golds})
+
+
+def test_table_columns_follow_search_r1_and_average_over_sources() -> None:
+    def r(source: str, em: float, searches: float = 0.0) -> RowResult:
+        return RowResult(source, 0, "q", ["a"], "a", em, em, em, searches, 1.0, "stop", "")
+
+    results = [
+        r("nq", 1, 2),
+        r("nq", 0, 1),
+        r("nq", 1),
+        r("hotpotqa", 0),
+        r("hotpotqa", 0),
+        r("zz", 1),
+        r("triviaqa", 1),
+    ]
+    scores = source_scores(results)
+    assert list(scores) == ["nq", "triviaqa", "hotpotqa", "zz"]  # the paper's order, unknown sources last
+    assert scores["nq"]["em"] == pytest.approx(2 / 3) and scores["nq"]["n"] == 3.0
+    assert scores["nq"]["searches"] == pytest.approx(1.0)
+    table = markdown_table({"search": scores, "direct": {"nq": {"em": 0.5}}})
+    lines = table.splitlines()
+    assert lines[0] == "| Method | NQ | TriviaQA | HotpotQA | zz | Avg. |"
+    # unweighted over sources, as in the paper: (2/3 + 1 + 0 + 1) / 4
+    assert lines[2] == "| search | 0.667 | 1.000 | 0.000 | 1.000 | 0.667 |"
+    assert lines[3] == "| direct | 0.500 | - | - | - | 0.500 |"
+
+
+def test_row_question_reads_prepared_flat_and_legacy_rows(corpus: dict[str, Path]) -> None:
+    prepared = rows_of(corpus["nq"])[0]
+    assert row_question(prepared) == "what is the capital of france"
+    legacy = {**prepared, "extra_info": {"index": 0}}  # rows prepared before extra_info.question existed
+    assert row_question(legacy) == "what is the capital of france?"
+    assert row_question({"question": "who?"}) == "who?"
+    with pytest.raises(ValueError, match="extra_info.question"):
+        row_question({"prompt": [{"role": "user", "content": "no question here"}]})
+
+
+def test_each_method_follows_its_protocol_and_is_scored_by_em(corpus: dict[str, Path]) -> None:
+    tok = char_tokenizer()
+    rows = rows_of(corpus["nq"], corpus["hotpotqa"])
+    retriever = load_index(corpus["index"])
+    settings = EvalSettings(progress=False)
+    results: dict[str, list[RowResult]] = {}
+    engines: dict[str, ScriptedAgent] = {}
+    for method in ("search", "rag", "direct"):
+        engines[method] = ScriptedAgent(tok)
+        found = asyncio.run(evaluate(engines[method], tok, rows, method, settings, retriever=retriever))  # type: ignore[arg-type]
+        results[method] = found
+        for r in found:
+            assert r.em == _em(r.prediction, r.golds)
+    # search: it searches the question, BM25 puts the right city first, it answers with that title: all correct
+    assert [r.prediction for r in results["search"]] == ["Paris", "Berlin", "Rome"]
+    assert [r.searches for r in results["search"]] == [1.0, 1.0, 1.0]
+    assert [r.turns for r in results["search"]] == [2.0, 2.0, 2.0]
+    assert "<information>" in results["search"][0].response and 'Doc 1(Title: "Paris")' in results["search"][0].response
+    # rag: one turn, the top-3 passages of the question already in the prompt (no search)
+    assert [r.prediction for r in results["rag"]] == ["Paris", "Berlin", "Rome"]
+    assert [(r.searches, r.turns) for r in results["rag"]] == [(0.0, 1.0)] * 3
+    rag_prompt = engines["rag"].prompts[0]
+    assert all(f'"{title}"' in rag_prompt for title, _ in PASSAGES) and "call a search engine" not in rag_prompt
+    # direct: no retrieval at all; the blind answer is right for France only
+    assert [r.em for r in results["direct"]] == [1.0, 0.0, 0.0]
+    assert not any("Doc 1" in p for p in engines["direct"].prompts)
+    scores = {m: source_scores(found) for m, found in results.items()}
+    assert scores["direct"]["nq"]["em"] == 0.5 and scores["direct"]["hotpotqa"]["em"] == 0.0
+    assert markdown_table(scores).splitlines()[2:] == [
+        "| search | 1.000 | 1.000 | 1.000 |",
+        "| rag | 1.000 | 1.000 | 1.000 |",
+        "| direct | 0.500 | 0.000 | 0.250 |",
+    ]
+
+
+def test_search_needs_a_retriever(corpus: dict[str, Path]) -> None:
+    tok = char_tokenizer()
+    with pytest.raises(ValueError, match="needs a retriever"):
+        asyncio.run(evaluate(ScriptedAgent(tok), tok, rows_of(corpus["nq"]), "rag", EvalSettings(progress=False)))  # type: ignore[arg-type]
+
+
+def test_ask_returns_each_answer_and_transcript(corpus: dict[str, Path]) -> None:
+    tok = char_tokenizer()
+    answered = asyncio.run(
+        ask(ScriptedAgent(tok), tok, ["what is the capital of italy"], load_index(corpus["index"]), EvalSettings())  # type: ignore[arg-type]
+    )
+    assert [(a.answer, a.searches, a.turns, a.finish_reason) for a in answered] == [("Rome", 1, 2, "stop")]
+    assert answered[0].transcript.startswith("<search> what is the capital of italy </search>")
+    assert answered[0].transcript.rstrip().endswith("<answer> Rome </answer>")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("model")
+    tok = char_tokenizer()
+    tiny_qwen2(tok, seed=0, max_position_embeddings=2048).save_pretrained(root / "model")
+    tok.save_pretrained(root / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
+    return {"model": root / "model", "tokenizer": root / "tokenizer"}
+
+
+def test_eval_command_writes_consistent_results(
+    corpus: dict[str, Path], tiny_model: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    main(
+        [
+            "eval", "--data", str(corpus["nq"]), str(corpus["hotpotqa"]), "--index", str(corpus["index"]),
+            "--model", str(tiny_model["model"]), "--tokenizer", str(tiny_model["tokenizer"]), "--device", "cpu",
+            "--method", "search", "direct", "--limit", "1", "--max-turns", "2", "--max-tokens-per-turn", "12",
+            "--max-obs-tokens", "40", "--max-total-tokens", "1500", "--out", str(out),
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    scores = json.loads((out / "results.json").read_text())
+    assert list(scores) == ["search", "direct"] and list(scores["search"]) == ["nq", "hotpotqa"]
+    assert (out / "table.md").read_text().strip() in printed
+    for method in ("search", "direct"):
+        preds = [json.loads(line) for line in (out / f"predictions_{method}.jsonl").read_text().splitlines()]
+        assert [(p["data_source"], p["question"]) for p in preds] == [  # --limit 1: the first row of each source
+            ("nq", "what is the capital of france"),
+            ("hotpotqa", "what is the capital of italy"),
+        ]
+        for p in preds:
+            assert p["em"] == _em(p["prediction"], p["golds"])
+            assert 1 <= p["turns"] <= (2 if method == "search" else 1)
+            assert scores[method][p["data_source"]]["em"] == p["em"]  # one row per source
+
+
+def test_infer_command_prints_each_conversation(
+    corpus: dict[str, Path], tiny_model: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(
+        [
+            "infer", "what is the capital of italy", "who wrote hamlet", "--index", str(corpus["index"]),
+            "--model", str(tiny_model["model"]), "--tokenizer", str(tiny_model["tokenizer"]), "--device", "cpu",
+            "--max-turns", "2", "--max-tokens-per-turn", "10", "--max-obs-tokens", "40",
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert printed.count("=== ") == 2 and printed.count("--- answer: ") == 2
+    assert "=== who wrote hamlet" in printed
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["eval", "--data", "{nq}", "--method", "search"], "needs --index DIR or --retrieval-url URL"),
+        (["eval", "--data", "{nq}", "--method", "direct"], "give exactly one of --model DIR"),
+        (["eval", "--data", "{raw}", "--method", "direct", "--model", "{root}"], "is not a prepare-data row"),
+        (["eval", "--data", "{nq}", "--index", "{root}/nope", "--model", "{root}"], "is not a folder"),
+        (["eval", "--data", "{nq}", "--method", "direct", "--engine-url", "http://x"], "needs --tokenizer DIR"),
+        (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
+    ],
+)
+def test_bad_invocations_are_refused_by_name(
+    corpus: dict[str, Path], args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    filled = [a.format(nq=corpus["nq"], raw=corpus["root"] / "nq_raw.jsonl", root=corpus["root"]) for a in args]
+    with pytest.raises(SystemExit):
+        main(filled)
+    assert message in capsys.readouterr().err
