@@ -70,7 +70,7 @@ class ScriptedAgent:
     with passages it answers with Doc 1's title.
     """
 
-    def __init__(self, tokenizer: Any, direct_answer: str = "Paris") -> None:
+    def __init__(self, tokenizer: Any, direct_answer: str = "<answer> Paris </answer>") -> None:
         self.tok, self.direct_answer = tokenizer, direct_answer
         self.eos_token_ids = {int(tokenizer.eos_token_id)}
         self.prompts: list[str] = []
@@ -88,7 +88,7 @@ class ScriptedAgent:
         elif "call a search engine" in context:
             text = f"<search> {question} </search>"
         else:
-            text = f"<answer> {self.direct_answer} </answer>"
+            text = self.direct_answer
         ids = [*self.tok(text, add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
         return [Completion(request.request_id, list(request.prompt_ids), ids, text, "stop", [0.0] * len(ids))]
 
@@ -177,6 +177,16 @@ def test_each_method_follows_its_protocol_and_is_scored_by_em(corpus: dict[str, 
         "| rag | 1.000 | 1.000 | 1.000 |",
         "| direct | 0.500 | 0.000 | 0.250 |",
     ]
+
+
+def test_fallback_to_text_scores_untagged_replies(corpus: dict[str, Path]) -> None:
+    tok = char_tokenizer()
+    rows = rows_of(corpus["nq"])
+    for fallback, expected in ((False, [0.0, 0.0]), (True, [1.0, 0.0])):
+        settings = EvalSettings(progress=False, fallback_to_text=fallback)
+        found = asyncio.run(evaluate(ScriptedAgent(tok, direct_answer=" Paris."), tok, rows, "direct", settings))  # type: ignore[arg-type]
+        assert [r.em for r in found] == expected
+        assert [r.prediction for r in found] == (["Paris.", "Paris."] if fallback else [None, None])
 
 
 def test_search_needs_a_retriever(corpus: dict[str, Path]) -> None:

@@ -76,6 +76,9 @@ def _sampling_args(parser: argparse.ArgumentParser) -> None:
     for name, field in EvalSettings.model_fields.items():
         if name == "progress":
             continue
+        if field.annotation is bool:
+            limits.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=field.description)
+            continue
         kind = float if field.annotation is float else int
         limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.description)
 

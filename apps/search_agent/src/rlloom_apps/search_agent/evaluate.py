@@ -63,6 +63,10 @@ class EvalSettings(BaseModel):
     max_concurrency: int = Field(default=256, ge=1, description="Conversations in flight at once.")
     temperature: float = Field(default=0.0, ge=0.0, description="0: greedy, as Search-R1 validates.")
     seed: int | None = Field(default=None, description="Sampling seed when temperature > 0.")
+    fallback_to_text: bool = Field(
+        default=False,
+        description="Score the whole reply when it has no <answer> tag (lenient; for models not trained on the tags).",
+    )
     progress: bool = Field(default=True, description="Show a progress bar.")
 
 
@@ -120,6 +124,8 @@ async def evaluate(
     if method != "direct" and retriever is None:
         raise ValueError(f"method {method!r} needs a retriever (--index DIR or --retrieval-url URL)")
     samples = [Sample.from_row(r) for r in rows]
+    if settings.fallback_to_text:  # read by rlloom-rewards' QA scorers
+        samples = [s.model_copy(update={"extra_info": {**s.extra_info, "fallback_to_text": True}}) for s in samples]
     questions = [row_question(r) for r in rows]
     rubric = AgentRubric(qa_em_scorer)
     sampling = SamplingParams(temperature=settings.temperature, seed=settings.seed)
@@ -151,17 +157,23 @@ async def evaluate(
         ]
         loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric, stop=["</answer>"]), loop_config)
     trajectories = await loop.arun(samples)
-    return [_row_result(t, q, tokenizer) for t, q in zip(trajectories, questions, strict=True)]
+    return [
+        _row_result(t, q, tokenizer, settings.fallback_to_text) for t, q in zip(trajectories, questions, strict=True)
+    ]
 
 
-def _row_result(traj: Trajectory, question: str, tokenizer: Any) -> RowResult:
+def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool) -> RowResult:
     components = traj.reward_components
+    written = model_text(traj, tokenizer)
+    prediction = extract_tagged_answer(written)
+    if prediction is None and fallback_to_text:
+        prediction = written.strip()
     return RowResult(
         data_source=traj.data_source,
         index=traj.extra_info.get("index"),
         question=question,
         golds=qa_golds(traj.ground_truth),
-        prediction=extract_tagged_answer(model_text(traj, tokenizer)),
+        prediction=prediction,
         em=components.get("outcome/em", 0.0),
         f1=components.get("outcome/f1", 0.0),
         sub_em=components.get("outcome/sub_em", 0.0),
