@@ -70,6 +70,13 @@ def _sampling_args(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
     policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
     policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
+    policy.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=1 << 16,
+        help="hf engine: tokens of finished turns' keys/values kept, so a conversation's next turn prefills only "
+        "its new tokens (0: off)",
+    )
     _retrieval_args(parser, required=False)
     parser.add_argument("--retrieval-api", choices=["native", "search-r1"], default="native")
     limits = parser.add_argument_group("limits (Search-R1's defaults)")
@@ -220,6 +227,7 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
         device=args.device,
         dtype=args.dtype,
         max_batch_rows=args.max_batch_rows,
+        prefix_cache_tokens=args.prefix_cache_tokens,
     )
     try:
         spec.check()

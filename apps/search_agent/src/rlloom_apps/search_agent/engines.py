@@ -28,6 +28,7 @@ class PolicySpec:
     device: str | None = None  # hf: cuda when there is one, else cpu
     dtype: str = "auto"  # hf: bf16 on CUDA, fp32 on CPU
     max_batch_rows: int = 64
+    prefix_cache_tokens: int = 1 << 16  # hf: finished turns' keys/values kept for the next turn (0: off)
 
     def check(self) -> None:
         """Refuse an incomplete or contradictory spec by the flag that fixes it."""
@@ -73,7 +74,7 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     torch.nn.Module.to(model, device)
     model.eval()
     # Multi-turn conversations re-send their whole context each turn: the prefix cache prefills only what is new.
-    config = HFEngineConfig(max_batch_rows=spec.max_batch_rows, prefix_cache_tokens=1 << 18)
+    config = HFEngineConfig(max_batch_rows=spec.max_batch_rows, prefix_cache_tokens=spec.prefix_cache_tokens)
     return HFEngine(model, tokenizer, config), tokenizer
 
 

@@ -28,6 +28,12 @@ class SearchSettings(BaseModel):
     max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")
     max_concurrency: int = Field(default=512, ge=1, description="Conversations in flight at once.")
     search_threads: int = Field(default=64, ge=1, description="Threads running blocking retrieval calls.")
+    prefix_cache_tokens: int = Field(
+        default=1 << 16,
+        ge=0,
+        description="Rollout engine: finished turns' keys/values kept (tokens in all), so a conversation's next "
+        "turn prefills only its new tokens; dropped whenever the weights change. 0 turns it off.",
+    )
     retrieval_api: Literal["native", "search-r1"] = Field(
         default="native", description="Wire format of --retrieval-url: rlloom's server, or Search-R1's /retrieve."
     )

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 from rlloom.agent import AgentLoopConfig, SearchEnv, SearchEnvConfig, agent_collector, env_reward
 from rlloom.core_rl.config import ConfigError
 from rlloom.core_rl.trainer import train
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -48,7 +48,7 @@ def run_train(
     engines: list[HFEngine] = []
 
     def engine_on(module: nn.Module) -> HFEngine:
-        engines.append(HFEngine(module, tokenizer))
+        engines.append(HFEngine(module, tokenizer, HFEngineConfig(prefix_cache_tokens=search.prefix_cache_tokens)))
         return engines[-1]
 
     with open_retriever(index, retrieval_url, api=search.retrieval_api, threads=search.search_threads) as retriever:
