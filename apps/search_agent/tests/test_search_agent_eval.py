@@ -189,8 +189,11 @@ def test_fallback_to_text_scores_untagged_replies(corpus: dict[str, Path]) -> No
         assert [r.prediction for r in found] == (["Paris.", "Paris."] if fallback else [None, None])
 
 
-def test_search_needs_a_retriever(corpus: dict[str, Path]) -> None:
+def test_search_needs_a_retriever_and_golds_are_checked_first(corpus: dict[str, Path]) -> None:
     tok = char_tokenizer()
+    bad = [{**rows_of(corpus["nq"])[0], "reward_model": {"ground_truth": {"target": []}}}]
+    with pytest.raises(ValueError, match=r"row 0 \(nq\): bad reward_model.ground_truth"):
+        asyncio.run(evaluate(ScriptedAgent(tok), tok, bad, "direct", EvalSettings(progress=False)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs a retriever"):
         asyncio.run(evaluate(ScriptedAgent(tok), tok, rows_of(corpus["nq"]), "rag", EvalSettings(progress=False)))  # type: ignore[arg-type]
 

@@ -124,6 +124,11 @@ async def evaluate(
     if method != "direct" and retriever is None:
         raise ValueError(f"method {method!r} needs a retriever (--index DIR or --retrieval-url URL)")
     samples = [Sample.from_row(r) for r in rows]
+    for i, sample in enumerate(samples):  # before any generation: a bad gold would only surface at scoring
+        try:
+            qa_golds(sample.ground_truth)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"row {i} ({sample.data_source}): bad reward_model.ground_truth: {err}") from err
     if settings.fallback_to_text:  # read by rlloom-rewards' QA scorers
         samples = [s.model_copy(update={"extra_info": {**s.extra_info, "fallback_to_text": True}}) for s in samples]
     questions = [row_question(r) for r in rows]
