@@ -57,7 +57,7 @@ def _retrieval_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     where.add_argument("--retrieval-url", help="a running retrieval server, e.g. http://127.0.0.1:8000")
 
 
-def _sampling_args(parser: argparse.ArgumentParser) -> None:
+def _policy_args(parser: argparse.ArgumentParser) -> None:
     """The policy, retrieval and Search-R1's limits, shared by `eval` and `infer`."""
     from rlloom_apps.search_agent.evaluate import EvalSettings
 
@@ -102,7 +102,7 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--method", nargs="+", default=["search"], choices=["search", "rag", "direct"])
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each data source")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and predictions")
-    _sampling_args(ev)
+    _policy_args(ev)
 
 
 def _infer_parser(commands: Any) -> None:
@@ -113,7 +113,7 @@ def _infer_parser(commands: Any) -> None:
         "retrieved <information> between its turns, and its answer.",
     )
     inf.add_argument("question", nargs="+", help="one or more questions")
-    _sampling_args(inf)
+    _policy_args(inf)
 
 
 # ------------------------------------------------------------------------------------------- commands
