@@ -25,6 +25,7 @@ from torch import nn
 
 from rlloom.core_rl.collection import score, single_turn_collector
 from rlloom.core_rl.config import RLConfig, load_config
+from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
@@ -211,16 +212,3 @@ def write_summary(result: DemoResult) -> None:
         "seconds": round(result.seconds, 1),
     }
     (result.output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-
-
-def read_curves(metrics_path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(step, held-out reward) and (step, training reward) from the trainer's metrics.jsonl."""
-    val: list[tuple[int, float]] = []
-    train: list[tuple[int, float]] = []
-    for line in metrics_path.read_text().splitlines():
-        record = json.loads(line)
-        if "val/reward/mean" in record:
-            val.append((int(record["step"]), float(record["val/reward/mean"])))
-        if "reward/mean" in record:
-            train.append((int(record["step"]), float(record["reward/mean"])))
-    return val, train

@@ -2,15 +2,18 @@
 
 `char_tokenizer()` is a real `PreTrainedTokenizerFast` over single characters plus Qwen-style chat special
 tokens and a ChatML chat template, so chat rendering, special ids and decoding behave like a real tokenizer.
+`word_tokenizer(words)` is the same over whole words (tags such as `<search>` and punctuation are tokens of their
+own): a tiny model copies a one-token name far more easily than a five-character one.
 `tiny_qwen2()` is a randomly initialised Qwen2 causal LM sized for a 2-core CPU.
 """
 
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]
@@ -33,6 +36,30 @@ def char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     backend.decoder = decoders.Fuse()
+    return _chatml_tokenizer(backend)
+
+
+WORD_PIECES = r"</?[A-Za-z_]+>|\w+|[^\w\s]"
+"""A word tokenizer's pieces: an XML-style tag, a run of word characters, or one punctuation mark."""
+
+
+def word_tokenizer(words: Iterable[str]) -> PreTrainedTokenizerFast:
+    """A word-level fast tokenizer over `words` (plus the ChatML special tokens and `<unk>`).
+
+    Text is split on whitespace, then into tags, words and single punctuation marks; each piece is one id, and
+    anything outside `words` is `<unk>`. Decoding joins the pieces with single spaces, so
+    `<search> zor bak </search>` comes back as written (spacing around punctuation does not).
+    """
+    vocab = {tok: i for i, tok in enumerate(dict.fromkeys([*SPECIAL_TOKENS, "<unk>", *words]))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(WORD_PIECES), behavior="isolated")]
+    )
+    return _chatml_tokenizer(backend)
+
+
+def _chatml_tokenizer(backend: Tokenizer) -> PreTrainedTokenizerFast:
+    """Wrap a tokenizers backend with Qwen's special tokens (EOS `<|im_end|>`) and the ChatML template."""
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token="<|im_end|>",
