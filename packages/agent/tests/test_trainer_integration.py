@@ -123,7 +123,7 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
             "actor.mini_batch_size=2",
             "trainer.total_steps=2",
             "trainer.save_every=0",
-            "trainer.val_every=0",
+            "trainer.val_every=2",
             "trainer.seed=3",
             "trainer.device=cpu",
             "trainer.trackers=[jsonl]",
@@ -132,6 +132,7 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
     retriever = fixed_retriever([hit("7", 2.0, "Paris is the capital of France.", "Paris")])
     loop_config = AgentLoopConfig(max_turns=3, max_obs_tokens=24, max_total_tokens=512)
     seen: list[list[Trajectory]] = []
+    validated: list[list[Trajectory]] = []
     engines: list[HFEngine] = []
 
     def make_engine(module: torch.nn.Module) -> HFEngine:
@@ -145,13 +146,19 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
         )(engine)
 
         def collect_and_keep(rows: Any, sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-            seen.append(collect(rows, sampling, prefix))
-            return seen[-1]
+            kept = validated if prefix.startswith("val") else seen
+            kept.append(collect(rows, sampling, prefix))
+            return kept[-1]
 
         return collect_and_keep
 
     trainer = Trainer(
-        config, engine_factory=make_engine, collect_factory=recording, reward_fn=env_reward, train_data=ROWS
+        config,
+        engine_factory=make_engine,
+        collect_factory=recording,
+        reward_fn=env_reward,
+        train_data=ROWS,
+        val_data=ROWS[:1],
     )
     try:
         trainer.fit()
@@ -173,5 +180,11 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
             assert line[f"rollout/{key}/mean"] == pytest.approx(expected)
         assert line["reward/mean"] == pytest.approx(sum(t.reward or 0.0 for t in trajectories) / len(trajectories))
         assert line["batch/response_tokens"] == sum(t.num_model_tokens for t in trajectories)
+    # validation logs the held-out conversations' own metrics too (searches, turns...) beside their reward
+    (val_line,) = [line for line in lines if "val/reward/mean" in line]
+    (val_trajectories,) = validated
+    for key in ("turns", "invalid_actions", "model_tokens"):
+        expected = sum(t.metrics[key] for t in val_trajectories) / len(val_trajectories)
+        assert val_line[f"val/rollout/{key}/mean"] == pytest.approx(expected)
     trained = trainer.parts.actor.model.state_dict()  # type: ignore[attr-defined]
     assert any(not torch.equal(trained[k], v) for k, v in start.items()), "two GRPO steps moved no weight"

@@ -36,7 +36,7 @@ from rlloom.core_rl.collection import CollectFactory, CollectFn, score, single_t
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer, batch_metrics
+from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_setup import RunParts, build_run
 from rlloom.core_rl.trajectory import Trajectory
@@ -322,6 +322,7 @@ class Trainer:
             picked = [t.reward or 0.0 for t in trajectories if t.data_source == source]
             out[f"val/reward/{source or 'default'}/mean"] = sum(picked) / len(picked)
         out["val/response_length/mean"] = sum(len(t.response_ids) for t in trajectories) / len(trajectories)
+        out.update({f"val/rollout/{k}": v for k, v in metric_means([t.metrics for t in trajectories]).items()})
         return out
 
     # ------------------------------------------------------------------ checkpoints
