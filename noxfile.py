@@ -222,6 +222,13 @@ def demo(session: nox.Session) -> None:
     session.run("reasoning", "demo", *session.posargs)
 
 
+@nox.session(name="demo-search", python=PYTHON, default=False)
+def demo_search(session: nox.Session) -> None:
+    """The search agent's CPU demo: a tiny model learns from reward to search a synthetic corpus."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS])
+    session.run("search-agent", "demo", *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks in bench/ (or the ones named: `nox -s bench -- rewards retrieval`)."""
