@@ -99,9 +99,8 @@ def run_demo(
     world = make_world(seed, names=settings.names, held_out=settings.held_out)
     retriever = _index(world, output_dir)
     tokenizer = word_tokenizer(world.vocabulary())
-    tokenizer.save_pretrained(
-        str(config.model.tokenizer_path)
-    )  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
+    # in its own folder: AutoTokenizer would read the model folder (a qwen2 config) as Qwen2's BPE
+    tokenizer.save_pretrained(str(config.model.tokenizer_path))
 
     def make_env() -> SearchEnv:
         return SearchEnv(retriever, None, ENV_CONFIG)
