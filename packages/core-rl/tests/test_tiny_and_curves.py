@@ -1,11 +1,14 @@
-"""`word_tokenizer` (ids, chat template, decoding, unknown words) and the reward-curve helpers."""
+"""`word_tokenizer` (ids, chat template, decoding, unknown words), the reward-curve helpers and `fresh_run_dir`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from rlloom.core_rl.curves import ascii_curve, read_curves
+import pytest
+
+from rlloom.core_rl.checkpoint import fresh_run_dir
+from rlloom.core_rl.curves import ascii_curve, plot_or_draw, read_curves
 from rlloom.core_rl.tiny import SPECIAL_TOKENS, word_tokenizer
 
 
@@ -44,3 +47,23 @@ def test_read_curves_and_ascii_curve(tmp_path: Path) -> None:
         "     +---------",
         "step   0  5 10 ",
     ]
+
+
+def test_plot_or_draw_falls_back_to_ascii_without_matplotlib(tmp_path: Path) -> None:
+    text = plot_or_draw([(0, 0.0), (5, 1.0)], [], tmp_path / "c.png", title="t", ylabel="exact match")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert text.splitlines()[0] == "held-out exact match per validation (install matplotlib for a PNG):"
+        assert text.endswith(ascii_curve([(0, 0.0), (5, 1.0)]))
+        assert not (tmp_path / "c.png").exists()
+    else:
+        assert text == f"exact match curve: {tmp_path / 'c.png'}" and (tmp_path / "c.png").exists()
+
+
+def test_fresh_run_dir_refuses_a_folder_holding_checkpoints(tmp_path: Path) -> None:
+    assert fresh_run_dir(tmp_path / "run", "demo") == tmp_path / "run"
+    assert fresh_run_dir(None, "demo").parts[0] == "runs" and fresh_run_dir(None, "demo").name.startswith("demo-")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="pass a new --out"):
+        fresh_run_dir(tmp_path / "run", "demo")

@@ -44,7 +44,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.demo_report import before_after_table
 
     from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.curves import ascii_curve, save_plot
+    from rlloom.core_rl.curves import plot_or_draw
 
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -55,14 +55,5 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
     print(before_after_table(result))
     print(f"(also in {result.output_dir / 'before_after.md'})")
-    plot = save_plot(
-        result.val_curve,
-        result.train_curve,
-        result.output_dir / "reward_curve.png",
-        title="rlloom demo: GRPO on digit reversal",
-    )
-    if plot is not None:
-        print(f"reward curve: {plot}")
-    else:
-        print("held-out reward per validation (install matplotlib for a PNG):")
-        print(ascii_curve(result.val_curve))
+    title = "rlloom demo: GRPO on digit reversal"
+    print(plot_or_draw(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png", title=title))

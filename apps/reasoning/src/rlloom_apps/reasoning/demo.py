@@ -23,6 +23,7 @@ from rlloom_apps.reasoning.toy_task import answer_of, reversal_rubric, reverse_s
 from rlloom_apps.reasoning.warmup import supervised_warmup
 from torch import nn
 
+from rlloom.core_rl.checkpoint import fresh_run_dir
 from rlloom.core_rl.collection import score, single_turn_collector
 from rlloom.core_rl.config import RLConfig, load_config
 from rlloom.core_rl.curves import read_curves
@@ -94,10 +95,6 @@ def rubric_reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
     return outputs
 
 
-def default_output_dir() -> Path:
-    return Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def run_demo(
     *,
     output_dir: Path | None = None,
@@ -108,9 +105,7 @@ def run_demo(
 ) -> DemoResult:
     """Warm up, then GRPO with validation; writes and returns the held-out scores before and after."""
     started = time.perf_counter()
-    output_dir = output_dir or default_output_dir()
-    if (output_dir / "checkpoints").exists():
-        raise FileExistsError(f"{output_dir} already holds a run; pass a new --out (the demo always starts fresh)")
+    output_dir = fresh_run_dir(output_dir, "demo")
     model_dir = output_dir / "warmup_model"
     config = demo_config(model_dir, output_dir, steps, seed, overrides)  # bad overrides fail before any work
     max_tokens = config.rollout.max_tokens

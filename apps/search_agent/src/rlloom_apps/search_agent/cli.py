@@ -139,7 +139,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.demo import before_after_table, run_demo
 
     from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.curves import ascii_curve, save_plot
+    from rlloom.core_rl.curves import plot_or_draw
 
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -149,18 +149,9 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
     print(before_after_table(result))
-    plot = save_plot(
-        result.val_curve,
-        result.train_curve,
-        result.output_dir / "reward_curve.png",
-        title="rlloom search-agent demo: GRPO with search",
-        ylabel="exact match",
-    )
-    if plot is not None:
-        print(f"reward curve: {plot}")
-    else:
-        print("held-out exact match per validation (install matplotlib for a PNG):")
-        print(ascii_curve(result.val_curve))
+    title = "rlloom search-agent demo: GRPO with search"
+    curve_png = result.output_dir / "reward_curve.png"
+    print(plot_or_draw(result.val_curve, result.train_curve, curve_png, title=title, ylabel="exact match"))
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

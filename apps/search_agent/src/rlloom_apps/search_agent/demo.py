@@ -22,6 +22,7 @@ from rlloom_apps.search_agent.synthetic import ENV_CONFIG, Demonstrator, World, 
 from torch import nn
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward, supervised_warmup
+from rlloom.core_rl.checkpoint import fresh_run_dir
 from rlloom.core_rl.config import RLConfig, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
@@ -91,9 +92,7 @@ def run_demo(
 ) -> DemoResult:
     """Build the world, warm up, then GRPO with held-out validation; writes and returns the before/after scores."""
     started = time.perf_counter()
-    output_dir = output_dir or Path("runs") / f"search-demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (output_dir / "checkpoints").exists():
-        raise FileExistsError(f"{output_dir} already holds a run; pass a new --out (the demo always starts fresh)")
+    output_dir = fresh_run_dir(output_dir, "search-demo")
     config = demo_config(output_dir, steps, seed, overrides)  # bad overrides fail before any work
     torch.manual_seed(seed)
     world = make_world(seed, names=settings.names, held_out=settings.held_out)

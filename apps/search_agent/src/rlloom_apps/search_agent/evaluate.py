@@ -69,6 +69,19 @@ class EvalSettings(BaseModel):
     )
     progress: bool = Field(default=True, description="Show a progress bar.")
 
+    def loop_config(self, *, max_turns: int | None = None, compute_reward: bool = True) -> AgentLoopConfig:
+        """The agent loop's limits and sampling (`max_turns` overrides the setting: 1 for one-turn methods)."""
+        return AgentLoopConfig(
+            max_turns=max_turns or self.max_turns,
+            max_tokens_per_turn=self.max_tokens_per_turn,
+            max_obs_tokens=self.max_obs_tokens,
+            max_total_tokens=self.max_total_tokens,
+            max_concurrency=self.max_concurrency,
+            sampling=SamplingParams(temperature=self.temperature, seed=self.seed),
+            compute_reward=compute_reward,
+            progress=self.progress,
+        )
+
 
 @dataclass(slots=True)
 class RowResult:
@@ -133,16 +146,7 @@ async def evaluate(
         samples = [s.model_copy(update={"extra_info": {**s.extra_info, "fallback_to_text": True}}) for s in samples]
     questions = [row_question(r) for r in rows]
     rubric = AgentRubric(qa_em_scorer)
-    sampling = SamplingParams(temperature=settings.temperature, seed=settings.seed)
-    loop_config = AgentLoopConfig(
-        max_turns=settings.max_turns if method == "search" else 1,
-        max_tokens_per_turn=settings.max_tokens_per_turn,
-        max_obs_tokens=settings.max_obs_tokens,
-        max_total_tokens=settings.max_total_tokens,
-        max_concurrency=settings.max_concurrency,
-        sampling=sampling,
-        progress=settings.progress,
-    )
+    loop_config = settings.loop_config(max_turns=None if method == "search" else 1)
     search_config = SearchEnvConfig(top_k=settings.top_k)
     if method == "search":
         loop = AgentLoop(engine, tokenizer, lambda: SearchEnv(retriever, rubric, search_config), loop_config)

@@ -13,8 +13,7 @@ from typing import Any
 from rlloom_apps.search_agent.data import search_r1_prompt
 from rlloom_apps.search_agent.evaluate import EvalSettings, model_text
 
-from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, SearchEnvConfig
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.agent import AgentLoop, SearchEnv, SearchEnvConfig
 from rlloom.rewards.qa import extract_tagged_answer
 
 
@@ -34,15 +33,7 @@ async def ask(
     """One conversation per question, all at once; the same protocol `search-agent eval --method search` uses."""
     if not questions or not all(q.strip() for q in questions):
         raise ValueError("give at least one non-empty question")
-    config = AgentLoopConfig(
-        max_turns=settings.max_turns,
-        max_tokens_per_turn=settings.max_tokens_per_turn,
-        max_obs_tokens=settings.max_obs_tokens,
-        max_total_tokens=settings.max_total_tokens,
-        max_concurrency=settings.max_concurrency,
-        sampling=SamplingParams(temperature=settings.temperature, seed=settings.seed),
-        compute_reward=False,
-    )
+    config = settings.loop_config(compute_reward=False).model_copy(update={"progress": False})
     env_config = SearchEnvConfig(top_k=settings.top_k)
     loop = AgentLoop(engine, tokenizer, lambda: SearchEnv(retriever, None, env_config), config)
     rows = [{"prompt": [{"role": "user", "content": search_r1_prompt(q)}]} for q in questions]

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,16 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     steps = sorted((int(m.group(1)), p) for p in root.glob("step_*") if (m := _STEP_DIR.match(p.name)))
     complete = [p for _, p in steps if (p / STATE_FILE).exists()]
     return complete[-1] if complete else None
+
+
+def fresh_run_dir(output_dir: str | Path | None, prefix: str) -> Path:
+    """`output_dir`, or `runs/<prefix>-<timestamp>`; refused if it already holds checkpoints (a demo starts fresh)."""
+    run_dir = (
+        Path(output_dir) if output_dir is not None else Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if (run_dir / "checkpoints").exists():
+        raise FileExistsError(f"{run_dir} already holds a run; pass a new --out (the demo always starts fresh)")
+    return run_dir
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:

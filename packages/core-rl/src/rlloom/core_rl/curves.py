@@ -67,3 +67,18 @@ def save_plot(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_or_draw(
+    val_curve: Sequence[tuple[int, float]],
+    train_curve: Sequence[tuple[int, float]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str = "reward",
+) -> str:
+    """What a demo prints about its curve: where the PNG went, or (without matplotlib) the held-out curve in ASCII."""
+    plot = save_plot(val_curve, train_curve, path, title=title, ylabel=ylabel)
+    if plot is not None:
+        return f"{ylabel} curve: {plot}"
+    return f"held-out {ylabel} per validation (install matplotlib for a PNG):\n{ascii_curve(val_curve)}"
