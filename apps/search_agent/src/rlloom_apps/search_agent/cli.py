@@ -64,22 +64,9 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     """The policy, retrieval and Search-R1's limits, shared by `eval` and `infer`."""
     from rlloom_apps.search_agent.evaluate import EvalSettings
 
-    policy = parser.add_argument_group("policy (a model folder, or a server)")
-    policy.add_argument("--model", type=Path, help="a saved model folder, e.g. a checkpoints/step_N of train")
-    policy.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
-    policy.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="how to run --model")
-    policy.add_argument("--engine-url", help="an OpenAI-compatible server (vllm serve, rlloom-rollout serve)")
-    policy.add_argument("--served-model", help="the model name the server expects (default: tokenizer folder name)")
-    policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
-    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
-    policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
-    policy.add_argument(
-        "--prefix-cache-tokens",
-        type=int,
-        default=1 << 16,
-        help="hf engine: tokens of finished turns' keys/values kept, so a conversation's next turn prefills only "
-        "its new tokens (0: off)",
-    )
+    from rlloom.rollout.policy_spec import add_policy_arguments
+
+    add_policy_arguments(parser, model_help="a saved model folder, e.g. a checkpoints/step_N of train")
     _retrieval_args(parser, required=False)
     parser.add_argument("--retrieval-api", choices=["native", "search-r1"], default="native")
     limits = parser.add_argument_group("limits (Search-R1's defaults)")
@@ -251,21 +238,12 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
     from contextlib import nullcontext
 
     from pydantic import ValidationError
-    from rlloom_apps.search_agent.engines import PolicySpec, build_engine, close_engine
     from rlloom_apps.search_agent.evaluate import EvalSettings
     from rlloom_apps.search_agent.retrieval import open_retriever
 
-    spec = PolicySpec(
-        model=args.model,
-        tokenizer=args.tokenizer,
-        url=args.engine_url,
-        served_model=args.served_model,
-        engine=args.engine,
-        device=args.device,
-        dtype=args.dtype,
-        max_batch_rows=args.max_batch_rows,
-        prefix_cache_tokens=args.prefix_cache_tokens,
-    )
+    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+
+    spec = PolicySpec.from_args(args)
     try:
         spec.check()
         settings = EvalSettings(**{k: getattr(args, k) for k in EvalSettings.model_fields if k != "progress"})

@@ -1,12 +1,14 @@
-"""The policy that `eval` and `infer` talk to: a local model folder (HF transformers or vLLM) or an HTTP server.
+"""Open a saved policy for sampling: a local model folder (HF transformers or vLLM) or an HTTP server.
 
-Training builds its engine on the actor's module (train.py); these commands only sample, so they load a saved
-model (a `checkpoints/step_N/` folder of `search-agent train` is one) or call an OpenAI-compatible endpoint
-(`rlloom-rollout serve`, `vllm serve`): token-id prompts go to `/v1/completions`, as the agent loop needs.
+Training builds its engine on the actor's module; evaluation and inference commands only sample, so they load a
+saved model (a trainer's `checkpoints/step_N/` folder is one) or call an OpenAI-compatible endpoint
+(`rlloom-rollout serve`, `vllm serve`): token-id prompts go to `/v1/completions`, as agent loops need. The
+error messages name the command-line flags the apps give these fields (`--model`, `--engine-url`, ...).
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +32,21 @@ class PolicySpec:
     max_batch_rows: int = 64
     prefix_cache_tokens: int = 1 << 16  # hf: finished turns' keys/values kept for the next turn (0: off)
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PolicySpec:
+        """The spec from the flags `add_policy_arguments` defines."""
+        return cls(
+            model=args.model,
+            tokenizer=args.tokenizer,
+            url=args.engine_url,
+            served_model=args.served_model,
+            engine=args.engine,
+            device=args.device,
+            dtype=args.dtype,
+            max_batch_rows=args.max_batch_rows,
+            prefix_cache_tokens=args.prefix_cache_tokens,
+        )
+
     def check(self) -> None:
         """Refuse an incomplete or contradictory spec by the flag that fixes it."""
         if (self.model is None) == (self.url is None):
@@ -40,6 +57,26 @@ class PolicySpec:
             raise ValueError(f"--tokenizer {self.tokenizer} is not a folder")
         if self.url is not None and self.tokenizer is None:
             raise ValueError("--engine-url needs --tokenizer DIR: the agent loop sends token ids, not text")
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "a saved model folder") -> None:
+    """The flags of a `PolicySpec`, as one argument group: `--model` or `--engine-url`, and how to run it."""
+    policy = parser.add_argument_group("policy (a model folder, or a server)")
+    policy.add_argument("--model", type=Path, help=model_help)
+    policy.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
+    policy.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="how to run --model")
+    policy.add_argument("--engine-url", help="an OpenAI-compatible server (vllm serve, rlloom-rollout serve)")
+    policy.add_argument("--served-model", help="the model name the server expects (default: tokenizer folder name)")
+    policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
+    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
+    policy.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=1 << 16,
+        help="hf engine: tokens of finished sequences' keys/values kept, so a prompt extending one (a "
+        "conversation's next turn) prefills only its new tokens (0: off)",
+    )
 
 
 def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
