@@ -107,6 +107,7 @@ def test_summarize_hand_computed() -> None:
     assert out["maj@1"] == pytest.approx(0.25)  # maj@1 is avg@n for binary scores
     assert out["maj@4"] == pytest.approx(0.25)  # problem 1 ties (0.5), problem 2 wrong
     assert list(out) == ["avg@4", "pass@1", "pass@4", "maj@1", "maj@4"]
+    assert list(summarize(problems, [2], majority=False)) == ["avg@4", "pass@2"]
 
 
 def test_summarize_refuses_bad_shapes() -> None:

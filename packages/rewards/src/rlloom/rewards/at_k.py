@@ -131,9 +131,12 @@ class ProblemSamples:
             raise ValueError("a problem needs at least one sample")
 
 
-def summarize(problems: Sequence[ProblemSamples], ks: Sequence[int], *, seed: int = 0) -> dict[str, float]:
-    """Dataset-level figures averaged over problems: `avg@n`, then `pass@k` and `maj@k` for each k.
+def summarize(
+    problems: Sequence[ProblemSamples], ks: Sequence[int], *, majority: bool = True, seed: int = 0
+) -> dict[str, float]:
+    """Dataset-level figures averaged over problems: `avg@n`, then `pass@k` and (with `majority`) `maj@k` per k.
 
+    `majority=False` leaves maj@k out where answers cannot be voted on (programs, free-form text).
     Every problem must have the same n (a metric averaged over unequal draws means nothing); ks above n are
     refused by name rather than skipped.
     """
@@ -149,7 +152,7 @@ def summarize(problems: Sequence[ProblemSamples], ks: Sequence[int], *, seed: in
     out = {f"avg@{n}": _mean(avg_at_k(p.scores) for p in problems)}
     for k in ks:
         out[f"pass@{k}"] = _mean(pass_at_k(n, sum(p.correct), k) for p in problems)
-    for k in ks:
+    for k in ks if majority else ():
         out[f"maj@{k}"] = _mean(maj_at_k(p.labels, p.correct, k, seed=seed) for p in problems)
     return out
 
