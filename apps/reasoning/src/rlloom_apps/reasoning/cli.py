@@ -1,9 +1,10 @@
-"""`reasoning` console script: `demo` (train a tiny model end to end on CPU) and `prepare-data`."""
+"""`reasoning` console script: `demo` (train a tiny model end to end on CPU), `prepare-data` and `eval`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, prepare
 
@@ -15,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     prep.add_argument("--dataset", required=True, choices=sorted(FIELDS))
     prep.add_argument("--input", required=True, type=Path, help="source JSONL, e.g. gsm8k/test.jsonl")
     prep.add_argument("--out", required=True, type=Path, help="output JSONL of training rows")
-    prep.add_argument("--split", default="test")
+    prep.add_argument("--split", default="test", help="recorded in extra_info; for mbpp it picks the task-id range")
     prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows")
     demo = commands.add_parser(
         "demo",
@@ -28,9 +29,13 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--seed", type=int, default=0, help="model initialisation, warm-up and training seed")
     demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
+    _eval_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         _demo(parser, args)
+        return
+    if args.command == "eval":
+        _eval(parser, args)
         return
     if not args.input.is_file():
         parser.error(f"--input {args.input} does not exist")
@@ -57,3 +62,67 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     print(f"(also in {result.output_dir / 'before_after.md'})")
     title = "rlloom demo: GRPO on digit reversal"
     print(plot_or_draw(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png", title=title))
+
+
+def _eval_parser(commands: Any) -> None:
+    from rlloom_apps.reasoning.evaluate import EvalSettings
+
+    from rlloom.rollout.policy_spec import add_policy_arguments
+
+    ev = commands.add_parser(
+        "eval",
+        help="sample n responses per problem and report avg@n, pass@k and maj@k per dataset",
+        description="Sample every prepared row n times (seeded), score each sample with its data source's scorer "
+        "(math checker, sandboxed HumanEval/MBPP tests), and print avg@n, unbiased pass@k and maj@k per dataset.",
+    )
+    ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
+    add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
+    sampling = ev.add_argument_group("sampling and metrics")
+    for name, field in EvalSettings.model_fields.items():
+        flag = f"--{name.replace('_', '-')}"
+        if name == "k":
+            sampling.add_argument(flag, type=int, nargs="+", default=[], help=field.description)
+        elif name == "score_workers":
+            sampling.add_argument(flag, type=int, default=None, help=field.description)
+        else:
+            kind = float if field.annotation is float else int
+            sampling.add_argument(flag, type=kind, default=field.default, help=field.description)
+
+
+def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+    from rlloom_apps.reasoning.data import read_jsonl
+    from rlloom_apps.reasoning.evaluate import EvalSettings, run_eval, summary_text, write_outputs
+
+    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+
+    spec = PolicySpec.from_args(args)
+    try:
+        spec.check()
+        settings = EvalSettings(**{name: getattr(args, name) for name in EvalSettings.model_fields})
+    except (ValueError, ValidationError) as err:
+        parser.error(str(err))
+    rows: list[dict[str, Any]] = []
+    for path in args.data:
+        if not path.is_file():
+            parser.error(f"--data {path} does not exist (make rows with `reasoning prepare-data`)")
+        try:
+            found = list(read_jsonl(path))
+        except ValueError as err:
+            parser.error(str(err))
+        rows += found[: args.limit] if args.limit is not None else found
+    if not rows:
+        parser.error("--data holds no rows")
+    engine, _ = build_engine(spec)
+    try:
+        result = run_eval(engine, rows, settings)
+    except ValueError as err:
+        parser.error(str(err))
+    finally:
+        close_engine(engine)
+    print(summary_text(result))
+    if args.out is not None:
+        write_outputs(args.out, rows, result, settings)
+        print(f"(written to {args.out})")
