@@ -18,10 +18,14 @@ from rlloom.rewards.types import ScoreResult
 class ScoredTrajectory(Protocol):
     """What the reward function reads of a trajectory (core-rl's `Trajectory` has these fields)."""
 
-    response_text: str
-    ground_truth: Any
-    data_source: str
-    extra_info: Mapping[str, Any]
+    @property
+    def response_text(self) -> str: ...
+    @property
+    def ground_truth(self) -> Any: ...
+    @property
+    def data_source(self) -> str: ...
+    @property
+    def extra_info(self) -> Mapping[str, Any]: ...
 
 
 class RegistryReward:
