@@ -46,6 +46,29 @@ def test_state_round_trip_at_and_inside_epoch_boundaries() -> None:
         PromptLoader(ROWS[:5], 4).load_state_dict(a.state_dict())
 
 
+def test_excluded_rows_leave_later_epochs_and_survive_a_resume() -> None:
+    loader = PromptLoader(ROWS[:6], 2, shuffle=False)
+    assert [loader.next_batch_ids() for _ in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert loader.epoch_finished
+    loader.exclude({1, 4})
+    assert loader.active_ids == [0, 2, 3, 5] and loader.batches_per_epoch == 2
+    assert loader.next_batch_ids() == [0, 2]
+    with pytest.raises(RuntimeError, match="in progress"):
+        loader.exclude({0})  # mid-epoch: the epoch's order would change under it
+    resumed = PromptLoader(ROWS[:6], 2, shuffle=False)
+    resumed.load_state_dict(loader.state_dict())
+    assert resumed.excluded == {1, 4}
+    expected = [[3, 5], [0, 2]]  # the rest of epoch 1, then epoch 2 from the start
+    assert [resumed.next_batch_ids() for _ in range(2)] == expected == [loader.next_batch_ids() for _ in range(2)]
+    # shuffled: every epoch is a permutation of the active rows only
+    shuffled = PromptLoader(ROWS, 3, seed=2)
+    shuffled.exclude({0, 9})  # allowed before the first batch
+    served = [i for _ in range(3) for i in shuffled.next_batch_ids()]
+    assert sorted(served) == list(range(1, 9))
+    with pytest.raises(IndexError, match="outside"):
+        PromptLoader(ROWS, 3).exclude({10})
+
+
 def test_rows_to_requests() -> None:
     sp = SamplingParams()
     assert generation_request({"prompt": "hi"}, sp).messages == [{"role": "user", "content": "hi"}]

@@ -136,8 +136,12 @@ class PolicyActor:
             bf16=self.bf16,
         )
 
-    def update_policy(self, batch: TrajectoryBatch, *, temperature: float = 1.0) -> dict[str, float]:
-        """PPO epochs; needs `old_logprobs` and `advantages` (plus `ref_logprobs` with a KL loss)."""
+    def update_policy(
+        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+    ) -> dict[str, float]:
+        """PPO epochs; needs `old_logprobs` and `advantages` (plus `ref_logprobs` with a KL loss). `entropy_coef`
+        overrides `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step)."""
+        coef = self.algo.entropy_coef if entropy_coef is None else float(entropy_coef)
         for key in ("old_logprobs", "advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
             if key not in batch.tensors:
                 raise KeyError(f"update_policy: the batch lacks {key!r}; compute it before the update")
@@ -147,7 +151,7 @@ class PolicyActor:
         for mini in ppo_minibatches(
             batch, self.mini_batch_rows, epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle, generator=self.generator
         ):
-            for key, value in self._update_minibatch(mini, temperature).items():
+            for key, value in self._update_minibatch(mini, temperature, coef).items():
                 sums[key] = sums.get(key, 0.0) + value
             n_updates += 1
         metrics = {f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
@@ -156,7 +160,7 @@ class PolicyActor:
         metrics["actor/optimizer_steps"] = float(n_updates)
         return metrics
 
-    def _update_minibatch(self, mini: TrajectoryBatch, temperature: float) -> dict[str, float]:
+    def _update_minibatch(self, mini: TrajectoryBatch, temperature: float, entropy_coef: float) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
         agg = LossAggregation(
             self.algo.loss_agg_mode,
@@ -167,7 +171,7 @@ class PolicyActor:
         totals: dict[str, torch.Tensor] = {}
         for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
             micro = micro.to(self.device)
-            for key, value in self._micro_loss(micro, agg, temperature).items():
+            for key, value in self._micro_loss(micro, agg, temperature, entropy_coef).items():
                 totals[key] = totals[key] + value if key in totals else value
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
@@ -176,9 +180,11 @@ class PolicyActor:
         # metric means were accumulated weighted by each micro-batch's share of tokens
         return out
 
-    def _micro_loss(self, micro: TrajectoryBatch, agg: LossAggregation, temperature: float) -> dict[str, torch.Tensor]:
+    def _micro_loss(
+        self, micro: TrajectoryBatch, agg: LossAggregation, temperature: float, entropy_coef: float
+    ) -> dict[str, torch.Tensor]:
         mask = micro.loss_mask
-        need_entropy = self.algo.entropy_coef > 0
+        need_entropy = entropy_coef > 0
         with autocast(self.device, self.bf16):
             logprobs, entropy = response_logprobs(
                 self.model, micro, temperature=temperature, packed=self.cfg.padding_free, entropy=need_entropy
@@ -201,7 +207,7 @@ class PolicyActor:
         out.update({k: v * share for k, v in pg_metrics.items()})
         if entropy is not None:
             entropy_loss = aggregate_with(entropy, mask, agg)
-            loss = loss - self.algo.entropy_coef * entropy_loss
+            loss = loss - entropy_coef * entropy_loss
             out["entropy_loss"] = entropy_loss.detach()
         if self.algo.use_kl_loss:
             kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl_loss_type)

@@ -1,10 +1,11 @@
 """Atomic, resumable checkpoints: `checkpoints/step_N/` plus a `latest` pointer.
 
 `step_N/` holds the policy in Hugging Face format with its tokenizer (so `from_pretrained(step_N)` loads it),
-`critic/` when there is one, `trainer_state.pt` (optimizer, scheduler, dataloader position, RNG states, KL
-controller, step) and `config.yaml`. Everything is written into a hidden temporary directory that is renamed into
-place only when complete, and `latest` is replaced atomically after that, so a crash mid-save leaves the previous
-checkpoint and pointer untouched. Older checkpoints beyond `keep_last` are deleted after the new one is in place.
+`critic/` when there is one, `trainer_state.pt` (optimizer, scheduler, dataloader position and excluded prompts,
+RNG states, KL and entropy controllers, prompt-filter counts, step) and `config.yaml`. Everything is written into
+a hidden temporary directory that is renamed into place only when complete, and `latest` is replaced atomically
+after that, so a crash mid-save leaves the previous checkpoint and pointer untouched. Older checkpoints beyond
+`keep_last` are deleted after the new one is in place.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from rlloom.core_rl.protocols import RewardFn, RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
 CollectFn = Callable[[Sequence[Row], SamplingParams, str], list[Trajectory]]
-"""(rows, sampling, group-id prefix) → trajectories, `sampling.n` per row, sharing a group id per row."""
+"""(rows, sampling, group-id prefix) → trajectories, `sampling.n` per row, sharing the group id
+`f"{prefix}-{i}"` for the row at position i (online prompt filtering maps samples back to rows by it)."""
 
 CollectFactory = Callable[[RolloutEngine], CollectFn]
 """Builds a `CollectFn` on the trainer's engine: for collectors that need the engine an `EngineFactory` builds

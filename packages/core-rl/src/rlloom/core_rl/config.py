@@ -9,6 +9,7 @@ to divide another: remainders become a smaller last mini-batch or micro-batch.
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +58,25 @@ class DataConfig(_Section):
     drop_last: bool = Field(
         default=False, description="Skip an epoch's last partial batch instead of training on a smaller one."
     )
+    filter_solved: bool = Field(
+        default=False,
+        description="Online prompt filtering (Skywork-OR1, He et al. 2025): at each epoch start, retire the prompts "
+        "whose every sample in the previous epoch was solved (accuracy 1.0); they are not sampled again.",
+    )
+    filter_unsolved: bool = Field(
+        default=False,
+        description="Also retire the prompts none of whose samples in the previous epoch was solved (accuracy 0.0).",
+    )
+    solved_threshold: float = Field(
+        default=1.0,
+        description="A sample counts as solved when its reward is >= this; a prompt's accuracy is its solved "
+        "fraction (with 0/1 verifier rewards, the pass rate). Lower it for rewards with partial credit or bonuses.",
+    )
+
+
+class MaxTokensStage(_Section):
+    step: int = Field(ge=1, description="First training step (1-based) of this stage.")
+    max_tokens: int = Field(ge=1, description="Response length limit in tokens from `step` on.")
 
 
 class RolloutConfig(_Section):
@@ -67,6 +87,30 @@ class RolloutConfig(_Section):
     max_tokens: int = Field(default=256, ge=1, description="Response length limit in tokens.")
     val_temperature: float = Field(default=0.0, ge=0.0, description="Validation sampling temperature (0 = greedy).")
     val_n: int = Field(default=1, ge=1, description="Validation samples per prompt.")
+    max_tokens_schedule: list[MaxTokensStage] = Field(
+        default_factory=list,
+        description="Multi-stage context length (Skywork-OR1; DeepScaleR's 8K -> 16K -> 24K): from each stage's "
+        "`step` on, rollouts (and validation) use its `max_tokens`; before the first stage, `max_tokens`. "
+        "Steps strictly increase. Empty = one stage.",
+    )
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> RolloutConfig:
+        steps = [stage.step for stage in self.max_tokens_schedule]
+        if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
+            raise ValueError(
+                f"rollout.max_tokens_schedule: stage steps must strictly increase, got {steps}; list the stages in "
+                "training-step order, one per step (e.g. [{step: 200, max_tokens: 16384}, {step: 600, ...}])"
+            )
+        return self
+
+    def max_tokens_at(self, step: int) -> int:
+        """The response length limit of training step `step` (1-based; 0 = before training)."""
+        current = self.max_tokens
+        for stage in self.max_tokens_schedule:
+            if stage.step <= step:
+                current = stage.max_tokens
+        return current
 
 
 class AlgorithmConfig(_Section):
@@ -96,7 +140,27 @@ class AlgorithmConfig(_Section):
             "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum.",
         )
     )
-    entropy_coef: float = Field(default=0.0, ge=0.0, description="Entropy bonus weight (subtracted from the loss).")
+    entropy_coef: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Entropy bonus weight (subtracted from the loss); with adaptive_entropy, its starting value.",
+    )
+    adaptive_entropy: bool = Field(
+        default=False,
+        description="Skywork-OR1 adaptive entropy control (He et al. 2025, arXiv 2505.22312): the entropy bonus "
+        "applies only while the policy entropy is below target_entropy, and its coefficient moves by "
+        "entropy_coef_step after every step (up while entropy < target, down otherwise), clipped to "
+        "[0, max_entropy_coef].",
+    )
+    target_entropy: float = Field(
+        default=0.2, ge=0.0, description="Adaptive entropy control target (nats per token; Skywork-OR1: 0.2)."
+    )
+    entropy_coef_step: float = Field(
+        default=0.001, gt=0.0, description="Adaptive entropy control: coefficient change per step (Skywork-OR1: 0.001)."
+    )
+    max_entropy_coef: float = Field(
+        default=0.5, ge=0.0, description="Adaptive entropy control: ceiling of the coefficient (Skywork-OR1: 0.5)."
+    )
     use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
     kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")
     kl_loss_type: str = Field(
@@ -131,6 +195,16 @@ class AlgorithmConfig(_Section):
     overlong_filter: bool = Field(
         default=False, description="DAPO overlong filtering: truncated responses carry no loss (Yu et al. 2025)."
     )
+
+    @model_validator(mode="after")
+    def _check_entropy_control(self) -> AlgorithmConfig:
+        if self.adaptive_entropy and self.entropy_coef > self.max_entropy_coef:
+            raise ValueError(
+                f"algorithm.entropy_coef={self.entropy_coef} is the starting coefficient of adaptive entropy control "
+                f"and must not exceed algorithm.max_entropy_coef={self.max_entropy_coef}; lower the one or raise the "
+                "other"
+            )
+        return self
 
 
 class ActorConfig(_Section):

@@ -2,13 +2,14 @@
 
 Rows follow the veRL/Search-R1 shape: `prompt` (chat messages, or a plain string taken as one user message),
 `data_source`, `reward_model.ground_truth`, `extra_info`; `prompt_ids` may replace `prompt`. Each epoch's order
-is a permutation seeded by (seed, epoch), so the state to save is just two integers and a resumed run sees the
-same prompts in the same order, including across an epoch boundary.
+is a permutation seeded by (seed, epoch) of the rows still in play, so the state to save is two integers and the
+set of excluded rows (retired by online prompt filtering, `prompt_filter.py`), and a resumed run sees the same
+prompts in the same order, including across an epoch boundary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,33 +39,67 @@ class PromptLoader:
         self.drop_last = drop_last
         self.epoch = 0
         self.position = 0  # rows of the current epoch already served
+        self.excluded: frozenset[int] = frozenset()  # row indices left out of every epoch from now on
+
+    @property
+    def active_ids(self) -> list[int]:
+        """Indices of the rows still served, in data order."""
+        return [i for i in range(len(self.rows)) if i not in self.excluded]
 
     @property
     def batches_per_epoch(self) -> int:
-        full, rest = divmod(len(self.rows), self.batch_size)
+        full, rest = divmod(len(self.active_ids), self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
+    @property
+    def epoch_finished(self) -> bool:
+        """True when the next batch starts a new epoch (the moment to change `excluded`)."""
+        remaining = len(self.active_ids) - self.position
+        return remaining <= 0 or (self.drop_last and remaining < self.batch_size)
+
     def _order(self, epoch: int) -> list[int]:
+        active = self.active_ids
         if not self.shuffle:
-            return list(range(len(self.rows)))
+            return active
         gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return torch.randperm(len(self.rows), generator=gen).tolist()
+        return [active[i] for i in torch.randperm(len(active), generator=gen).tolist()]
 
     def next_batch(self) -> list[Row]:
         """The next batch; the last batch of an epoch may be smaller (unless drop_last), then a new epoch starts."""
-        remaining = len(self.rows) - self.position
-        if remaining <= 0 or (self.drop_last and remaining < self.batch_size):
+        return [self.rows[i] for i in self.next_batch_ids()]
+
+    def next_batch_ids(self) -> list[int]:
+        """Like `next_batch`, as row indices into the training data."""
+        if self.epoch_finished:
             self.epoch += 1
             self.position = 0
         order = self._order(self.epoch)
         picked = order[self.position : self.position + self.batch_size]
         self.position += len(picked)
-        return [self.rows[i] for i in picked]
+        return picked
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "num_rows": len(self.rows)}
+    def exclude(self, ids: Iterable[int]) -> None:
+        """Leave rows out of every later epoch; only between epochs, since the order of an epoch depends on it."""
+        if self.position != 0 and not self.epoch_finished:
+            raise RuntimeError(
+                f"PromptLoader.exclude: epoch {self.epoch} is in progress ({self.position} rows served); exclude "
+                "rows only when `epoch_finished` is true, so the epoch's order does not change under it"
+            )
+        ids = frozenset(ids)
+        unknown = sorted(i for i in ids if not 0 <= i < len(self.rows))
+        if unknown:
+            raise IndexError(f"PromptLoader.exclude: row indices {unknown[:5]} are outside 0..{len(self.rows) - 1}")
+        self.excluded = self.excluded | ids
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_rows": len(self.rows),
+            "excluded": sorted(self.excluded),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
             raise ValueError(
                 f"PromptLoader: the checkpoint was taken over {state['num_rows']} rows but the data now has "
@@ -72,6 +107,7 @@ class PromptLoader:
             )
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
+        self.excluded = frozenset(int(i) for i in state.get("excluded", ()))
 
 
 def generation_request(row: Row, sampling: SamplingParams) -> GenerationRequest:

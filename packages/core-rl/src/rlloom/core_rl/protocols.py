@@ -79,9 +79,12 @@ class PolicyWorker(Protocol):
         also the per-token entropies (logged as the policy's entropy without a second forward)."""
         ...
 
-    def update_policy(self, batch: TrajectoryBatch, *, temperature: float = 1.0) -> dict[str, float]:
+    def update_policy(
+        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+    ) -> dict[str, float]:
         """PPO epochs over mini-batches of `batch` (needs old_logprobs, advantages); returns mean metrics.
-        `temperature` is the rollout's, so the new log-probs are of the distribution that was sampled."""
+        `temperature` is the rollout's, so the new log-probs are of the distribution that was sampled;
+        `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy_coef`)."""
         ...
 
     def named_weights(self) -> Mapping[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from torch import nn
 
 from rlloom.core_rl.actor import PolicyActor
 from rlloom.core_rl.algorithms import (
+    AdaptiveEntropyController,
     AdvantageInputs,
     apply_kl_in_reward,
     filter_zero_variance_groups,
@@ -37,6 +38,7 @@ from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
+from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_setup import RunParts, build_run
 from rlloom.core_rl.trajectory import Trajectory
@@ -117,12 +119,32 @@ class Trainer:
             target_kl=config.algorithm.target_kl,
             horizon=config.algorithm.kl_horizon,
         )
+        algo, data = config.algorithm, config.data
+        self.entropy_ctrl = (
+            AdaptiveEntropyController(
+                algo.entropy_coef,
+                target_entropy=algo.target_entropy,
+                step=algo.entropy_coef_step,
+                max_coef=algo.max_entropy_coef,
+            )
+            if algo.adaptive_entropy
+            else None
+        )
+        self.prompt_filter = (
+            PromptFilter(
+                drop_solved=data.filter_solved,
+                drop_unsolved=data.filter_unsolved,
+                solved_threshold=data.solved_threshold,
+            )
+            if data.filter_solved or data.filter_unsolved
+            else None
+        )
         self.sampling = SamplingParams(
             n=config.rollout.n,
             temperature=config.rollout.temperature,
             top_p=config.rollout.top_p,
             top_k=config.rollout.top_k,
-            max_tokens=config.rollout.max_tokens,
+            max_tokens=config.rollout.max_tokens_at(self.step),
         )
         if state:
             self._restore(state)
@@ -173,6 +195,8 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One step of rollout → reward → log-probs/values → advantages → updates → weight sync."""
         cfg, actor, timer = self.cfg, self.parts.actor, PhaseTimer()
+        # multi-stage context length: this step's limit (constant without rollout.max_tokens_schedule)
+        self.sampling = self.sampling.model_copy(update={"max_tokens": cfg.rollout.max_tokens_at(self.step)})
         trajectories, metrics = self._collect_scored(timer)
         batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
 
@@ -188,6 +212,7 @@ class Trainer:
             with timer("values"):
                 batch["values"] = self.parts.critic.compute_values(batch)
         metrics.update(self._policy_diagnostics(batch, entropy))
+        entropy_coef = self._entropy_coef(metrics)
 
         with timer("advantages"):
             metrics.update(self._compute_advantages(batch, trajectories))
@@ -197,14 +222,18 @@ class Trainer:
             batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
             metrics["overlong/filtered_frac"] = float(truncated.float().mean())
         with timer("update_actor"):
-            metrics.update(actor.update_policy(batch, temperature=self.sampling.temperature))
+            metrics.update(actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef))
         if self.parts.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.parts.critic.update_critic(batch))
         with timer("weight_sync"):
             self.engine.update_weights(actor.named_weights())
 
-        metrics.update(batch_metrics(batch, max_response_length=cfg.rollout.max_tokens))
+        metrics.update(batch_metrics(batch, max_response_length=self.sampling.max_tokens))
+        if cfg.rollout.max_tokens_schedule:
+            metrics["rollout/max_tokens"] = float(self.sampling.max_tokens)
+        if self.prompt_filter is not None:
+            metrics.update(self.prompt_filter.metrics(len(self.loader.active_ids)))
         metrics.update(timer.metrics())
         tokens = float(batch["attention_mask"].sum())
         metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
@@ -219,17 +248,24 @@ class Trainer:
         groups: list[str] = []
         rounds = 0
         seen_groups = 0
+        metrics: dict[str, float] = {}
         while True:
             rounds += 1
-            rows = self.loader.next_batch()
+            prefix = f"s{self.step}r{rounds}"
+            row_ids = self._next_prompt_ids(metrics)
+            rows = [self.loader.rows[i] for i in row_ids]
             with timer("rollout"):
-                trajectories = self.collect(rows, self.sampling, f"s{self.step}r{rounds}")
+                trajectories = self.collect(rows, self.sampling, prefix)
             with timer("reward"):
                 score(trajectories, self.reward_fn)
                 if algo.adv_estimator == "remax":
-                    self._greedy_baselines(rows, trajectories, f"s{self.step}r{rounds}")
+                    self._greedy_baselines(rows, trajectories, prefix)
+            if self.prompt_filter is not None:
+                self.prompt_filter.record(
+                    prompt_ids_of(trajectories, row_ids, prefix), [t.reward or 0.0 for t in trajectories]
+                )
             if not algo.dynamic_sampling:
-                return trajectories, {}
+                return trajectories, metrics
             scores = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
             keep = filter_zero_variance_groups(scores, [t.group_id for t in trajectories]).tolist()
             seen_groups += len(rows)
@@ -240,14 +276,41 @@ class Trainer:
                     kept.append(traj)
             if len(groups) >= want or rounds >= algo.max_sampling_rounds:
                 break
-        metrics = {
-            "dynamic_sampling/rounds": float(rounds),
-            "dynamic_sampling/kept_group_frac": len(groups) / max(seen_groups, 1),
-        }
+        metrics["dynamic_sampling/rounds"] = float(rounds)
+        metrics["dynamic_sampling/kept_group_frac"] = len(groups) / max(seen_groups, 1)
         if not kept:  # nothing had signal: train on the last round (zero advantages, but the loop goes on)
             return trajectories, metrics
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
+
+    def _next_prompt_ids(self, metrics: dict[str, float]) -> list[int]:
+        """The next batch's row ids; at an epoch boundary, online filtering first retires the prompts the last
+        epoch solved every time (and, if asked, never)."""
+        if self.prompt_filter is not None and self.loader.epoch_finished:
+            outcome = self.prompt_filter.end_epoch(
+                num_prompts=len(self.loader.rows), min_active=self.cfg.data.train_batch_size
+            )
+            if outcome.skipped:
+                metrics["data/filter_skipped"] = 1.0
+            self.loader.exclude(self.prompt_filter.retired)
+        return self.loader.next_batch_ids()
+
+    def _entropy_coef(self, metrics: dict[str, float]) -> float:
+        """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the
+        entropy just measured on the batch (then the controller moves for the next step)."""
+        if self.entropy_ctrl is None:
+            return self.cfg.algorithm.entropy_coef
+        if "actor/entropy" not in metrics:
+            raise RuntimeError(
+                "algorithm.adaptive_entropy needs the policy entropy, but the actor's compute_logprobs(entropy=True) "
+                "returned none; use a PolicyWorker that computes entropies or switch adaptive_entropy off"
+            )
+        entropy = metrics["actor/entropy"]
+        applied = self.entropy_ctrl.coef_for(entropy)
+        metrics["actor/entropy_coef"] = self.entropy_ctrl.value
+        metrics["actor/entropy_coef_applied"] = applied
+        self.entropy_ctrl.update(entropy)
+        return applied
 
     def _greedy_baselines(self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str) -> None:
         """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples."""
@@ -341,6 +404,8 @@ class Trainer:
             "critic": parts.critic.state_dict() if parts.critic is not None else None,
             "loader": self.loader.state_dict(),
             "kl_controller": self.kl_ctrl.state_dict(),
+            "entropy_controller": self.entropy_ctrl.state_dict() if self.entropy_ctrl is not None else None,
+            "prompt_filter": self.prompt_filter.state_dict() if self.prompt_filter is not None else None,
             "rng": rng_state(),
         }
         return save_checkpoint(
@@ -371,6 +436,13 @@ class Trainer:
             self.parts.critic.load_state_dict(state["critic"])
         self.loader.load_state_dict(state["loader"])
         self.kl_ctrl.load_state_dict(state["kl_controller"])
+        # a checkpoint of a run without these options leaves them at their configured start
+        if self.entropy_ctrl is not None and state.get("entropy_controller") is not None:
+            self.entropy_ctrl.load_state_dict(state["entropy_controller"])
+        if self.prompt_filter is not None and state.get("prompt_filter") is not None:
+            self.prompt_filter.load_state_dict(state["prompt_filter"])
+        if self.prompt_filter is None:
+            self.loader.excluded = frozenset()  # filtering switched off on resume: retired prompts come back
         set_rng_state(state["rng"])
 
 

@@ -2,9 +2,10 @@
 
 Modules: `advantages` (GRPO, Dr.GRPO, GRPO pass@k, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name
 registry over them), `policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO), `value_loss`,
-`aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`, `logits`
-(chunked log-probs and entropy), `mismatch` (TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic
-sampling and overlong filters). Tensors in, tensors out; the trainer owns all state.
+`aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`,
+`entropy_control` (Skywork-OR1 adaptive entropy coefficient), `logits` (chunked log-probs and entropy), `mismatch`
+(TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic sampling and overlong filters). Tensors in,
+tensors out; the trainer owns all state.
 """
 
 from rlloom.core_rl.algorithms.advantages import (
@@ -25,6 +26,11 @@ from rlloom.core_rl.algorithms.aggregation import (
     aggregate,
     aggregate_with,
     token_and_seq_counts,
+)
+from rlloom.core_rl.algorithms.entropy_control import (
+    AdaptiveEntropyController,
+    applied_entropy_coef,
+    next_entropy_coef,
 )
 from rlloom.core_rl.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
@@ -68,6 +74,7 @@ __all__ = [
     "AGG_MODES",
     "KL_KINDS",
     "POLICY_LOSSES",
+    "AdaptiveEntropyController",
     "AdaptiveKLController",
     "AdvantageEstimator",
     "AdvantageInputs",
@@ -82,6 +89,7 @@ __all__ = [
     "UnknownNameError",
     "aggregate",
     "aggregate_with",
+    "applied_entropy_coef",
     "apply_kl_in_reward",
     "cispo_policy_loss",
     "discounted_returns",
@@ -105,6 +113,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "mismatch_metrics",
+    "next_entropy_coef",
     "opo_advantages",
     "overlong_reward_penalty",
     "ppo_policy_loss",

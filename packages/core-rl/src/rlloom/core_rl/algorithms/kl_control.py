@@ -1,7 +1,7 @@
 """KL coefficient controllers for KL-in-reward: fixed, or adaptive toward a target KL (Ziegler et al. 2019).
 
-The only stateful piece of the algorithms package; it owns one float and round-trips through `state_dict` so a
-resumed run continues with the same coefficient.
+One of the two stateful pieces of the algorithms package (with `entropy_control`); it owns one float and
+round-trips through `state_dict` so a resumed run continues with the same coefficient.
 """
 
 from __future__ import annotations
