@@ -1,4 +1,4 @@
-"""`reasoning` console script: `demo` (train a tiny model end to end on CPU), `prepare-data` and `eval`."""
+"""`reasoning` console script: `demo` (a tiny model end to end on CPU), `prepare-data`, `train` and `eval`."""
 
 from __future__ import annotations
 
@@ -30,12 +30,16 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
     _eval_parser(commands)
+    _train_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         _demo(parser, args)
         return
     if args.command == "eval":
         _eval(parser, args)
+        return
+    if args.command == "train":
+        _train(parser, args)
         return
     if not args.input.is_file():
         parser.error(f"--input {args.input} does not exist")
@@ -126,3 +130,45 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.out is not None:
         write_outputs(args.out, rows, result, settings)
         print(f"(written to {args.out})")
+
+
+def _train_parser(commands: Any) -> None:
+    from rlloom_apps.reasoning.train import ALGORITHMS
+
+    fit = commands.add_parser(
+        "train",
+        help="RL on prepared rows with a bundled algorithm config (or your YAML)",
+        description="Train with core-rl's Trainer: rollouts from an HF engine on the actor, each sample scored by "
+        "its row's data_source scorer. Extra arguments are dotted config overrides, e.g. model.path=/models/x "
+        "actor.lr=5e-7 rollout.n=8.",
+    )
+    fit.add_argument("--config", default="grpo", help=f"{', '.join(ALGORITHMS)}, or a YAML file")
+    fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
+    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation")
+    fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
+    fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
+    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+    from rlloom_apps.reasoning.train import load_train_config, run_train
+
+    from rlloom.core_rl.config import ConfigError
+
+    for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
+        if path is not None and not path.is_file():
+            parser.error(f"{label} {path} does not exist (make rows with `reasoning prepare-data`)")
+    try:
+        config = load_train_config(args.config, args.overrides)
+        metrics = run_train(
+            config,
+            train_data=args.train_data,
+            val_data=args.val_data,
+            score_workers=args.score_workers,
+            score_timeout=args.score_timeout,
+        )
+    except (ConfigError, ValidationError) as err:
+        parser.error(str(err))
+    shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("reward/", "val/"))}
+    print(f"last step: {shown}")

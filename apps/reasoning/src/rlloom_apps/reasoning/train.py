@@ -1,0 +1,77 @@
+"""`reasoning train`: math and code RL on prepared rows with one of the algorithm configs. Wiring only.
+
+Rows come from `reasoning prepare-data` (or any veRL-shaped JSONL): the prompt is rendered with the model's chat
+template, every sample is scored by its row's `data_source` scorer (`rlloom.rewards.trainer_reward`, in worker
+processes, code in the sandbox), and core-rl's `Trainer` runs the algorithm the config names, sampling from an
+`HFEngine` built on the actor's own module (no weight copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlloom_apps.reasoning.data import read_jsonl
+from torch import nn
+from transformers import AutoTokenizer
+
+from rlloom.core_rl.config import ConfigError, RLConfig, load_config
+from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.trainer import train
+from rlloom.core_rl.trajectory import Trajectory
+from rlloom.rewards.trainer_reward import RegistryReward
+from rlloom.rollout.hf_engine import HFEngine
+
+CONFIGS = Path(__file__).parent / "configs"
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "skywork_or1")
+
+
+def config_file(name: str) -> Path:
+    """A bundled config by algorithm name, or a YAML path."""
+    if name in ALGORITHMS:
+        return CONFIGS / f"{name}.yaml"
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(ALGORITHMS)}) nor a YAML file")
+    return path
+
+
+def load_train_config(name: str, overrides: Sequence[str] = ()) -> RLConfig:
+    """The config with the user's dotted overrides applied and validated (a bad key fails before any loading)."""
+    return load_config(config_file(name), overrides)
+
+
+def run_train(
+    config: RLConfig,
+    *,
+    train_data: Path,
+    val_data: Path | None = None,
+    score_workers: int | None = None,
+    score_timeout: float = 30.0,
+) -> dict[str, float]:
+    """Train as the config says; returns the last step's metrics (the run folder has them all)."""
+    if not Path(config.model.path).is_dir():
+        raise ConfigError(
+            f"model.path={config.model.path} is not a folder; pass a local model, e.g. model.path=/models/Qwen2.5-1.5B"
+        )
+    train_rows = list(read_jsonl(train_data))
+    if not train_rows:
+        raise ConfigError(f"--train-data {train_data} holds no rows")
+    val_rows = list(read_jsonl(val_data)) if val_data is not None else None
+    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
+    engines: list[HFEngine] = []
+
+    def engine_on(module: nn.Module) -> HFEngine:
+        engines.append(HFEngine(module, tokenizer))
+        return engines[-1]
+
+    with RegistryReward(workers=score_workers, timeout=score_timeout) as scorer:
+
+        def reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
+            return [RewardOutput(r.score, dict(r.components), r.error) for r in scorer(trajectories)]
+
+        try:
+            return train(config, engine_factory=engine_on, reward_fn=reward, train_data=train_rows, val_data=val_rows)
+        finally:
+            for engine in engines:
+                engine.close()
