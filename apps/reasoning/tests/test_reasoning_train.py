@@ -42,7 +42,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def small(tiny: dict[str, Path], out: Path, algorithm: str) -> list[str]:
     """Overrides that shrink a GPU config to a CPU step (the algorithm's own settings stay as the config has them)."""
     n = 1 if algorithm == "ppo" else 2
+    published = yaml.safe_load(config_file(algorithm).read_text())["algorithm"]
+    buffer = ["algorithm.overlong_buffer=3"] if published.get("overlong_buffer") else []  # within 6 tokens
     return [
+        *buffer,
         f"model.path={tiny['model']}",
         f"model.tokenizer_path={tiny['tokenizer']}",
         "model.dtype=float32",
@@ -70,11 +73,15 @@ def test_each_config_trains_a_step(algorithm: str, tiny: dict[str, Path], tmp_pa
     argv = ["train", "--config", algorithm, "--train-data", str(tiny["rows"]), "--score-workers", "1"]
     main([*argv, *small(tiny, out, algorithm)])
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert saved["algorithm"] == {**saved["algorithm"], **published["algorithm"]}  # the config's algorithm ran
+    shrunk = {"overlong_buffer": 3} if algorithm == "dapo" else {}
+    assert saved["algorithm"] == {**saved["algorithm"], **published["algorithm"], **shrunk}  # the config's algorithm
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = metrics[-1]
     # every sample was scored by the gsm8k scorer: a random tiny model answers nothing, so rewards are 0, not errors
-    assert last["reward/mean"] == 0.0
+    # (DAPO's soft overlong punishment subtracts from that)
+    penalty = last.get("overlong/penalty_mean", 0.0)
+    assert last["reward/mean"] == pytest.approx(penalty)
+    assert ("overlong/penalty_mean" in last) == (algorithm == "dapo")
     assert last.get("reward/error_frac", 0.0) == 0.0
     if algorithm == "ppo":
         assert any(key.startswith("critic/") for key in last)

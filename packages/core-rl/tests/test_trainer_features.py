@@ -105,3 +105,35 @@ def test_outcome_reward_sits_on_the_last_sampled_token() -> None:
     mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]])  # row 1: an observation token, then a turn
     rewards = outcome_token_rewards(torch.tensor([2.0, -1.0, 5.0]), mask)
     assert rewards.tolist() == [[0, 2.0, 0, 0], [0, 0, -1.0, 0], [0, 0, 0, 0]]
+
+
+def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from rlloom.core_rl.metrics import PhaseTimer
+
+    overrides = ["rollout.max_tokens=8", "algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5"]
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path / "run", overrides),
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(3, seed=5),
+    )
+    trajectories, metrics = trainer._collect_scored(PhaseTimer())
+    task = digit_reward(trajectories)
+    lengths = [len(t.response_ids) for t in trajectories]
+    assert max(lengths) > 4  # some responses reach into the buffer, so the check below means something
+    for traj, plain, length in zip(trajectories, task, lengths, strict=True):
+        # DAPO eq. 13 by hand: 0 up to 8 - 4 tokens, then -(length - 4) / 4 * 0.5
+        expected = -max(0, length - 4) / 4 * 0.5
+        assert traj.reward_components["overlong_penalty"] == expected
+        assert traj.reward == plain.score + expected
+    assert metrics["overlong/penalised_frac"] == sum(n > 4 for n in lengths) / len(lengths)
+    # validation reports the task reward alone: greedy validation equals a run without the punishment
+    plain_trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path / "plain", ["rollout.max_tokens=8"]),
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(3, seed=5),
+    )
+    assert trainer.validate()["val/reward/mean"] == plain_trainer.validate()["val/reward/mean"]

@@ -195,6 +195,16 @@ class AlgorithmConfig(_Section):
     overlong_filter: bool = Field(
         default=False, description="DAPO overlong filtering: truncated responses carry no loss (Yu et al. 2025)."
     )
+    overlong_buffer: int = Field(
+        default=0,
+        ge=0,
+        description="DAPO soft overlong punishment (Yu et al. 2025, eq. 13): a training reward penalty growing "
+        "linearly from 0 to -overlong_penalty_factor over the last `overlong_buffer` tokens before the response "
+        "limit (the step's max_tokens); 0 turns it off. Validation rewards are never penalised.",
+    )
+    overlong_penalty_factor: float = Field(
+        default=1.0, ge=0.0, description="Largest soft overlong punishment (DAPO: 1.0)."
+    )
 
     @model_validator(mode="after")
     def _check_entropy_control(self) -> AlgorithmConfig:

@@ -29,6 +29,7 @@ from rlloom.core_rl.algorithms import (
     mask_truncated_responses,
     masked_mean,
     mismatch_metrics,
+    overlong_reward_penalty,
     tis_weights,
 )
 from rlloom.core_rl.batch import TrajectoryBatch
@@ -258,6 +259,8 @@ class Trainer:
                 trajectories = self.collect(rows, self.sampling, prefix)
             with timer("reward"):
                 score(trajectories, self.reward_fn)
+                if algo.overlong_buffer:
+                    metrics.update(self._punish_overlong(trajectories))
                 if algo.adv_estimator == "remax":
                     self._greedy_baselines(rows, trajectories, prefix)
             if self.prompt_filter is not None:
@@ -266,7 +269,9 @@ class Trainer:
                 )
             if not algo.dynamic_sampling:
                 return trajectories, metrics
-            scores = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+            # groups are judged by the task score, as DAPO filters on accuracy: a length penalty alone is no signal
+            task = [(t.reward or 0.0) - t.reward_components.get("overlong_penalty", 0.0) for t in trajectories]
+            scores = torch.tensor(task, dtype=torch.float32)
             keep = filter_zero_variance_groups(scores, [t.group_id for t in trajectories]).tolist()
             seen_groups += len(rows)
             for traj, ok in zip(trajectories, keep, strict=True):
@@ -282,6 +287,26 @@ class Trainer:
             return trajectories, metrics
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
+
+    def _punish_overlong(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component."""
+        algo, limit = self.cfg.algorithm, self.sampling.max_tokens
+        if algo.overlong_buffer > limit:
+            raise ValueError(
+                f"algorithm.overlong_buffer={algo.overlong_buffer} exceeds this step's response limit of {limit} "
+                "tokens; make the buffer a part of rollout.max_tokens (DAPO: 4096 of 20480)"
+            )
+        lengths = torch.tensor([len(t.response_ids) for t in trajectories])
+        penalties = overlong_reward_penalty(
+            lengths, max_length=limit, buffer_length=algo.overlong_buffer, penalty_factor=algo.overlong_penalty_factor
+        ).tolist()
+        for traj, penalty in zip(trajectories, penalties, strict=True):
+            traj.reward = (traj.reward or 0.0) + penalty
+            traj.reward_components["overlong_penalty"] = penalty
+        return {
+            "overlong/penalty_mean": sum(penalties) / max(len(penalties), 1),
+            "overlong/penalised_frac": sum(p < 0 for p in penalties) / max(len(penalties), 1),
+        }
 
     def _next_prompt_ids(self, metrics: dict[str, float]) -> list[int]:
         """The next batch's row ids; at an epoch boundary, online filtering first retires the prompts the last
