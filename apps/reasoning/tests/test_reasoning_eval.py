@@ -117,13 +117,10 @@ def test_settings_refuse_k_above_n() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+    from rlloom.core_rl.tiny import save_tiny_model
 
-    root = tmp_path_factory.mktemp("tiny")
-    tok = char_tokenizer()
-    tiny_qwen2(tok, seed=0, max_position_embeddings=1024).save_pretrained(root / "model")
-    tok.save_pretrained(root / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
-    return {"model": root / "model", "tokenizer": root / "tokenizer"}
+    saved = save_tiny_model(tmp_path_factory.mktemp("tiny"))
+    return {"model": saved.model, "tokenizer": saved.tokenizer}
 
 
 def test_cli_with_a_real_engine(

@@ -20,12 +20,10 @@ from rlloom.core_rl.config import ConfigError
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+    from rlloom.core_rl.tiny import save_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
-    tok = char_tokenizer()
-    tiny_qwen2(tok, seed=0, max_position_embeddings=512).save_pretrained(root / "model")
-    tok.save_pretrained(root / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
+    saved = save_tiny_model(root, max_position_embeddings=512)
     rows = root / "rows.jsonl"
     with rows.open("w") as out:
         for i, (a, b) in enumerate([(1, 2), (3, 4), (2, 2), (5, 1)]):
@@ -36,7 +34,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 "extra_info": {"index": i},
             }
             out.write(json.dumps(row) + "\n")
-    return {"model": root / "model", "tokenizer": root / "tokenizer", "rows": rows}
+    return {"model": saved.model, "tokenizer": saved.tokenizer, "rows": rows}
 
 
 def small(tiny: dict[str, Path], out: Path, algorithm: str) -> list[str]:

@@ -29,7 +29,7 @@ from rlloom_apps.search_agent.evaluate import (
 from rlloom_apps.search_agent.infer import ask
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.tiny import char_tokenizer, save_tiny_model
 from rlloom.retrieval import build_index, load_index
 
 PASSAGES = [
@@ -210,11 +210,8 @@ def test_ask_returns_each_answer_and_transcript(corpus: dict[str, Path]) -> None
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("model")
-    tok = char_tokenizer()
-    tiny_qwen2(tok, seed=0, max_position_embeddings=2048).save_pretrained(root / "model")
-    tok.save_pretrained(root / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
-    return {"model": root / "model", "tokenizer": root / "tokenizer"}
+    saved = save_tiny_model(tmp_path_factory.mktemp("model"), max_position_embeddings=2048)
+    return {"model": saved.model, "tokenizer": saved.tokenizer}
 
 
 def test_eval_command_writes_consistent_results(

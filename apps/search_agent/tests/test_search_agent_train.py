@@ -17,7 +17,7 @@ from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from rlloom_apps.search_agent.train import CONFIGS
 
 from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.tiny import save_tiny_model
 from rlloom.retrieval import build_index
 
 PASSAGES = [
@@ -71,9 +71,7 @@ def test_tiny_run_trains_with_search(tmp_path: Path, config: str) -> None:
     source.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     rows = tmp_path / "train.jsonl"
     prepare("nq", source, rows, split="train")
-    tokenizer = char_tokenizer()
-    tiny_qwen2(tokenizer, seed=0, max_position_embeddings=2048).save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "tokenizer")  # apart: AutoTokenizer reads a qwen2 folder as Qwen2's BPE
+    save_tiny_model(tmp_path, max_position_embeddings=2048)
     out = tmp_path / "run"
     main(
         [

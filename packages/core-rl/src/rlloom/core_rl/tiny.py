@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import string
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -106,3 +108,24 @@ def tiny_qwen2(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     torch.nn.Module.to(model, dtype)  # transformers wraps `.to` with a signature mypy cannot follow
     return model
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTinyModel:
+    """Folders of a saved tiny model: `model` (config + weights) and `tokenizer`, kept apart on purpose."""
+
+    model: Path
+    tokenizer: Path
+
+
+def save_tiny_model(root: str | Path, *, max_position_embeddings: int = 1024, seed: int = 0) -> SavedTinyModel:
+    """Save `tiny_qwen2` on `char_tokenizer` as loadable folders: what CLI tests and examples pass as --model.
+
+    The tokenizer goes in its own folder because `AutoTokenizer` reads a qwen2 model folder as Qwen2's BPE
+    tokenizer, which silently drops the spaces and newlines of this character vocabulary.
+    """
+    root = Path(root)
+    tokenizer = char_tokenizer()
+    tiny_qwen2(tokenizer, seed=seed, max_position_embeddings=max_position_embeddings).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "tokenizer")
+    return SavedTinyModel(model=root / "model", tokenizer=root / "tokenizer")
