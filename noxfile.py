@@ -235,9 +235,11 @@ def bench(session: nox.Session) -> None:
     session.install(
         *[f"-e{ROOT / 'packages' / f}" for f in PACKAGES],
         f"-e{ROOT / 'packages' / 'retrieval'}[dense]",
+        f"-e{ROOT / 'apps' / 'reasoning'}",  # reasoning_vs_trl.py reuses the app's toy task and warm-up
         "math-verify[antlr4_13_2]",
         "rank-bm25",
         "bm25s",
+        *nox.project.dependency_groups(nox.project.load_toml(ROOT / "pyproject.toml"), "bench"),  # peers (trl)
     )
     names = session.posargs or sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_"))
     for name in names:
