@@ -1,6 +1,36 @@
-"""rlloom.multimodal: image loading, pixel budgets and vision-token accounting for VLM RL."""
+"""rlloom.multimodal: image loading, pixel budgets, vision-token accounting and Qwen-VL inputs for VLM RL."""
 
 from rlloom.multimodal.__about__ import __version__
 from rlloom.multimodal.image import VisionGrid, fit_pixel_budget, load_image, vision_grid
+from rlloom.multimodal.qwen_vl import (
+    QwenVLProcessing,
+    VisionInputs,
+    VisionTokenIds,
+    build_vision_inputs,
+    check_vision_tokens,
+    continue_positions,
+    expand_image_pads,
+    image_token_counts,
+    mrope_position_ids,
+    process_images,
+    with_text_row,
+)
 
-__all__ = ["VisionGrid", "__version__", "fit_pixel_budget", "load_image", "vision_grid"]
+__all__ = [
+    "QwenVLProcessing",
+    "VisionGrid",
+    "VisionInputs",
+    "VisionTokenIds",
+    "__version__",
+    "build_vision_inputs",
+    "check_vision_tokens",
+    "continue_positions",
+    "expand_image_pads",
+    "fit_pixel_budget",
+    "image_token_counts",
+    "load_image",
+    "mrope_position_ids",
+    "process_images",
+    "vision_grid",
+    "with_text_row",
+]

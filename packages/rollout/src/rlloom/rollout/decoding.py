@@ -57,6 +57,10 @@ class DecodeSettings:
     compact_every: int = 1  # drop finished rows once at least this many have piled up
     forward_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. multimodal tensors for the prefill
     explicit_positions: bool = True  # False lets the model build positions (Qwen2-VL's 3-D rope); no admission
+    # (3, L) M-RoPE positions of the one prompt being decoded (Qwen2-VL); generated tokens continue after the
+    # largest, on all three rows, so engine and actor (teacher-forced with the same positions) agree
+    rope_positions: torch.Tensor | None = None
+    banned_token_ids: tuple[int, ...] = ()  # never sampled (e.g. <|image_pad|>); logprobs stay full-vocabulary
     max_rows: int = 1 << 30  # admission never grows the batch beyond this many unfinished rows
     admit_every: int = 1  # poll `admit` every this many decode steps
     prefix_cache: PrefixCache | None = None  # reuse finished rows' keys/values for prompts extending them
@@ -147,7 +151,10 @@ class RunningBatch:
             mask = torch.cat([past_mask, mask], dim=-1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         kwargs: dict[str, Any] = dict(settings.forward_kwargs)
-        if settings.explicit_positions:
+        last_pos = positions[:, -1:]
+        if settings.rope_positions is not None:
+            kwargs["position_ids"], last_pos = _rope_prefill_positions(settings.rope_positions, ids, reused)
+        elif settings.explicit_positions:
             kwargs["position_ids"] = positions[:, -ids.shape[1] :]
         out = model(
             input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
@@ -160,11 +167,9 @@ class RunningBatch:
         expand = torch.tensor([slot[r.request_index] for r in rows], device=device)
         if len(rows) != len(request_order):
             cache.batch_select_indices(expand)
-            logits, mask, positions = logits[expand], mask[expand], positions[expand]
+            logits, mask, last_pos = logits[expand], mask[expand], last_pos[expand]
         sampling = RowSampling.build([r.params for r in rows], [r.sample_index for r in rows], logits.shape[-1], device)
-        return cls(
-            rows=list(rows), cache=cache, mask=mask, last_pos=positions[:, -1:], sampling=sampling, logits=logits
-        )
+        return cls(rows=list(rows), cache=cache, mask=mask, last_pos=last_pos, sampling=sampling, logits=logits)
 
     def store_finished(self, cache_store: PrefixCache, finished: list[int]) -> None:
         """Give the prefix cache the keys/values of the rows at `finished` (every token that went through the model)."""
@@ -192,7 +197,12 @@ class RunningBatch:
 
     def sample(self, settings: DecodeSettings, on_finish: Callable[[SampleRow], None] | None) -> int:
         """Sample one token for every row; returns how many rows are finished (now or before)."""
-        tokens, logprobs = sample_next(self.logits, self.sampling, self.want_logprobs)
+        if settings.banned_token_ids:
+            tokens, logprobs = _sample_without(
+                self.logits, self.sampling, self.want_logprobs, settings.banned_token_ids
+            )
+        else:
+            tokens, logprobs = sample_next(self.logits, self.sampling, self.want_logprobs)
         self.tokens = tokens
         token_list = tokens.tolist()
         logprob_list = logprobs.tolist() if logprobs is not None else None
@@ -417,6 +427,43 @@ def _prefill_isolated(
         else:
             out.absorb(part)
     return out
+
+
+def _rope_prefill_positions(
+    rope_positions: torch.Tensor, ids: torch.Tensor, reused: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill position ids (3, 1, L) from a prompt's M-RoPE positions, and the last position to continue from.
+
+    The next token's position is one past the largest so far (an image's rows can outrun the text row), which is
+    where transformers' `rope_deltas` puts it; decode steps pass last + 1 as 2-D ids that the model repeats on
+    all three rows.
+    """
+    if rope_positions.shape[0] == 4:  # transformers' packed layout: a text row, then the three M-RoPE rows
+        rope_positions = rope_positions[1:]
+    positions = rope_positions.reshape(3, -1).to(ids.device)  # (3, L) or (3, 1, L) in
+    if ids.shape[0] != 1 or any(reused) or positions.shape[-1] != ids.shape[1]:
+        raise ValueError(
+            f"M-RoPE positions cover {positions.shape[-1]} tokens but the prefill is {tuple(ids.shape)}: "
+            "give one prompt's (3, len(prompt_ids)) positions, one request per decode"
+        )
+    last = positions.max().reshape(1, 1)
+    return positions.unsqueeze(1), last
+
+
+def _sample_without(
+    logits: torch.Tensor, rows: RowSampling, want_logprobs: bool, banned: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Sample with `banned` tokens at -inf, but return the full-vocabulary logprobs the trainer recomputes.
+
+    A ban is a truncation of the distribution like top-k, and like top-k it leaves the reported logprob
+    (`log_softmax(logits / temperature)`) alone, so rollout and actor logprobs still agree.
+    """
+    index = torch.tensor(banned, device=logits.device)
+    tokens, _ = sample_next(logits.index_fill(-1, index, float("-inf")), rows, want_logprobs=False)
+    if not want_logprobs:
+        return tokens, None
+    scaled = logits.float() / rows.temperature if rows.scaled else logits.float()
+    return tokens, torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def _first_used_column(mask: torch.Tensor) -> int:

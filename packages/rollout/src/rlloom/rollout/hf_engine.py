@@ -81,6 +81,7 @@ class HFEngine:
             prefix_cache=self.prefix_cache,
         )
         self._vocab_size = int(getattr(model_config, "vocab_size", None) or len(tokenizer))
+        self._vision_token_ids = _vision_token_ids(model_config)
         self._token_pieces = TokenPieces(tokenizer)  # lets stop-string watchers skip most tokens
 
     @classmethod
@@ -190,15 +191,27 @@ class HFEngine:
             )
 
     def _decode_alone(self, request: GenerationRequest, deliver: Callable[[list[Completion]], None]) -> None:
-        """A multimodal request in its own batch: its image inputs and 3-D rope state are per batch."""
+        """A multimodal request in its own batch: its image inputs and 3-D rope positions are per request.
+
+        With `position_ids` in `request.multimodal` (the prompt's (3, L) M-RoPE positions, as
+        `rlloom.multimodal.VisionInputs.engine_inputs()` gives them) every forward gets explicit positions: the
+        prompt's for the prefill, one past the largest for each new token, exactly what the actor's
+        teacher-forced forward uses. Without them the model infers positions itself (stateful `rope_deltas`;
+        Qwen2.5-VL in transformers 5.x falls back to 1-D positions unless also given `mm_token_type_ids`).
+        The model's vision tokens (image/video pads, vision start) are never sampled.
+        """
         prompt = self.prompt_ids(request)
         self._check_prompt(request, prompt)
         rows = [self._make_row(0, s, prompt, request) for s in range(request.sampling.n)]
+        forward_kwargs = dict(request.multimodal or {})
+        rope_positions = forward_kwargs.pop("position_ids", None)
         settings = replace(
             self._settings,
-            compact_every=1 << 30,  # the model keeps per-batch rope state; never reshape the batch
-            forward_kwargs=dict(request.multimodal or {}),
-            explicit_positions=False,
+            compact_every=1 << 30,  # the model may keep per-batch rope state; never reshape the batch
+            forward_kwargs=forward_kwargs,
+            explicit_positions=rope_positions is not None,
+            rope_positions=rope_positions,
+            banned_token_ids=self._vision_token_ids,
             prefix_cache=None,
         )
         with self._sampling_mode():
@@ -305,6 +318,12 @@ def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
     elif isinstance(gen_eos, list):
         ids.update(int(e) for e in gen_eos)
     return ids
+
+
+def _vision_token_ids(model_config: Any) -> tuple[int, ...]:
+    """Ids a VLM must not generate (Qwen-VL config names): a sampled image pad breaks the actor's forward."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id")
+    return tuple(sorted({v for n in names if isinstance(v := getattr(model_config, n, None), int)}))
 
 
 def _is_text(request: GenerationRequest) -> bool:

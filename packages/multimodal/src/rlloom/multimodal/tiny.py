@@ -1,0 +1,105 @@
+"""A tiny random Qwen2.5-VL and a Qwen-VL-style tokenizer built in-process, for CPU tests and demos offline.
+
+`qwen_vl_char_tokenizer()` is core-rl's character tokenizer plus the Qwen vision special tokens and a chat
+template that renders image content parts as `<|vision_start|><|image_pad|><|vision_end|>`, like Qwen's own.
+`tiny_qwen2_5_vl(tokenizer)` is a randomly initialised `Qwen2_5_VLForConditionalGeneration` of about 0.17M
+parameters (text hidden 64, 2 layers, M-RoPE sections [2, 3, 3]; a 2-block ViT of width 32) whose vision
+token ids are the tokenizer's, so the whole image path (ViT, merger, placeholder scatter, 3-D rope) runs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+from rlloom.core_rl.tiny import DEFAULT_ALPHABET, char_tokenizer
+from rlloom.multimodal.qwen_vl import VisionTokenIds
+
+VISION_SPECIAL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def qwen_vl_char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
+    """core-rl's character tokenizer with the Qwen vision special tokens and a Qwen-VL chat template."""
+    tok = char_tokenizer(alphabet)
+    tok.add_tokens(VISION_SPECIAL_TOKENS, special_tokens=True)  # skipped when decoding, never split
+    tok.chat_template = QWEN_VL_CHAT_TEMPLATE
+    return tok
+
+
+def tiny_qwen2_5_vl(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vision_width: int = 32,
+    vision_depth: int = 2,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen2_5_VLForConditionalGeneration:
+    """A randomly initialised Qwen2.5-VL whose vocabulary and vision token ids match `tokenizer`.
+
+    ViT patch 14, merge 2, temporal patch 2 as in the released models, so `QwenVLProcessing()` defaults fit.
+    """
+    vision = VisionTokenIds.from_tokenizer(tokenizer)
+    head_dim = hidden_size // num_heads
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": hidden_size,
+            "intermediate_size": intermediate_size,
+            "num_hidden_layers": num_layers,
+            "num_attention_heads": num_heads,
+            "num_key_value_heads": num_kv_heads,
+            "max_position_embeddings": max_position_embeddings,
+            # temporal/height/width halves of the rotary frequencies; must sum to head_dim / 2
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)},
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "bos_token_id": None,
+        },
+        vision_config={
+            "depth": vision_depth,
+            "hidden_size": vision_width,
+            "intermediate_size": 2 * vision_width,
+            "num_heads": 2,
+            "out_hidden_size": hidden_size,  # the merger projects into the text model's width
+            "window_size": 56,
+            "fullatt_block_indexes": [vision_depth - 1],
+        },
+        image_token_id=vision.image_pad,
+        video_token_id=vision.video_pad,
+        vision_start_token_id=vision.vision_start,
+        vision_end_token_id=vision.vision_end,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    torch.nn.Module.to(model, dtype)  # transformers wraps `.to` with a signature mypy cannot follow
+    return model
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Qwen's 2:3:3 split of head_dim / 2 rotary frequencies over temporal, height and width ([2, 3, 3] at 16)."""
+    half = head_dim // 2
+    temporal = half // 4
+    height = (half - temporal) // 2
+    return [temporal, height, half - temporal - height]
