@@ -4,12 +4,19 @@ The logit at position t predicts token t+1, so response token j (column P + j) i
 P + j − 1; `[:, P-1:-1]` in the padded layout. The packed (padding-free) path runs the real tokens as one stream
 with restarting position ids and maps results back with `unpack`; both paths give the same numbers (tested).
 Temperature divides the logits so training log-probs match the distribution the engine sampled from.
+
+Rows whose `multimodal` dict holds `position_ids` (the prompt's (3, P) M-RoPE positions, as a vision-language
+rollout carries them) are forwarded one row per forward with their own positions and the dict's other entries
+(`pixel_values`, `image_grid_thw`, ...) as extra keyword arguments, because image inputs are per row; the
+response continues the positions exactly as the engine's decode did (`continue_rope_positions`). Text-only rows
+take the batched (padded or packed) path as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,10 +35,90 @@ def _chunk_rows(vocab: int) -> int:
     return max(256, CHUNK_ELEMENTS // max(vocab, 1))
 
 
+ROPE_POSITIONS_KEY = "position_ids"
+"""The key of `Trajectory.multimodal` that holds a prompt's explicit (3, P) M-RoPE positions."""
+
+
+def continue_rope_positions(prompt_positions: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """(3, P) prompt M-RoPE positions -> (3, P + new_tokens): each new token one past the largest so far.
+
+    The engine's rule for generated tokens (an image's height/width rows can outrun the text row, so the next
+    token starts past the maximum over all three rows, which is where transformers' `rope_deltas` puts it).
+    """
+    start = int(prompt_positions.max()) + 1 if prompt_positions.numel() else 0
+    tail = torch.arange(start, start + new_tokens, dtype=prompt_positions.dtype, device=prompt_positions.device)
+    return torch.cat([prompt_positions, tail.expand(prompt_positions.shape[0], -1)], dim=-1)
+
+
+def rope_rows(batch: TrajectoryBatch) -> list[int]:
+    """Rows whose `multimodal` dict holds prompt `position_ids`: each gets a forward of its own."""
+    extras = batch.non_tensors.get("multimodal") or []
+    return [i for i, mm in enumerate(extras) if mm and ROPE_POSITIONS_KEY in mm]
+
+
 def response_logprobs(
     model: nn.Module, batch: TrajectoryBatch, *, temperature: float = 1.0, packed: bool = False, entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-probs `[b, R]`, entropies `[b, R]` or None) of the response tokens; 0 on padding."""
+    own = rope_rows(batch)
+    if not own:
+        return _batched_logprobs(model, batch, temperature=temperature, packed=packed, entropy=entropy)
+    text = sorted(set(range(batch.batch_size)) - set(own))
+    parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    if text:
+        sub = batch.select(text)
+        parts.append(_batched_logprobs(model, sub, temperature=temperature, packed=packed, entropy=entropy))
+    parts.extend(_rope_row_logprobs(model, batch, i, temperature=temperature, entropy=entropy) for i in own)
+    order = torch.argsort(torch.tensor(text + own)).to(batch["input_ids"].device)
+    logprobs = torch.cat([lp for lp, _ in parts])[order]
+    ent = torch.cat([e for _, e in parts if e is not None])[order] if entropy else None
+    return logprobs, ent
+
+
+def _rope_row_logprobs(
+    model: nn.Module, batch: TrajectoryBatch, row: int, *, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[1, R]` log-probs (and entropies) of one row, forwarded alone over its real tokens with its own inputs."""
+    width_p, width_r = batch.prompt_width, batch.response_width
+    mask = batch["attention_mask"][row].bool()
+    ids = batch["input_ids"][row][mask]
+    n_p, n_r = int(mask[:width_p].sum()), int(mask[width_p:].sum())
+    inputs: dict[str, Any] = dict(batch.non_tensors["multimodal"][row])
+    positions = _prompt_rope_positions(inputs.pop(ROPE_POSITIONS_KEY), n_p, row)
+    positions = continue_rope_positions(positions.to(ids.device), n_r)
+    inputs = {k: v.to(ids.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    out = model(
+        input_ids=ids[None],
+        attention_mask=torch.ones_like(ids)[None],
+        position_ids=positions[:, None],
+        use_cache=False,
+        **inputs,
+    )
+    logits = out.logits[0, n_p - 1 : n_p - 1 + n_r] / temperature
+    rows = _chunk_rows(logits.shape[-1])
+    pad = (0, width_r - n_r)
+    logprobs = nn.functional.pad(logprobs_from_logits(logits, ids[n_p:], chunk_size=rows), pad)[None]
+    ent = nn.functional.pad(entropy_from_logits(logits, chunk_size=rows), pad)[None] if entropy else None
+    return logprobs, ent
+
+
+def _prompt_rope_positions(positions: torch.Tensor, prompt_len: int, row: int) -> torch.Tensor:
+    """A prompt's (3, P) positions from (3, P), (3, 1, P) or transformers' packed (4, ..., P) layout."""
+    positions = torch.as_tensor(positions)
+    if positions.shape[0] == 4:  # transformers' packed layout: a text row, then the three M-RoPE rows
+        positions = positions[1:]
+    if positions.shape[0] != 3 or positions.numel() != 3 * prompt_len:
+        raise ValueError(
+            f"row {row}: multimodal['position_ids'] has shape {tuple(positions.shape)} but the prompt has "
+            f"{prompt_len} tokens; give the prompt's (3, len(prompt_ids)) M-RoPE positions (VisionInputs.position_ids)"
+        )
+    return positions.reshape(3, prompt_len).long()
+
+
+def _batched_logprobs(
+    model: nn.Module, batch: TrajectoryBatch, *, temperature: float, packed: bool, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Text-only rows in one padded or packed forward."""
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
@@ -63,6 +150,11 @@ def response_logprobs(
 
 def response_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:
     """Last hidden states `[b, R, H]` at the positions that precede each response token (the critic's states)."""
+    if rope_rows(batch):
+        raise ValueError(
+            "a critic over trajectories with multimodal M-RoPE inputs (multimodal['position_ids']) is not supported "
+            "yet; use a critic-free advantage estimator (e.g. grpo or rloo) for vision-language RL"
+        )
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])

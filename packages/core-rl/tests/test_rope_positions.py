@@ -1,0 +1,45 @@
+"""The multimodal forward convention: which rows get their own forward and how their M-RoPE positions continue."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.model_forward import continue_rope_positions, response_hidden_states, rope_rows
+from rlloom.core_rl.trajectory import Trajectory
+
+
+def test_response_tokens_continue_one_past_the_largest_position_on_all_rows() -> None:
+    # text 0..1, a 2 x 3 image grid starting at 2 (height row reaches 3, width row reaches 4), text from 5
+    prompt = torch.tensor(
+        [
+            [0, 1, 2, 2, 2, 2, 2, 2, 5],
+            [0, 1, 2, 2, 2, 3, 3, 3, 5],
+            [0, 1, 2, 3, 4, 2, 3, 4, 5],
+        ]
+    )
+    out = continue_rope_positions(prompt, 3)
+    assert out.shape == (3, 12) and out.dtype == prompt.dtype
+    assert torch.equal(out[:, :9], prompt)
+    assert torch.equal(out[:, 9:], torch.tensor([[6, 7, 8]] * 3))
+    # an image at the end: its width row (7) outruns the text row, and the response starts past it
+    ends_in_image = torch.tensor([[0, 1, 2, 2], [0, 1, 2, 3], [0, 1, 6, 7]])
+    assert continue_rope_positions(ends_in_image, 2)[:, 4:].tolist() == [[8, 9]] * 3
+    assert torch.equal(continue_rope_positions(prompt, 0), prompt)
+
+
+def _traj(n_prompt: int, multimodal: dict[str, object] | None) -> Trajectory:
+    return Trajectory(prompt_ids=[1] * n_prompt, response_ids=[2, 3], loss_mask=[1, 1], multimodal=multimodal)
+
+
+def test_only_rows_with_prompt_positions_get_their_own_forward() -> None:
+    positions = torch.arange(3).expand(3, -1)
+    batch = TrajectoryBatch.from_trajectories(
+        [_traj(3, {"position_ids": positions}), _traj(2, None), _traj(3, {"image": "x.png"}), _traj(3, {})],
+        pad_token_id=0,
+    )
+    assert rope_rows(batch) == [0]
+    assert rope_rows(batch.select([1, 2, 3])) == []
+    with pytest.raises(ValueError, match="critic"):
+        response_hidden_states(torch.nn.Identity(), batch)
