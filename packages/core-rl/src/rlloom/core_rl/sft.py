@@ -1,0 +1,81 @@
+"""Supervised steps on trajectories through the actor's own forward (a warm-up before RL).
+
+RL on a tiny or untrained model has no signal until some samples succeed; a little cross-entropy on
+demonstrations gives it a start. The loss goes through `model_forward.response_logprobs`, the forward the policy
+loss uses, so whatever the actor supports, this does too: padded text rows, and vision-language rows with their
+own image inputs and M-RoPE positions (`Trajectory.multimodal`). Only loss-mask-1 response tokens are trained.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.model_forward import response_logprobs
+from rlloom.core_rl.trajectory import Trajectory
+
+
+def supervised_loss(model: nn.Module, trajectories: Sequence[Trajectory], *, pad_token_id: int) -> torch.Tensor:
+    """Mean negative log-likelihood of the loss-mask-1 response tokens, over all such tokens of the batch."""
+    batch = TrajectoryBatch.from_trajectories(list(trajectories), pad_token_id)
+    device = next(model.parameters()).device
+    batch = batch.to(device)
+    logprobs, _ = response_logprobs(model, batch)
+    mask = batch.loss_mask.to(logprobs.dtype)
+    tokens = mask.sum()
+    if float(tokens) == 0:
+        raise ValueError("supervised_loss: no response token has loss mask 1; nothing to learn from")
+    return -(logprobs * mask).sum() / tokens
+
+
+def supervised_train(
+    model: nn.Module,
+    trajectories: Sequence[Trajectory],
+    *,
+    pad_token_id: int,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 1e-3,
+    seed: int = 0,
+    stop: Callable[[int], bool] | None = None,
+    check_every: int = 20,
+    progress: bool = True,
+) -> list[float]:
+    """AdamW steps on random batches of `trajectories`; returns the losses.
+
+    `stop(step)` is asked every `check_every` steps and ends training when it returns True (e.g. "the model
+    already answers 30% of the training prompts": stopping early leaves RL something to do).
+    """
+    if steps < 0 or batch_size < 1 or check_every < 1:
+        raise ValueError(
+            f"need steps >= 0, batch_size >= 1, check_every >= 1; got {steps}, {batch_size}, {check_every}"
+        )
+    if steps and not trajectories:
+        raise ValueError("supervised_train got no trajectories")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    losses: list[float] = []
+    model.train()
+    bar = tqdm(range(1, steps + 1), desc="warm-up", disable=not progress, mininterval=2.0)
+    for step in bar:
+        picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
+        loss = supervised_loss(model, picked, pad_token_id=pad_token_id)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if stop is not None and step % check_every == 0:
+            model.eval()
+            done = stop(step)
+            model.train()
+            if done:
+                break
+    bar.close()
+    model.eval()
+    return losses
