@@ -1,9 +1,10 @@
 """Structure rewards: does the response have the shape the prompt asked for, and is it too long?
 
 Every check returns a `FormatCheck(score, reason)`, so a training log says *why* a response lost its format
-reward. Covered: R1-style `<think>...</think><answer>...</answer>`, Search-R1's think -> search -> information ->
-... -> answer tag sequence (and its `qa_em_format` reward table), `<tool_call>{json}</tool_call>` validity,
-DAPO's soft overlong punishment and Kimi k1.5's group length reward. Each check has a `Scorer` wrapper.
+reward. Covered: R1-style `<think>...</think><answer>...</answer>`, EasyR1's `<think>...</think>` then
+`\\boxed{}`, Search-R1's think -> search -> information -> ... -> answer tag sequence (and its `qa_em_format`
+reward table), `<tool_call>{json}</tool_call>` validity, DAPO's soft overlong punishment and Kimi k1.5's group
+length reward. Each check has a `Scorer` wrapper.
 """
 
 from __future__ import annotations
@@ -47,6 +48,28 @@ def r1_format(text: str, *, require_content: bool = True) -> FormatCheck:
         if not match.group(2).strip():
             return FormatCheck(0.0, "empty <answer> block")
     return FormatCheck(1.0, "ok")
+
+
+_THINK_BOXED = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
+_TAG_SPACES = re.compile(r"\s*(<|>|/)\s*")
+
+
+def strip_tag_spaces(text: str) -> str:
+    """Drop whitespace around `<`, `>` and `/` (EasyR1 does this first: Qwen2.5-VL-32B writes `< think >`)."""
+    return _TAG_SPACES.sub(r"\1", text)
+
+
+def think_boxed_format(text: str) -> FormatCheck:
+    """1.0 if the whole response is `<think>...</think>` then text holding `\\boxed{...}` (EasyR1's math format:
+    examples/reward_function/math.py `format_reward`, a full regex match after `strip_tag_spaces`)."""
+    text = strip_tag_spaces(text)
+    if _THINK_BOXED.fullmatch(text):
+        return FormatCheck(1.0, "ok")
+    if "<think>" not in text or "</think>" not in text:
+        return FormatCheck(0.0, "no <think>...</think> block")
+    if not text.startswith("<think>"):
+        return FormatCheck(0.0, "text before <think>")
+    return FormatCheck(0.0, "no \\boxed{} answer after </think>")
 
 
 _SEARCH_TAGS = re.compile(r"(</?(?:think|search|information|answer)>)")
@@ -217,6 +240,13 @@ def r1_format_scorer(
 ) -> ScoreResult:
     """`Scorer` for `r1_format`; the ground truth is ignored."""
     return _result(r1_format(response))
+
+
+def think_boxed_format_scorer(
+    response: str, ground_truth: Any = None, *, extra_info: Mapping[str, Any] | None = None
+) -> ScoreResult:
+    """`Scorer` for `think_boxed_format`; the ground truth is ignored."""
+    return _result(think_boxed_format(response))
 
 
 def search_r1_format_scorer(

@@ -32,12 +32,22 @@ class RegistryReward:
     """`reward_fn` for core-rl's trainer: score every trajectory with its data source's registry scorer.
 
     `scorer` ("module:function" or a registry name) is used for trajectories whose row has no data_source.
-    Call `close()` (or use as a context manager) to stop the scoring workers.
+    `scorers` maps data_source names to the scorer to use instead of the registry's (e.g. `{"geometry3k":
+    "geo3k_easyr1"}`: EasyR1's accuracy + format reward rather than plain math accuracy); the data_source still
+    names the rows in metrics. Call `close()` (or use as a context manager) to stop the scoring workers.
     """
 
-    def __init__(self, *, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT, scorer: str | None = None):
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        scorer: str | None = None,
+        scorers: Mapping[str, str] | None = None,
+    ):
         self.pool = ScoringPool(workers, timeout=timeout)
         self.scorer = scorer
+        self.scorers = dict(scorers or {})
 
     def __call__(self, trajectories: Sequence[ScoredTrajectory]) -> list[ScoreResult]:
         items = []
@@ -52,6 +62,7 @@ class RegistryReward:
                     "response": traj.response_text,
                     "ground_truth": traj.ground_truth,
                     "data_source": traj.data_source or None,
+                    "scorer": self.scorers.get(traj.data_source) if traj.data_source else None,
                     "extra_info": dict(traj.extra_info or {}),
                 }
             )
