@@ -16,7 +16,8 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from rlloom.core_rl.algorithms import (
     LossAggregation,
@@ -44,10 +45,11 @@ def load_causal_lm(
     cfg: ModelConfig, path: str, device: torch.device, *, resume_from: Path | None = None
 ) -> PreTrainedModel:
     """Load a causal LM for training from `path`; with `cfg.lora_rank > 0`, wrap `cfg.path` in LoRA adapters
-    (new ones, or those saved under `resume_from/adapter`)."""
+    (new ones, or those saved under `resume_from/adapter`). A vision-language checkpoint (e.g. Qwen2.5-VL) loads
+    as its image-text-to-text class, see `model_class`."""
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     base_path = cfg.path if cfg.lora_rank > 0 else path
-    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+    model: PreTrainedModel = model_class(base_path).from_pretrained(
         base_path, dtype=dtype, attn_implementation=cfg.attn_implementation
     )
     if cfg.gradient_checkpointing:
@@ -65,6 +67,16 @@ def load_causal_lm(
         model = cast(PreTrainedModel, peft_model)  # a PeftModel forwards the PreTrainedModel interface
     nn.Module.to(model, device)  # transformers wraps `.to` with a signature mypy cannot follow
     return model
+
+
+def model_class(path: str) -> Any:
+    """`AutoModelForCausalLM`, or `AutoModelForImageTextToText` for a config that causal-LM auto-loading does not
+    know and that has a `vision_config` (transformers 5 maps `qwen2_5_vl` / `qwen2_vl` only there). Both give a
+    model whose forward takes `input_ids` and returns next-token `logits`, which is all the actor needs."""
+    config = AutoConfig.from_pretrained(path)
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING or getattr(config, "vision_config", None) is None:
+        return AutoModelForCausalLM
+    return AutoModelForImageTextToText
 
 
 def logprobs_in_micro_batches(

@@ -1,6 +1,8 @@
-"""rlloom.multimodal: image loading, pixel budgets, vision-token accounting and Qwen-VL inputs for VLM RL."""
+"""rlloom.multimodal: image loading, pixel budgets, vision-token accounting, Qwen-VL inputs and the image-prompt
+collector for VLM RL with core-rl's trainer."""
 
 from rlloom.multimodal.__about__ import __version__
+from rlloom.multimodal.collection import drop_overlong_rows, split_image_markers, vision_collector
 from rlloom.multimodal.image import VisionGrid, fit_pixel_budget, load_image, vision_grid
 from rlloom.multimodal.qwen_vl import (
     QwenVLProcessing,
@@ -25,12 +27,15 @@ __all__ = [
     "build_vision_inputs",
     "check_vision_tokens",
     "continue_positions",
+    "drop_overlong_rows",
     "expand_image_pads",
     "fit_pixel_budget",
     "image_token_counts",
     "load_image",
     "mrope_position_ids",
     "process_images",
+    "split_image_markers",
+    "vision_collector",
     "vision_grid",
     "with_text_row",
 ]

@@ -5,14 +5,17 @@ template that renders image content parts as `<|vision_start|><|image_pad|><|vis
 `tiny_qwen2_5_vl(tokenizer)` is a randomly initialised `Qwen2_5_VLForConditionalGeneration` of about 0.17M
 parameters (text hidden 64, 2 layers, M-RoPE sections [2, 3, 3]; a 2-block ViT of width 32) whose vision
 token ids are the tokenizer's, so the whole image path (ViT, merger, placeholder scatter, 3-D rope) runs.
+`save_tiny_vl_model(root)` writes both as folders a trainer config can name (`model.path`, `model.tokenizer_path`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from rlloom.core_rl.tiny import DEFAULT_ALPHABET, char_tokenizer
+from rlloom.core_rl.tiny import DEFAULT_ALPHABET, SavedTinyModel, char_tokenizer
 from rlloom.multimodal.qwen_vl import VisionTokenIds
 
 VISION_SPECIAL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -95,6 +98,20 @@ def tiny_qwen2_5_vl(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     torch.nn.Module.to(model, dtype)  # transformers wraps `.to` with a signature mypy cannot follow
     return model
+
+
+def save_tiny_vl_model(root: str | Path, *, max_position_embeddings: int = 1024, seed: int = 0) -> SavedTinyModel:
+    """Save `tiny_qwen2_5_vl` on `qwen_vl_char_tokenizer` as loadable folders (`model`, `tokenizer`).
+
+    As in core-rl's `save_tiny_model`, the tokenizer gets its own folder: `AutoTokenizer` on a Qwen-VL model
+    folder would build Qwen's BPE tokenizer, which does not fit this character vocabulary.
+    """
+    root = Path(root)
+    tokenizer = qwen_vl_char_tokenizer()
+    model = tiny_qwen2_5_vl(tokenizer, seed=seed, max_position_embeddings=max_position_embeddings)
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "tokenizer")
+    return SavedTinyModel(model=root / "model", tokenizer=root / "tokenizer")
 
 
 def _mrope_section(head_dim: int) -> list[int]:

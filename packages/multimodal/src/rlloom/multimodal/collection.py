@@ -1,0 +1,159 @@
+"""Single-turn rollouts of image prompts for core-rl's trainer: EasyR1-style rows in, trajectories out.
+
+A row holds `images` (paths, bytes, data URIs or PIL images) and chat messages whose text marks each image's
+place with a literal `<image>` (EasyR1 / hiyouga/geometry3k). The text is split on the markers into HF content
+parts, rendered with the model's chat template and turned into `VisionInputs` once per row and step (the row's
+n samples share the tensors); the engine gets the expanded `prompt_ids` plus `engine_inputs()`, and every
+trajectory carries the same `engine_inputs()` in `multimodal`, so the actor's forward sees the pixels and M-RoPE
+positions the engine decoded with. Rows without images take core-rl's text path unchanged.
+
+A prompt over `processing.max_prompt_tokens` after image expansion raises (never truncated through vision
+tokens, never silently dropped mid-step, which would shrink the batch behind the trainer's back): drop such rows
+once before training with `drop_overlong_rows`, as EasyR1's `filter_overlong_prompts` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rlloom.core_rl.collection import CollectFn
+from rlloom.core_rl.data import Row, generation_request, ground_truth
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.trajectory import Trajectory
+from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
+
+IMAGE_MARKER = "<image>"
+logger = logging.getLogger(__name__)
+
+
+def row_images(row: Row) -> list[Any]:
+    """The row's `images` as a list (a single image is accepted); empty for text rows."""
+    images = row.get("images")
+    if images is None:
+        return []
+    if isinstance(images, str | bytes) or not isinstance(images, Sequence):
+        return [images]
+    return list(images)
+
+
+def split_image_markers(text: str) -> list[dict[str, Any]]:
+    """`"<image>Find x."` -> `[{"type": "image"}, {"type": "text", "text": "Find x."}]` (empty texts dropped)."""
+    parts: list[dict[str, Any]] = []
+    for i, piece in enumerate(text.split(IMAGE_MARKER)):
+        if i > 0:
+            parts.append({"type": "image"})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def vision_messages(row: Row) -> list[dict[str, Any]]:
+    """The row's chat messages with `<image>` markers split into content parts (list contents kept as given)."""
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence) or not prompt:
+        raise ValueError(f"image row has no usable 'prompt' (chat messages or a string): {dict(row)!r}")
+    messages = []
+    for message in prompt:
+        content = message.get("content")
+        if isinstance(content, str):
+            messages.append({**message, "content": split_image_markers(content)})
+        else:
+            messages.append(dict(message))
+    return messages
+
+
+def row_vision_inputs(
+    row: Row, tokenizer: Any, processing: QwenVLProcessing, tokens: VisionTokenIds | None = None
+) -> VisionInputs:
+    """`VisionInputs` of one image row; one `<image>` marker (or image content part) per entry of `images`."""
+    images = row_images(row)
+    try:
+        return build_vision_inputs(vision_messages(row), tokenizer, processing, images=images, tokens=tokens)
+    except ValueError as err:
+        row_id = (row.get("extra_info") or {}).get("id", "?")
+        raise ValueError(f"image row (extra_info.id={row_id}, {len(images)} images): {err}") from err
+
+
+def drop_overlong_rows(rows: Sequence[Row], tokenizer: Any, processing: QwenVLProcessing) -> list[Row]:
+    """The rows whose prompt fits `processing.max_prompt_tokens` after image expansion (EasyR1's
+    `filter_overlong_prompts`); logs how many were dropped. Every image is processed once, so this costs one
+    pass of the image processor over the data. Other errors (a missing image, marker/image counts) still raise."""
+    limit = processing.max_prompt_tokens
+    if limit is None:
+        return list(rows)
+    unlimited = processing.model_copy(update={"max_prompt_tokens": None})
+    tokens = VisionTokenIds.from_tokenizer(tokenizer)
+    kept = []
+    for row in rows:
+        if row_images(row):
+            length = len(row_vision_inputs(row, tokenizer, unlimited, tokens).input_ids)
+        else:
+            length = len(_text_prompt_ids(row, tokenizer))
+        if length <= limit:
+            kept.append(row)
+    if len(kept) < len(rows):
+        logger.warning(
+            "dropped %d of %d rows whose prompt exceeds max_prompt_tokens=%d after image expansion "
+            "(raise the limit or lower max_pixels to keep them)",
+            len(rows) - len(kept),
+            len(rows),
+            limit,
+        )
+    return kept
+
+
+def _text_prompt_ids(row: Row, tokenizer: Any) -> list[int]:
+    request = generation_request(row, SamplingParams())
+    if request.prompt_ids is not None:
+        return request.prompt_ids
+    text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def vision_collector(tokenizer: Any, processing: QwenVLProcessing) -> Callable[[RolloutEngine], CollectFn]:
+    """A core-rl `CollectFactory`: `collect_factory=vision_collector(tokenizer, processing)`."""
+    tokens = VisionTokenIds.from_tokenizer(tokenizer)
+
+    def on_engine(engine: RolloutEngine) -> CollectFn:
+        def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
+            requests: list[GenerationRequest] = []
+            for row in rows:
+                if row_images(row):
+                    inputs = row_vision_inputs(row, tokenizer, processing, tokens)
+                    multimodal = inputs.engine_inputs()  # one dict per row: its n samples share the tensors
+                    requests.append(
+                        GenerationRequest(prompt_ids=inputs.input_ids, multimodal=multimodal, sampling=sampling)
+                    )
+                else:
+                    requests.append(generation_request(row, sampling))
+            outputs = engine.generate(requests)
+            if len(outputs) != len(rows):
+                raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
+            trajectories = []
+            for i, (row, request, completions) in enumerate(zip(rows, requests, outputs, strict=True)):
+                for completion in completions:
+                    trajectories.append(
+                        Trajectory(
+                            prompt_ids=list(completion.prompt_ids),
+                            response_ids=list(completion.token_ids),
+                            loss_mask=[1] * len(completion.token_ids),
+                            rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
+                            group_id=f"{prefix}-{i}",
+                            data_source=str(row.get("data_source", "")),
+                            ground_truth=ground_truth(row),
+                            response_text=completion.text,
+                            finish_reason=completion.finish_reason,
+                            multimodal=request.multimodal,
+                            extra_info=dict(row.get("extra_info") or {}),
+                        )
+                    )
+            return trajectories
+
+        return collect
+
+    return on_engine
