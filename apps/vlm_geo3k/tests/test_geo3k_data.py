@@ -33,4 +33,4 @@ def test_cli_converts_a_folder(tmp_path: Path) -> None:
     out = tmp_path / "rows.jsonl"
     main(["prepare-data", "--input", str(DATA), "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["extra_info"]["id"] for r in rows] == [11, 12]
+    assert [r["extra_info"]["id"] for r in rows] == [11, 12, 14]

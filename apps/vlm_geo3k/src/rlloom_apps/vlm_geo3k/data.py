@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-INSTRUCTION = "Think step by step, then give the final answer within \\boxed{}."
+# EasyR1:examples/format_prompt/math.jinja, which its math reward's format check expects
+INSTRUCTION = (
+    "You FIRST think about the reasoning process as an internal monologue and then provide the final answer. "
+    "The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST BE put in \\boxed{}."
+)
 LETTERS = "ABCD"
 
 

@@ -1,0 +1,70 @@
+"""The `vision:` section of a VLM training config, and loading a config that has one.
+
+A config file holds core-rl's `RLConfig` sections (model, data, rollout, algorithm, actor, trainer) plus `vision:`,
+the image budget and prompt limit the collector needs. Overrides use the same dotted form for both
+(`vision.max_pixels=12544`, `actor.lr=1e-6`). Patch, merge and temporal sizes are not settings: they are read
+from the model's own `vision_config`, so the token accounting can never disagree with the ViT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlloom.core_rl.config import ConfigError, RLConfig, apply_overrides, config_from_dict
+from rlloom.multimodal import QwenVLProcessing
+
+
+class VisionSettings(BaseModel):
+    """EasyR1's defaults (examples/config.yaml): 512^2 .. 2048^2 pixels per image, 2048-token prompts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_pixels: int = Field(default=512 * 512, gt=0, description="Images are scaled up to at least this many pixels.")
+    max_pixels: int = Field(
+        default=2048 * 2048, gt=0, description="Images are scaled down to at most this many pixels (fewer tokens)."
+    )
+    max_prompt_tokens: int | None = Field(
+        default=2048,
+        gt=0,
+        description="Prompt tokens after image expansion at most; longer rows are dropped before training "
+        "(EasyR1's filter_overlong_prompts), never truncated. null = no limit.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> VisionSettings:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(
+                f"min_pixels={self.min_pixels} exceeds max_pixels={self.max_pixels}; lower both together "
+                "(e.g. vision.min_pixels=3136 vision.max_pixels=12544)"
+            )
+        return self
+
+    def processing(self, vision_config: Any) -> QwenVLProcessing:
+        """`QwenVLProcessing` with this budget and the model's patch, merge and temporal patch sizes."""
+        return QwenVLProcessing(
+            min_pixels=self.min_pixels,
+            max_pixels=self.max_pixels,
+            max_prompt_tokens=self.max_prompt_tokens,
+            patch_size=int(getattr(vision_config, "patch_size", 14)),
+            merge_size=int(getattr(vision_config, "spatial_merge_size", 2)),
+            temporal_patch_size=int(getattr(vision_config, "temporal_patch_size", 2)),
+        )
+
+
+def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
+    """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
+    loaded = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    apply_overrides(loaded, overrides)
+    try:
+        vision = VisionSettings.model_validate(loaded.pop("vision", None) or {})
+    except ValidationError as err:
+        problems = "; ".join(f"vision.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{path}: {problems} (valid: {', '.join(VisionSettings.model_fields)})") from err
+    return config_from_dict(loaded, source=str(path)), vision

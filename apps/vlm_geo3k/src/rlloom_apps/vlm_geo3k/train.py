@@ -1,0 +1,104 @@
+"""`vlm-geo3k train`: GRPO on Geometry3K rows with a Qwen2.5-VL, through core-rl's trainer. Wiring only.
+
+Rows come from `vlm-geo3k prepare-data` (EasyR1 layout: `<image>` markers, `images`, `[value, letter]` ground
+truth). Rows too long after image expansion are dropped once, before training (EasyR1's filter_overlong_prompts);
+`rlloom.multimodal.vision_collector` turns each row into pixel values, image grids and M-RoPE positions once per
+step and samples from an `HFEngine` on the actor's own module; every sample is scored by EasyR1's `math` reward
+(`geo3k_easyr1`: 0.9 accuracy + 0.1 format, reported apart) in `rlloom.rewards` worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
+from torch import nn
+from transformers import AutoConfig, AutoTokenizer
+
+from rlloom.core_rl.config import ConfigError, RLConfig
+from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.trainer import train
+from rlloom.core_rl.trajectory import Trajectory
+from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
+from rlloom.rewards.trainer_reward import RegistryReward
+from rlloom.rollout.hf_engine import HFEngine
+
+CONFIGS = Path(__file__).parent / "configs"
+ALGORITHMS = ("grpo",)
+SCORERS = {"geometry3k": "geo3k_easyr1"}  # EasyR1's math reward rather than the registry's plain accuracy
+
+__all__ = ["ALGORITHMS", "config_file", "load_config", "read_jsonl", "run_train"]
+
+
+def config_file(name: str) -> Path:
+    """A bundled config by algorithm name, or a YAML path."""
+    if name in ALGORITHMS:
+        return CONFIGS / f"{name}.yaml"
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(ALGORITHMS)}) nor a YAML file")
+    return path
+
+
+def load_config(name: str, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
+    """The config and its `vision:` section, overrides applied and validated before anything loads."""
+    return load_train_config(config_file(name), overrides)
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def run_train(
+    config: RLConfig,
+    vision: VisionSettings,
+    *,
+    train_data: Path,
+    val_data: Path | None = None,
+    score_workers: int | None = None,
+    score_timeout: float = 30.0,
+) -> dict[str, float]:
+    """Train as the config says; returns the last step's metrics (the run folder has them all)."""
+    if not Path(config.model.path).is_dir():
+        raise ConfigError(
+            f"model.path={config.model.path} is not a folder; pass a local Qwen2.5-VL, e.g. "
+            "model.path=/models/Qwen2.5-VL-7B-Instruct"
+        )
+    model_config = AutoConfig.from_pretrained(config.model.path)
+    if getattr(model_config, "vision_config", None) is None:
+        raise ConfigError(f"model.path={config.model.path} has no vision_config: pass a vision-language model")
+    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
+    processing = vision.processing(model_config.vision_config)
+    train_rows = drop_overlong_rows(list(read_jsonl(train_data)), tokenizer, processing)
+    if not train_rows:
+        raise ConfigError(f"--train-data {train_data} holds no rows (that fit vision.max_prompt_tokens)")
+    val_rows = drop_overlong_rows(list(read_jsonl(val_data)), tokenizer, processing) if val_data else None
+    engines: list[HFEngine] = []
+
+    def engine_on(module: nn.Module) -> HFEngine:
+        engines.append(HFEngine(module, tokenizer))
+        return engines[-1]
+
+    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=SCORERS) as scorer:
+
+        def reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
+            return [RewardOutput(r.score, dict(r.components), r.error) for r in scorer(trajectories)]
+
+        try:
+            return train(
+                config,
+                engine_factory=engine_on,
+                collect_factory=vision_collector(tokenizer, processing),
+                reward_fn=reward,
+                train_data=train_rows,
+                val_data=val_rows,
+            )
+        finally:
+            for engine in engines:
+                engine.close()
