@@ -229,6 +229,13 @@ def demo_search(session: nox.Session) -> None:
     session.run("search-agent", "demo", *session.posargs)
 
 
+@nox.session(name="demo-vlm", python=PYTHON, default=False)
+def demo_vlm(session: nox.Session) -> None:
+    """The vision-language CPU demo: a tiny Qwen2.5-VL learns from reward to name a colour in synthetic pictures."""
+    session.install(*[f"-e{ROOT / 'packages' / f}" for f in PACKAGES], *[f"-e{ROOT / 'apps' / a}" for a in APPS])
+    session.run("vlm-geo3k", "demo", *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks in bench/ (or the ones named: `nox -s bench -- rewards retrieval`)."""

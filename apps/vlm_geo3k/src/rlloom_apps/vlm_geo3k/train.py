@@ -10,7 +10,7 @@ step and samples from an `HFEngine` on the actor's own module; every sample is s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,13 @@ def run_train(
     val_data: Path | None = None,
     score_workers: int | None = None,
     score_timeout: float = 30.0,
+    scorers: Mapping[str, str] = SCORERS,
 ) -> dict[str, float]:
-    """Train as the config says; returns the last step's metrics (the run folder has them all)."""
+    """Train as the config says; returns the last step's metrics (the run folder has them all).
+
+    `scorers` maps data sources to the reward scorer (registry name or "module:function") used instead of the
+    registry's default for that source.
+    """
     if not Path(config.model.path).is_dir():
         raise ConfigError(
             f"model.path={config.model.path} is not a folder; pass a local Qwen2.5-VL, e.g. "
@@ -85,7 +90,7 @@ def run_train(
         engines.append(HFEngine(module, tokenizer))
         return engines[-1]
 
-    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=SCORERS) as scorer:
+    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=scorers) as scorer:
 
         def reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
             return [RewardOutput(r.score, dict(r.components), r.error) for r in scorer(trajectories)]
