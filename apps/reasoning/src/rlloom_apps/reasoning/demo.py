@@ -25,7 +25,7 @@ from torch import nn
 
 from rlloom.core_rl.checkpoint import fresh_run_dir
 from rlloom.core_rl.collection import score, single_turn_collector
-from rlloom.core_rl.config import RLConfig, load_config
+from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.protocols import RewardOutput
@@ -78,10 +78,7 @@ class DemoResult:
 
 def demo_config(model_dir: Path, output_dir: Path, steps: int | None, seed: int, overrides: Sequence[str]) -> RLConfig:
     """configs/demo.yaml, then the demo's own paths, seed and --steps, then the user's dotted overrides (which win)."""
-    own = [f"model.path={model_dir}", f"trainer.output_dir={output_dir}", f"trainer.seed={seed}"]
-    own.append("trainer.resume=never")  # the demo always starts fresh
-    if steps is not None:
-        own.append(f"trainer.total_steps={steps}")
+    own = demo_overrides(model_path=model_dir, output_dir=output_dir, seed=seed, steps=steps)
     return load_config(DEMO_CONFIG, [*own, *overrides])
 
 

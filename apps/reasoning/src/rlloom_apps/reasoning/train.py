@@ -15,7 +15,7 @@ from rlloom_apps.reasoning.data import read_jsonl
 from torch import nn
 from transformers import AutoTokenizer
 
-from rlloom.core_rl.config import ConfigError, RLConfig, load_config
+from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import train
 from rlloom.core_rl.trajectory import Trajectory
@@ -28,12 +28,7 @@ ALGORITHMS = ("grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "skywork
 
 def config_file(name: str) -> Path:
     """A bundled config by algorithm name, or a YAML path."""
-    if name in ALGORITHMS:
-        return CONFIGS / f"{name}.yaml"
-    path = Path(name)
-    if not path.is_file():
-        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(ALGORITHMS)}) nor a YAML file")
-    return path
+    return bundled_config(name, CONFIGS, ALGORITHMS)
 
 
 def load_train_config(name: str, overrides: Sequence[str] = ()) -> RLConfig:

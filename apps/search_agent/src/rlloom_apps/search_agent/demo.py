@@ -23,7 +23,7 @@ from torch import nn
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward, supervised_warmup
 from rlloom.core_rl.checkpoint import fresh_run_dir
-from rlloom.core_rl.config import RLConfig, load_config
+from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
@@ -75,10 +75,9 @@ class DemoResult:
 def demo_config(output_dir: Path, steps: int | None, seed: int, overrides: Sequence[str]) -> RLConfig:
     """configs/demo.yaml, then the demo's own paths, seed and --steps, then the user's overrides (which win)."""
     model_dir, tokenizer_dir = output_dir / "warmup_model", output_dir / "tokenizer"
-    own = [f"model.path={model_dir}", f"model.tokenizer_path={tokenizer_dir}", f"trainer.output_dir={output_dir}"]
-    own += [f"trainer.seed={seed}", "trainer.resume=never"]
-    if steps is not None:
-        own.append(f"trainer.total_steps={steps}")
+    own = demo_overrides(
+        model_path=model_dir, output_dir=output_dir, seed=seed, steps=steps, tokenizer_path=tokenizer_dir
+    )
     return load_config(DEMO_CONFIG, [*own, *overrides])
 
 

@@ -29,6 +29,7 @@ from torch import nn
 from transformers import AutoModelForImageTextToText
 
 from rlloom.core_rl.checkpoint import fresh_run_dir, latest_checkpoint
+from rlloom.core_rl.config import demo_overrides
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.data import ground_truth
 from rlloom.core_rl.generation import SamplingParams
@@ -86,14 +87,9 @@ def run_demo(
     started = time.perf_counter()
     output_dir = fresh_run_dir(output_dir, "vlm-demo")
     model_dir, tokenizer_dir = output_dir / "warmup_model", output_dir / "warmup_tokenizer"
-    own = [
-        f"model.path={model_dir}",
-        f"model.tokenizer_path={tokenizer_dir}",
-        f"trainer.output_dir={output_dir}",
-        f"trainer.seed={seed}",
-        "trainer.resume=never",  # the demo always starts fresh
-        *([f"trainer.total_steps={steps}"] if steps is not None else []),
-    ]
+    own = demo_overrides(
+        model_path=model_dir, output_dir=output_dir, seed=seed, steps=steps, tokenizer_path=tokenizer_dir
+    )
     config, vision = load_train_config(DEMO_CONFIG, [*own, *overrides])  # bad overrides fail before any work
     max_tokens = config.rollout.max_tokens
 

@@ -18,7 +18,7 @@ from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from torch import nn
 from transformers import AutoConfig, AutoTokenizer
 
-from rlloom.core_rl.config import ConfigError, RLConfig
+from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import train
 from rlloom.core_rl.trajectory import Trajectory
@@ -35,12 +35,7 @@ __all__ = ["ALGORITHMS", "config_file", "load_config", "read_jsonl", "run_train"
 
 def config_file(name: str) -> Path:
     """A bundled config by algorithm name, or a YAML path."""
-    if name in ALGORITHMS:
-        return CONFIGS / f"{name}.yaml"
-    path = Path(name)
-    if not path.is_file():
-        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(ALGORITHMS)}) nor a YAML file")
-    return path
+    return bundled_config(name, CONFIGS, ALGORITHMS)
 
 
 def load_config(name: str, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:

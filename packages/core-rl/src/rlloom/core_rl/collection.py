@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rlloom.core_rl.data import Row, generation_request, ground_truth
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -26,30 +26,41 @@ def single_turn_collector(engine: RolloutEngine) -> CollectFn:
     """A `CollectFn` that samples `n` completions per prompt from `engine`."""
 
     def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-        requests = [generation_request(row, sampling) for row in rows]
-        outputs = engine.generate(requests)
-        if len(outputs) != len(rows):
-            raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
-        trajectories = []
-        for i, (row, completions) in enumerate(zip(rows, outputs, strict=True)):
-            for completion in completions:
-                trajectories.append(
-                    Trajectory(
-                        prompt_ids=list(completion.prompt_ids),
-                        response_ids=list(completion.token_ids),
-                        loss_mask=[1] * len(completion.token_ids),
-                        rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
-                        group_id=f"{prefix}-{i}",
-                        data_source=str(row.get("data_source", "")),
-                        ground_truth=ground_truth(row),
-                        response_text=completion.text,
-                        finish_reason=completion.finish_reason,
-                        extra_info=dict(row.get("extra_info") or {}),
-                    )
-                )
-        return trajectories
+        return sample_trajectories(engine, rows, [generation_request(row, sampling) for row in rows], prefix)
 
     return collect
+
+
+def sample_trajectories(
+    engine: RolloutEngine, rows: Sequence[Row], requests: Sequence[GenerationRequest], prefix: str
+) -> list[Trajectory]:
+    """Send one request per row and turn every completion into a `Trajectory` (group id `f"{prefix}-{i}"`).
+
+    A request's `multimodal` inputs ride along on its trajectories, so the actor's forward sees what the engine
+    decoded with (collectors of image prompts build such requests and share this step).
+    """
+    outputs = engine.generate(list(requests))
+    if len(outputs) != len(rows):
+        raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
+    trajectories = []
+    for i, (row, request, completions) in enumerate(zip(rows, requests, outputs, strict=True)):
+        for completion in completions:
+            trajectories.append(
+                Trajectory(
+                    prompt_ids=list(completion.prompt_ids),
+                    response_ids=list(completion.token_ids),
+                    loss_mask=[1] * len(completion.token_ids),
+                    rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
+                    group_id=f"{prefix}-{i}",
+                    data_source=str(row.get("data_source", "")),
+                    ground_truth=ground_truth(row),
+                    response_text=completion.text,
+                    finish_reason=completion.finish_reason,
+                    multimodal=request.multimodal,
+                    extra_info=dict(row.get("extra_info") or {}),
+                )
+            )
+    return trajectories
 
 
 def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> None:

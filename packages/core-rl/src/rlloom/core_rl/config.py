@@ -306,6 +306,30 @@ class ConfigError(ValueError):
     """A config key or value that cannot be used; the message names the key and a fix."""
 
 
+def demo_overrides(
+    *, model_path: Path, output_dir: Path, seed: int, steps: int | None = None, tokenizer_path: Path | None = None
+) -> list[str]:
+    """The dotted overrides a demo puts on its bundled config before the user's: its own model and run folder,
+    its seed, a fresh start (never resume), and `--steps` when given."""
+    own = [f"model.path={model_path}", f"trainer.output_dir={output_dir}", f"trainer.seed={seed}"]
+    own.append("trainer.resume=never")
+    if tokenizer_path is not None:
+        own.append(f"model.tokenizer_path={tokenizer_path}")
+    if steps is not None:
+        own.append(f"trainer.total_steps={steps}")
+    return own
+
+
+def bundled_config(name: str, folder: Path, names: Sequence[str]) -> Path:
+    """An app's bundled config by name (`folder/<name>.yaml` for a name in `names`), or a YAML path."""
+    if name in names:
+        return folder / f"{name}.yaml"
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(names)}) nor a YAML file")
+    return path
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RLConfig:
     """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
     raw: dict[str, Any] = {}

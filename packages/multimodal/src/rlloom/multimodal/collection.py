@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rlloom.core_rl.collection import CollectFn
-from rlloom.core_rl.data import Row, generation_request, ground_truth
+from rlloom.core_rl.collection import CollectFn, sample_trajectories
+from rlloom.core_rl.data import Row, generation_request
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
@@ -131,28 +131,7 @@ def vision_collector(tokenizer: Any, processing: QwenVLProcessing) -> Callable[[
                     )
                 else:
                     requests.append(generation_request(row, sampling))
-            outputs = engine.generate(requests)
-            if len(outputs) != len(rows):
-                raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
-            trajectories = []
-            for i, (row, request, completions) in enumerate(zip(rows, requests, outputs, strict=True)):
-                for completion in completions:
-                    trajectories.append(
-                        Trajectory(
-                            prompt_ids=list(completion.prompt_ids),
-                            response_ids=list(completion.token_ids),
-                            loss_mask=[1] * len(completion.token_ids),
-                            rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
-                            group_id=f"{prefix}-{i}",
-                            data_source=str(row.get("data_source", "")),
-                            ground_truth=ground_truth(row),
-                            response_text=completion.text,
-                            finish_reason=completion.finish_reason,
-                            multimodal=request.multimodal,
-                            extra_info=dict(row.get("extra_info") or {}),
-                        )
-                    )
-            return trajectories
+            return sample_trajectories(engine, rows, requests, prefix)
 
         return collect
 
