@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.core_rl.config import ConfigError, RLConfig, apply_overrides, config_from_dict
+from rlloom.core_rl.config import RLConfig, load_config_with_section
 
 
 class SearchSettings(BaseModel):
@@ -41,13 +40,4 @@ class SearchSettings(BaseModel):
 
 def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, SearchSettings]:
     """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
-    loaded = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
-    apply_overrides(loaded, overrides)
-    try:
-        search = SearchSettings.model_validate(loaded.pop("search", None) or {})
-    except ValidationError as err:
-        problems = "; ".join(f"search.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"{path}: {problems} (valid: {', '.join(SearchSettings.model_fields)})") from err
-    return config_from_dict(loaded, source=str(path)), search
+    return load_config_with_section(path, "search", SearchSettings, overrides)

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlloom.core_rl.config import ConfigError, RLConfig, apply_overrides, config_from_dict
+from rlloom.core_rl.config import RLConfig, load_config_with_section
 from rlloom.multimodal import QwenVLProcessing
 
 
@@ -58,13 +57,4 @@ class VisionSettings(BaseModel):
 
 def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
     """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
-    loaded = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
-    apply_overrides(loaded, overrides)
-    try:
-        vision = VisionSettings.model_validate(loaded.pop("vision", None) or {})
-    except ValidationError as err:
-        problems = "; ".join(f"vision.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"{path}: {problems} (valid: {', '.join(VisionSettings.model_fields)})") from err
-    return config_from_dict(loaded, source=str(path)), vision
+    return load_config_with_section(path, "vision", VisionSettings, overrides)

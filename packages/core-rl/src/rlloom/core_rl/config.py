@@ -12,10 +12,10 @@ import difflib
 import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 TrackerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 
@@ -304,6 +304,29 @@ class RLConfig(_Section):
 
 class ConfigError(ValueError):
     """A config key or value that cannot be used; the message names the key and a fix."""
+
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+def load_config_with_section(
+    path: str | Path, section: str, model: type[SectionT], overrides: Sequence[str] = ()
+) -> tuple[RLConfig, SectionT]:
+    """A YAML config holding `RLConfig`'s sections plus one app section (`search:`, `vision:` ...).
+
+    Dotted overrides reach both (`vision.max_pixels=12544`, `actor.lr=1e-6`); each part is validated, and an
+    error in the app section names its key and the valid ones.
+    """
+    loaded = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    apply_overrides(loaded, overrides)
+    try:
+        extra = model.model_validate(loaded.pop(section, None) or {})
+    except ValidationError as err:
+        problems = "; ".join(f"{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{path}: {problems} (valid: {', '.join(model.model_fields)})") from err
+    return config_from_dict(loaded, source=str(path)), extra
 
 
 def demo_overrides(
