@@ -137,3 +137,24 @@ def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: P
         val_data=sum_rows(3, seed=5),
     )
     assert trainer.validate()["val/reward/mean"] == plain_trainer.validate()["val/reward/mean"]
+
+
+def test_validation_sampling_settings_reach_the_engine(tiny_model_dir: Path, tmp_path: Path) -> None:
+    seen: list[tuple[int, float, float]] = []
+
+    class Recording(SamplingEngine):
+        def generate(self, requests):  # type: ignore[no-untyped-def]
+            seen.extend((r.sampling.n, r.sampling.temperature, r.sampling.top_p) for r in requests)
+            return super().generate(requests)
+
+    overrides = ["rollout.top_p=1.0", "rollout.val_temperature=0.6", "rollout.val_n=2", "rollout.val_top_p=0.95"]
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path / "run", overrides),
+        engine=Recording(tiny_model_dir),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(3, seed=5),
+    )
+    trainer.validate()
+    assert seen == [(2, 0.6, 0.95)] * 3
+    assert trainer.sampling.top_p == 1.0  # training sampling is untouched

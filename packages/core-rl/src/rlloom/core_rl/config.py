@@ -87,6 +87,12 @@ class RolloutConfig(_Section):
     max_tokens: int = Field(default=256, ge=1, description="Response length limit in tokens.")
     val_temperature: float = Field(default=0.0, ge=0.0, description="Validation sampling temperature (0 = greedy).")
     val_n: int = Field(default=1, ge=1, description="Validation samples per prompt.")
+    val_top_p: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="Validation nucleus sampling mass (EasyR1 and DeepSeek-R1 evaluate at 0.95); None = top_p.",
+    )
     max_tokens_schedule: list[MaxTokensStage] = Field(
         default_factory=list,
         description="Multi-stage context length (Skywork-OR1; DeepScaleR's 8K -> 16K -> 24K): from each stage's "

@@ -397,7 +397,10 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Score the validation prompts (greedy by default) without disturbing the training RNG streams."""
         rollout = self.cfg.rollout
-        sampling = self.sampling.model_copy(update={"n": rollout.val_n, "temperature": rollout.val_temperature})
+        update: dict[str, Any] = {"n": rollout.val_n, "temperature": rollout.val_temperature}
+        if rollout.val_top_p is not None:
+            update["top_p"] = rollout.val_top_p
+        sampling = self.sampling.model_copy(update=update)
         py_state, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):
             trajectories = self.collect(self.val_data, sampling, f"val{self.step}")
