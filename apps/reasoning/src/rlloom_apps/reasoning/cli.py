@@ -8,6 +8,8 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, prepare
 
+from rlloom.core_rl.demo_cli import add_demo_command
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="reasoning", description="Math RL with verifiable rewards.")
@@ -18,17 +20,16 @@ def main(argv: list[str] | None = None) -> None:
     prep.add_argument("--out", required=True, type=Path, help="output JSONL of training rows")
     prep.add_argument("--split", default="test", help="recorded in extra_info; for mbpp it picks the task-id range")
     prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows")
-    demo = commands.add_parser(
-        "demo",
+    add_demo_command(
+        commands,
         help="train a tiny model end to end on CPU (warm-up, then GRPO with held-out validation)",
         description="Supervised warm-up, then GRPO on digit reversal with rlloom's trainer, HF engine and a "
         "rewards Rubric (exact answer + digits in place). Extra arguments are dotted trainer-config "
         "overrides, e.g. actor.lr=5e-4 rollout.n=4.",
+        default_steps=150,
+        seed_help="model initialisation, warm-up and training seed",
+        run_prefix="demo",
     )
-    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 150)")
-    demo.add_argument("--seed", type=int, default=0, help="model initialisation, warm-up and training seed")
-    demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/demo-<timestamp>)")
-    demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
     _eval_parser(commands)
     _train_parser(commands)
     args = parser.parse_args(argv)
@@ -48,24 +49,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
     from rlloom_apps.reasoning.demo import run_demo
     from rlloom_apps.reasoning.demo_report import before_after_table
 
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.curves import plot_or_draw
+    from rlloom.core_rl.demo_cli import run_demo_command
 
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    try:
-        result = run_demo(output_dir=args.out, steps=args.steps, seed=args.seed, overrides=args.overrides)
-    except (ConfigError, ValidationError, FileExistsError) as err:
-        parser.error(str(err))
-    print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
-    print(before_after_table(result))
-    print(f"(also in {result.output_dir / 'before_after.md'})")
-    title = "rlloom demo: GRPO on digit reversal"
-    print(plot_or_draw(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png", title=title))
+    run_demo_command(parser, args, run_demo, before_after_table, title="rlloom demo: GRPO on digit reversal")
 
 
 def _eval_parser(commands: Any) -> None:

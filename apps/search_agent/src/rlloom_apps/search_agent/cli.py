@@ -107,48 +107,41 @@ def _infer_parser(commands: Any) -> None:
 
 
 def _demo_parser(commands: Any) -> None:
-    demo = commands.add_parser(
-        "demo",
+    from rlloom.core_rl.demo_cli import add_demo_command
+
+    add_demo_command(
+        commands,
         help="a tiny model learns to search a synthetic corpus from reward, on CPU (a few minutes)",
         description="Made-up names with secret codes that only a search reveals: a short warm-up on conversations "
         "that mostly guess, then GRPO with multi-turn search rollouts, exact-match reward and held-out "
         "validation. Extra arguments are dotted trainer-config overrides, e.g. actor.lr=5e-4 rollout.n=4.",
+        default_steps=40,
+        seed_help="world, model, warm-up and training seed",
+        run_prefix="search-demo",
     )
-    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 40)")
-    demo.add_argument("--seed", type=int, default=0, help="world, model, warm-up and training seed")
-    demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/search-demo-<timestamp>)")
-    demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
 
 
 # ------------------------------------------------------------------------------------------- commands
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
     from rlloom_apps.search_agent.demo import before_after_table, run_demo
 
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.curves import plot_or_draw
+    from rlloom.core_rl.demo_cli import run_demo_command
 
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    try:
-        result = run_demo(output_dir=args.out, steps=args.steps, seed=args.seed, overrides=args.overrides)
-    except (ConfigError, ValidationError, FileExistsError) as err:
-        parser.error(str(err))
-    print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
-    print(before_after_table(result))
     title = "rlloom search-agent demo: GRPO with search"
-    curve_png = result.output_dir / "reward_curve.png"
-    print(plot_or_draw(result.val_curve, result.train_curve, curve_png, title=title, ylabel="exact match"))
+    run_demo_command(parser, args, run_demo, before_after_table, title=title, ylabel="exact match")
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
-    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config import ConfigError, bundled_config
 
-    config = CONFIGS / f"{args.config}.yaml" if args.config in ("grpo", "ppo") else Path(args.config)
-    for label, path in (("--config", config), ("--train-data", args.train_data), ("--val-data", args.val_data)):
+    try:
+        config = bundled_config(args.config, CONFIGS, ("grpo", "ppo"))
+    except ConfigError as err:
+        parser.error(str(err))
+    for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():
             parser.error(f"{label} {path} does not exist")
     if args.index is not None and not args.index.is_dir():

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from rlloom_apps.vlm_geo3k.data import prepare
 
+from rlloom.core_rl.demo_cli import add_demo_command
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="vlm-geo3k", description="VLM RL on Geometry3K.")
@@ -30,16 +32,15 @@ def main(argv: list[str] | None = None) -> None:
     fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    demo = commands.add_parser(
-        "demo",
+    add_demo_command(
+        commands,
         help="a tiny VLM learns to name a square's colour from reward, on CPU (about 2.5 minutes)",
         description="Synthetic pictures, a supervised warm-up that stops early, then GRPO through the same wiring "
         "as train. Extra arguments are dotted config overrides, e.g. actor.lr=3e-4 rollout.n=16.",
+        default_steps=40,
+        seed_help="pictures, model, warm-up and training seed",
+        run_prefix="vlm-demo",
     )
-    demo.add_argument("--steps", type=int, default=None, help="GRPO steps (default: demo.yaml's 40)")
-    demo.add_argument("--seed", type=int, default=0, help="pictures, model, warm-up and training seed")
-    demo.add_argument("--out", type=Path, default=None, help="run folder (default: runs/vlm-demo-<timestamp>)")
-    demo.add_argument("overrides", nargs="*", metavar="key=value", help="trainer config overrides")
     args = parser.parse_args(argv)
     if args.command == "train":
         _train(parser, args)
@@ -79,19 +80,9 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
     from rlloom_apps.vlm_geo3k.demo import before_after_table, run_demo
 
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.curves import plot_or_draw
+    from rlloom.core_rl.demo_cli import run_demo_command
 
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    try:
-        result = run_demo(output_dir=args.out, steps=args.steps, seed=args.seed, overrides=args.overrides)
-    except (ConfigError, ValidationError, FileExistsError) as err:
-        parser.error(str(err))
-    print(f"\nrun folder: {result.output_dir} ({result.seconds:.0f} s)")
-    print(before_after_table(result))
     title = "rlloom vlm demo: GRPO on naming a colour (held-out, sampled)"
-    print(plot_or_draw(result.val_curve, result.train_curve, result.output_dir / "reward_curve.png", title=title))
+    run_demo_command(parser, args, run_demo, before_after_table, title=title)
