@@ -13,15 +13,20 @@ from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
 from rlloom.core_rl.trainer import Trainer
 
 
-def fit(model_dir: Path, out: Path, overrides: list[str]) -> tuple[Trainer, list[dict[str, float]]]:
-    engine = SamplingEngine(model_dir)
-    trainer = Trainer(
+def make_trainer(model_dir: Path, out: Path, overrides: list[str], engine: SamplingEngine | None = None) -> Trainer:
+    """The tiny run's trainer on 8 training and 3 validation prompts."""
+    return Trainer(
         tiny_config(model_dir, out, overrides),
-        engine=engine,
+        engine=engine or SamplingEngine(model_dir),
         reward_fn=digit_reward,
         train_data=sum_rows(8),
         val_data=sum_rows(3, seed=5),
     )
+
+
+def fit(model_dir: Path, out: Path, overrides: list[str]) -> tuple[Trainer, list[dict[str, float]]]:
+    engine = SamplingEngine(model_dir)
+    trainer = make_trainer(model_dir, out, overrides, engine)
     trainer.fit()
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert engine.weight_updates == 1 + trainer.step  # once at start, once per step
@@ -111,13 +116,7 @@ def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: P
     from rlloom.core_rl.metrics import PhaseTimer
 
     overrides = ["rollout.max_tokens=8", "algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5"]
-    trainer = Trainer(
-        tiny_config(tiny_model_dir, tmp_path / "run", overrides),
-        engine=SamplingEngine(tiny_model_dir),
-        reward_fn=digit_reward,
-        train_data=sum_rows(8),
-        val_data=sum_rows(3, seed=5),
-    )
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
     trajectories, metrics = trainer._collect_scored(PhaseTimer())
     task = digit_reward(trajectories)
     lengths = [len(t.response_ids) for t in trajectories]
@@ -129,13 +128,7 @@ def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: P
         assert traj.reward == plain.score + expected
     assert metrics["overlong/penalised_frac"] == sum(n > 4 for n in lengths) / len(lengths)
     # validation reports the task reward alone: greedy validation equals a run without the punishment
-    plain_trainer = Trainer(
-        tiny_config(tiny_model_dir, tmp_path / "plain", ["rollout.max_tokens=8"]),
-        engine=SamplingEngine(tiny_model_dir),
-        reward_fn=digit_reward,
-        train_data=sum_rows(8),
-        val_data=sum_rows(3, seed=5),
-    )
+    plain_trainer = make_trainer(tiny_model_dir, tmp_path / "plain", ["rollout.max_tokens=8"])
     assert trainer.validate()["val/reward/mean"] == plain_trainer.validate()["val/reward/mean"]
 
 
@@ -148,13 +141,7 @@ def test_validation_sampling_settings_reach_the_engine(tiny_model_dir: Path, tmp
             return super().generate(requests)
 
     overrides = ["rollout.top_p=1.0", "rollout.val_temperature=0.6", "rollout.val_n=2", "rollout.val_top_p=0.95"]
-    trainer = Trainer(
-        tiny_config(tiny_model_dir, tmp_path / "run", overrides),
-        engine=Recording(tiny_model_dir),
-        reward_fn=digit_reward,
-        train_data=sum_rows(8),
-        val_data=sum_rows(3, seed=5),
-    )
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides, Recording(tiny_model_dir))
     trainer.validate()
     assert seen == [(2, 0.6, 0.95)] * 3
     assert trainer.sampling.top_p == 1.0  # training sampling is untouched
