@@ -16,9 +16,7 @@ from torch import nn
 from transformers import AutoTokenizer
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
-from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import train
-from rlloom.core_rl.trajectory import Trajectory
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.hf_engine import HFEngine
 
@@ -60,11 +58,7 @@ def run_train(
         engines.append(HFEngine(module, tokenizer))
         return engines[-1]
 
-    with RegistryReward(workers=score_workers, timeout=score_timeout) as scorer:
-
-        def reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
-            return [RewardOutput(r.score, dict(r.components), r.error) for r in scorer(trajectories)]
-
+    with RegistryReward(workers=score_workers, timeout=score_timeout) as reward:
         try:
             return train(config, engine_factory=engine_on, reward_fn=reward, train_data=train_rows, val_data=val_rows)
         finally:

@@ -19,9 +19,7 @@ from torch import nn
 from transformers import AutoConfig, AutoTokenizer
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
-from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import train
-from rlloom.core_rl.trajectory import Trajectory
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.hf_engine import HFEngine
@@ -85,11 +83,7 @@ def run_train(
         engines.append(HFEngine(module, tokenizer))
         return engines[-1]
 
-    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=scorers) as scorer:
-
-        def reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
-            return [RewardOutput(r.score, dict(r.components), r.error) for r in scorer(trajectories)]
-
+    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=scorers) as reward:
         try:
             return train(
                 config,

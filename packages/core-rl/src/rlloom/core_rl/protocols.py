@@ -46,11 +46,23 @@ class RewardOutput:
     error: str | None = None
 
 
+class RewardLike(Protocol):
+    """What the trainer reads of a reward: `RewardOutput`, or any result with these fields (rlloom-rewards'
+    `ScoreResult` has them, so its scorers plug in without a conversion)."""
+
+    @property
+    def score(self) -> float: ...
+    @property
+    def components(self) -> Mapping[str, float]: ...
+    @property
+    def error(self) -> str | None: ...
+
+
 @runtime_checkable
 class RewardFn(Protocol):
     """Scores a batch of finished trajectories; must not raise for a bad response (score it 0 instead)."""
 
-    def __call__(self, trajectories: Sequence[Trajectory]) -> list[RewardOutput]: ...
+    def __call__(self, trajectories: Sequence[Trajectory]) -> Sequence[RewardLike]: ...
 
 
 @runtime_checkable
