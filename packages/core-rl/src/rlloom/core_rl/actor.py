@@ -181,10 +181,11 @@ class PolicyActor:
             norm_length=float(self.max_response_length),
         )
         totals: dict[str, torch.Tensor] = {}
-        for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
+        for micro, weight in self._training_micro_batches(mini):
             micro = micro.to(self.device)
-            for key, value in self._micro_loss(micro, agg, temperature, entropy_coef).items():
+            for key, value in self._micro_loss(micro, agg, temperature, entropy_coef, weight).items():
                 totals[key] = totals[key] + value if key in totals else value
+        totals = self._sum_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
@@ -192,8 +193,23 @@ class PolicyActor:
         # metric means were accumulated weighted by each micro-batch's share of tokens
         return out
 
+    def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
+        """The micro-batches this process runs for `mini`, each with its loss weight (a data-parallel rank takes
+        its own rows and may add zero-weight ones so every rank runs the same number of forwards)."""
+        padded = not self.cfg.padding_free
+        return [(micro, 1.0) for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=padded)]
+
+    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Metric totals of the whole mini-batch: here this process saw all of it."""
+        return totals
+
     def _micro_loss(
-        self, micro: TrajectoryBatch, agg: LossAggregation, temperature: float, entropy_coef: float
+        self,
+        micro: TrajectoryBatch,
+        agg: LossAggregation,
+        temperature: float,
+        entropy_coef: float,
+        weight: float = 1.0,
     ) -> dict[str, torch.Tensor]:
         mask = micro.loss_mask
         need_entropy = entropy_coef > 0
@@ -227,9 +243,9 @@ class PolicyActor:
             loss = loss + self.algo.kl_loss_coef * kl_loss
             out["kl_loss"] = kl_loss.detach()
             out["kl_mean"] = masked_mean(kl.detach(), mask) * share
-        loss.backward()  # type: ignore[no-untyped-call]
+        (loss * weight).backward()  # type: ignore[no-untyped-call]
         out["loss"] = loss.detach()
-        return out
+        return {key: value * weight for key, value in out.items()} if weight != 1.0 else out
 
     def named_weights(self) -> Mapping[str, torch.Tensor]:
         if hasattr(self.model, "merge_and_unload"):

@@ -272,6 +272,30 @@ class TrainerConfig(_Section):
     run_name: str | None = Field(default=None, description="Run name for W&B/TensorBoard; default output_dir's name.")
 
 
+class DistributedConfig(_Section):
+    num_ranks: int = Field(
+        default=1,
+        ge=1,
+        description="Data-parallel ranks of the actor and reference (FSDP2 shards in Ray actors); 1 = in-process.",
+    )
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="torch.distributed backend: auto = nccl on GPUs, gloo on CPU."
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster to join (`auto` after `ray start`); None starts or reuses a local Ray.",
+    )
+    cpus_per_rank: float = Field(default=1.0, gt=0.0, description="Ray CPUs reserved per rank (fractions allowed).")
+    gpus_per_rank: float | None = Field(
+        default=None, ge=0.0, description="Ray GPUs per rank; None = 1 when trainer.device is a GPU, else 0."
+    )
+    timeout_s: float = Field(
+        default=1800.0,
+        gt=0.0,
+        description="Longest wait for a rank's answer or a collective before failing with an error (no hang).",
+    )
+
+
 class RLConfig(_Section):
     """A whole training run."""
 
@@ -282,6 +306,7 @@ class RLConfig(_Section):
     actor: ActorConfig = Field(default_factory=ActorConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
     @model_validator(mode="after")
     def _check_names(self) -> RLConfig:

@@ -59,6 +59,8 @@ def clipped_optimizer_step(
     the returned norm so the skip is visible.
     """
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else float("inf"))
+    if hasattr(grad_norm, "full_tensor"):  # FSDP2 shards: a DTensor holding the norm over every rank's shard
+        grad_norm = grad_norm.full_tensor()
     if torch.isfinite(grad_norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -62,6 +62,44 @@ def build_run(
     if pad_token_id is None:
         raise ValueError(f"the tokenizer of {cfg.model.path} has neither a pad nor an eos token; set one")
 
+    actor: PolicyWorker
+    reference: ReferenceWorker | None = None
+    bf16 = cfg.trainer.bf16_autocast
+    if cfg.distributed.num_ranks > 1:
+        from rlloom.core_rl.distributed.ray_group import RayActorGroup
+
+        group = RayActorGroup(
+            cfg,
+            total_steps=total_steps,
+            weights_path=str(resume_from or cfg.model.path),
+            with_reference=cfg.uses_reference,
+        )
+        actor, reference = group, group.reference
+    else:
+        actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=resume_from)
+    critic = None
+    if cfg.uses_critic:
+        # the value model stays in this process for now (it is not sharded with distributed.num_ranks > 1)
+        critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
+        critic = ValueCritic(
+            ValueModel.from_pretrained(cfg.model, critic_path),
+            critic=cfg.critic,
+            loss_agg_mode=cfg.algorithm.loss_agg_mode,
+            total_steps=total_steps,
+            mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
+            device=device,
+            bf16=bf16,
+            seed=cfg.trainer.seed,
+        )
+    tracker = MultiTracker(
+        list(trackers) if trackers is not None else default_trackers(cfg, output_dir, total_steps, start_step)
+    )
+    return RunParts(device, tokenizer, int(pad_token_id), actor, reference, critic, tracker)
+
+
+def _in_process_workers(
+    cfg: RLConfig, device: torch.device, *, total_steps: int, resume_from: Path | None
+) -> tuple[PolicyActor, ReferencePolicy | None]:
     actor_model = load_causal_lm(cfg.model, str(resume_from or cfg.model.path), device, resume_from=resume_from)
     rows_per_mini = cfg.actor.mini_batch_size * cfg.rollout.n
     bf16 = cfg.trainer.bf16_autocast
@@ -85,23 +123,7 @@ def build_run(
             ref_model, max_tokens=cfg.actor.max_tokens_per_micro_batch, packed=cfg.actor.padding_free, device=device,
             bf16=bf16,
         )  # fmt: skip
-    critic = None
-    if cfg.uses_critic:
-        critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
-        critic = ValueCritic(
-            ValueModel.from_pretrained(cfg.model, critic_path),
-            critic=cfg.critic,
-            loss_agg_mode=cfg.algorithm.loss_agg_mode,
-            total_steps=total_steps,
-            mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
-            device=device,
-            bf16=bf16,
-            seed=cfg.trainer.seed,
-        )
-    tracker = MultiTracker(
-        list(trackers) if trackers is not None else default_trackers(cfg, output_dir, total_steps, start_step)
-    )
-    return RunParts(device, tokenizer, int(pad_token_id), actor, reference, critic, tracker)
+    return actor, reference
 
 
 def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_step: int) -> list[Tracker]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlloom.core_rl.actor import PolicyActor
+from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.algorithms import (
     AdaptiveEntropyController,
     AdvantageInputs,
@@ -153,14 +153,17 @@ class Trainer:
             _seed_everything(config.trainer.seed)
 
     def _engine_on_actor(self, factory: EngineFactory | None) -> RolloutEngine:
-        """Call `factory` with the actor's module (built only now, by `build_run`)."""
+        """Call `factory` with the actor's module (built only now, by `build_run`). A sharded actor has no whole
+        module here, so the engine gets its own copy of the policy, kept current by the weight sync every step."""
         actor = self.parts.actor
-        if factory is None or not isinstance(actor, PolicyActor):
-            raise TypeError(
-                f"engine_factory needs the in-process PolicyActor's module, but the actor is a {type(actor).__name__}; "
-                "pass engine= (an engine with its own weights) instead"
-            )
-        engine = factory(actor.model)
+        if factory is None:
+            raise TypeError("engine_factory is None; pass engine= or engine_factory=")
+        if isinstance(actor, PolicyActor):
+            module: nn.Module = actor.model
+        else:
+            weights = str(self.resume_from or self.cfg.model.path)
+            module = load_causal_lm(self.cfg.model.model_copy(update={"lora_rank": 0}), weights, self.parts.device)
+        engine = factory(module)
         if not isinstance(engine, RolloutEngine):
             raise TypeError(
                 f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "

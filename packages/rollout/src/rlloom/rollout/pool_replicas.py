@@ -8,7 +8,7 @@ its resources stays pending forever rather than failing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -84,7 +84,8 @@ class RayReplica:
         self._timeout = timeout_s
         actor_cls = ray.remote(_EngineActorBody)
         opts = {"num_cpus": 0.5, "max_concurrency": 64, **options}
-        self.actor = actor_cls.options(**opts).remote(factory)
+        # a Ray actor handle; Ray's stubs type its methods as the body's, without `.remote`
+        self.actor = cast(Any, actor_cls.options(**opts).remote(factory))
         ray.get(self.actor.ready.remote(), timeout=timeout_s)
 
     @staticmethod

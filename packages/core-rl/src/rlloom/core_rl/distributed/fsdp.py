@@ -1,0 +1,98 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) sharding of a Hugging Face model, and full-size copies of its
+weights and optimizer state for engines and checkpoints.
+
+Each decoder layer is its own FSDP unit (parameters gathered just before the layer runs, freed after), the
+embeddings and head go with the root. Checkpoints hold full tensors in the layout of a single-process
+`PolicyActor`, so a run saved on N ranks resumes on M ranks, or on one process, and the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+
+def shard_model(model: nn.Module) -> nn.Module:
+    """Shard `model` in place over the default process group; returns it.
+
+    Units are the classes HF lists in `_no_split_modules` (the decoder layers). Gradients are summed, not
+    averaged, across ranks: each rank's loss is already divided by the whole mini-batch's token and sequence
+    counts (see `LossAggregation`), so the sum is the single-process gradient.
+    """
+    unit_names = set(getattr(model, "_no_split_modules", None) or [])
+    units = [m for m in model.modules() if type(m).__name__ in unit_names and m is not model]
+    if not units:
+        raise ValueError(
+            f"shard_model: {type(model).__name__} names no decoder-layer classes in _no_split_modules; "
+            "FSDP2 needs per-layer units to keep memory bounded"
+        )
+    for unit in units:
+        fully_shard(unit)
+    fully_shard(model)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
+    return model
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict on CPU at rank 0 (an empty dict elsewhere); every rank must call it."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """`optimizer.state_dict()` with every sharded tensor gathered to full size on CPU, on every rank.
+
+    The result has the single-process layout (parameter indices in `model.parameters()` order), which
+    `PolicyActor.load_state_dict` reads as well. Every rank must call it (the gathers are collective).
+    """
+    state = optimizer.state_dict()
+    state["state"] = {
+        index: {key: _full(value) for key, value in per_param.items()} for index, per_param in state["state"].items()
+    }
+    return state
+
+
+def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+    """Load a full-size optimizer state (from any number of ranks, or one process) into a sharded optimizer."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    local: dict[int, dict[str, Any]] = {}
+    for index, per_param in state["state"].items():
+        if not 0 <= int(index) < len(params):
+            raise ValueError(
+                f"optimizer state names parameter {index} but the model has {len(params)} trainable tensors; "
+                "was the checkpoint written for another model?"
+            )
+        param = params[int(index)]
+        local[int(index)] = {key: _shard_like(value, param, key) for key, value in per_param.items()}
+    optimizer.load_state_dict({"state": local, "param_groups": state["param_groups"]})
+
+
+def _full(value: Any) -> Any:
+    if isinstance(value, DTensor):
+        return value.full_tensor().cpu()
+    return value
+
+
+def _shard_like(value: Any, param: torch.Tensor, key: str) -> Any:
+    if not isinstance(param, DTensor) or not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return value  # scalars (Adam's step) are replicated
+    if tuple(value.shape) != tuple(param.shape):
+        raise ValueError(
+            f"optimizer state {key!r} has shape {tuple(value.shape)} but its parameter is {tuple(param.shape)}; "
+            "was the checkpoint written for another model?"
+        )
+    mesh = param.device_mesh
+    return distribute_tensor(value.to(param.to_local().device), mesh, param.placements, src_data_rank=None)
+
+
+__all__ = ["full_model_state", "full_optimizer_state", "load_full_optimizer_state", "shard_model"]

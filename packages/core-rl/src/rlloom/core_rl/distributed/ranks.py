@@ -1,0 +1,202 @@
+"""One rank's share of a data-parallel FSDP2 actor and reference.
+
+Every rank receives the whole batch and takes the rows `balance_rows` gives it. FSDP2 gathers each layer's
+weights in a collective, so all ranks must run the same number of forwards (and backwards): a rank with fewer
+micro-batches (or no rows at all) runs extra ones on a borrowed row with loss weight 0. Losses are divided by
+the whole mini-batch's counts, gradients are summed across ranks and metric totals summed with one all-reduce,
+so a step on N ranks equals the single-process step up to float summation order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.distributed.fsdp import (
+    full_model_state,
+    full_optimizer_state,
+    load_full_optimizer_state,
+)
+from rlloom.core_rl.distributed.partition import balance_rows
+from rlloom.core_rl.model_forward import autocast, response_logprobs, rope_rows
+
+RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """This process's place in the default process group."""
+
+    rank: int
+    world_size: int
+
+    def rows(self, batch: TrajectoryBatch) -> list[int]:
+        """This rank's rows of `batch`, balanced by token count; the same split on every rank."""
+        counts = [int(n) for n in batch["attention_mask"].sum(-1).tolist()]
+        return balance_rows(counts, self.world_size)[self.rank]
+
+    def max_over_ranks(self, value: int) -> int:
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def sum_over_ranks(self, totals: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Sum each named scalar across ranks (one all-reduce; every rank has the same keys)."""
+        keys = sorted(totals)
+        if not keys:
+            return {}
+        stacked = torch.stack([totals[k].detach().float().cpu().reshape(()) for k in keys])
+        dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
+        return dict(zip(keys, stacked.unbind(), strict=True))
+
+    def micro_batches(
+        self, batch: TrajectoryBatch, *, max_tokens: int, padded: bool
+    ) -> list[tuple[list[int], TrajectoryBatch, float]]:
+        """(rows of `batch`, micro-batch, loss weight) for this rank, padded with weight-0 repeats of a row so
+        that every rank returns the same number of micro-batches."""
+        if rope_rows(batch):
+            raise NotImplementedError(
+                "rows with multimodal M-RoPE inputs are forwarded one by one, so ranks would run different numbers "
+                "of forwards; train vision-language models with distributed.num_ranks=1 for now"
+            )
+        rows = self.rows(batch)
+        real: list[tuple[list[int], TrajectoryBatch, float]] = []
+        if rows:
+            for local_rows, micro in batch.select(rows).micro_batches(max_tokens, padded=padded):
+                real.append(([rows[i] for i in local_rows], micro, 1.0))
+        filler_row = rows[0] if rows else 0
+        filler = batch.select([filler_row])
+        missing = self.max_over_ranks(len(real)) - len(real)
+        return real + [([], filler, 0.0) for _ in range(missing)]
+
+
+def rank_logprobs(
+    model: nn.Module,
+    batch: TrajectoryBatch,
+    ctx: RankContext,
+    *,
+    temperature: float,
+    max_tokens: int,
+    packed: bool,
+    entropy: bool,
+    device: torch.device,
+    bf16: bool,
+) -> RowLogprobs:
+    """No-grad log-probs (and entropies) of this rank's rows: (row indices, [rows, R], [rows, R] or None)."""
+    width = batch.response_width
+    rows: list[int] = []
+    lp_parts: list[torch.Tensor] = []
+    ent_parts: list[torch.Tensor] = []
+    with torch.no_grad():
+        for micro_rows, micro, weight in ctx.micro_batches(batch, max_tokens=max_tokens, padded=not packed):
+            with autocast(device, bf16):
+                lp, ent = response_logprobs(
+                    model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
+                )
+            if weight == 0.0:
+                continue
+            rows.extend(micro_rows)
+            lp_parts.append(_to_width(lp.float().cpu(), width))
+            if ent is not None:
+                ent_parts.append(_to_width(ent.float().cpu(), width))
+    empty = torch.zeros(0, width)
+    logprobs = torch.cat(lp_parts) if lp_parts else empty
+    entropies = (torch.cat(ent_parts) if ent_parts else empty) if entropy else None
+    return rows, logprobs, entropies
+
+
+def _to_width(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Micro-batches may be trimmed to their own longest response: pad back to the batch's response width."""
+    if values.shape[-1] == width:
+        return values
+    return torch.nn.functional.pad(values, (0, width - values.shape[-1]))
+
+
+class ShardedPolicyActor(PolicyActor):
+    """`PolicyActor` on one rank of an FSDP2-sharded model. The driver (`RayActorGroup`) calls the same method on
+    every rank with the whole batch and assembles the rows."""
+
+    def __init__(self, model: nn.Module, ctx: RankContext, **kwargs: Any) -> None:
+        if hasattr(model, "merge_and_unload"):
+            raise NotImplementedError("LoRA with distributed.num_ranks > 1 is not supported yet; use num_ranks=1")
+        super().__init__(model, **kwargs)  # type: ignore[arg-type]
+        self.ctx = ctx
+
+    def rank_logprobs(self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False) -> RowLogprobs:
+        self.model.eval()
+        return rank_logprobs(
+            self.model,
+            batch,
+            self.ctx,
+            temperature=temperature,
+            max_tokens=self.cfg.max_tokens_per_micro_batch,
+            packed=self.cfg.padding_free,
+            entropy=entropy,
+            device=self.device,
+            bf16=self.bf16,
+        )
+
+    def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
+        parts = self.ctx.micro_batches(
+            mini, max_tokens=self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free
+        )
+        return [(micro, weight) for _, micro, weight in parts]
+
+    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.ctx.sum_over_ranks(totals)
+
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """Full weights at rank 0, an empty dict elsewhere (every rank must call)."""
+        return full_model_state(self.model)
+
+    def save_pretrained(self, path: str) -> None:
+        """Gather the weights; rank 0 writes them in Hugging Face format (every rank must call)."""
+        weights = full_model_state(self.model)
+        if self.ctx.rank == 0:
+            self.model.save_pretrained(path, state_dict=weights)  # type: ignore[operator]
+        dist.barrier()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Full-size optimizer state in the single-process layout, so any number of ranks can resume it."""
+        return {
+            "optimizer": full_optimizer_state(self.optimizer),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        load_full_optimizer_state(self.optimizer, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+
+
+class ShardedReference(ReferencePolicy):
+    """`ReferencePolicy` on one rank of an FSDP2-sharded frozen model."""
+
+    def __init__(self, model: nn.Module, ctx: RankContext, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.ctx = ctx
+
+    def rank_logprobs(self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False) -> RowLogprobs:
+        self.model.eval()
+        return rank_logprobs(
+            self.model,
+            batch,
+            self.ctx,
+            temperature=temperature,
+            max_tokens=self.max_tokens,
+            packed=self.packed,
+            entropy=entropy,
+            device=self.device,
+            bf16=self.bf16,
+        )
+
+
+__all__ = ["RankContext", "RowLogprobs", "ShardedPolicyActor", "ShardedReference", "rank_logprobs"]

@@ -1,0 +1,288 @@
+"""The actor and reference as N FSDP2-sharded ranks in Ray actors, behind the in-process worker interfaces.
+
+`RayActorGroup` is a `PolicyWorker` (and `.reference` a `ReferenceWorker`), so the trainer loop does not know it
+is distributed. Each call ships the batch once through Ray's object store; every rank takes its balanced share
+of rows, and the group puts the answers back in row order. Ranks talk over torch.distributed (gloo on CPU, NCCL
+on GPUs); `ray start` on each machine plus `distributed.ray_address: auto` spreads them over nodes.
+
+Nothing waits forever: a rank that does not answer within `distributed.timeout_s`, or dies, raises an error
+naming the call and the ranks, and collectives time out after the same limit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
+from rlloom.core_rl.config import RLConfig
+
+RAY_HINT = "the distributed backend needs Ray: pip install 'rlloom-core-rl[ray]'"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as err:  # pragma: no cover - depends on the extra
+        raise ImportError(RAY_HINT) from err
+    return ray
+
+
+class RankWorker:
+    """What runs in each rank's Ray actor process: one `ShardedPolicyActor` (and `ShardedReference`)."""
+
+    def __init__(self) -> None:
+        self.actor: Any = None
+        self.reference: Any = None
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's address and a free port for torch.distributed's TCP store (asked of rank 0)."""
+        ray = _import_ray()
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        return str(ray.util.get_node_ip_address()), port
+
+    def setup(
+        self,
+        config_json: str,
+        *,
+        rank: int,
+        world_size: int,
+        master: tuple[str, int],
+        weights_path: str,
+        total_steps: int,
+        with_reference: bool,
+    ) -> None:
+        import torch.distributed as dist
+
+        from rlloom.core_rl.actor import load_causal_lm
+        from rlloom.core_rl.distributed.fsdp import shard_model
+        from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor, ShardedReference
+
+        cfg = RLConfig.model_validate_json(config_json)
+        dcfg = cfg.distributed
+        torch.set_num_threads(max(1, int(dcfg.cpus_per_rank)))
+        torch.manual_seed(cfg.trainer.seed)
+        torch.use_deterministic_algorithms(cfg.trainer.deterministic)
+        on_gpu = torch.cuda.is_available() and cfg.trainer.device != "cpu"
+        device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")  # Ray sets CUDA_VISIBLE_DEVICES
+        if on_gpu:
+            torch.cuda.set_device(device)
+        backend = dcfg.backend if dcfg.backend != "auto" else ("nccl" if on_gpu else "gloo")
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master[0]}:{master[1]}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=dcfg.timeout_s),
+        )
+        ctx = RankContext(rank, world_size)
+        bf16 = cfg.trainer.bf16_autocast
+        self.actor = ShardedPolicyActor(
+            shard_model(load_causal_lm(cfg.model, weights_path, device)),
+            ctx,
+            actor=cfg.actor,
+            algorithm=cfg.algorithm,
+            total_steps=total_steps,
+            mini_batch_rows=cfg.actor.mini_batch_size * cfg.rollout.n,
+            max_response_length=cfg.rollout.max_tokens,
+            device=device,
+            bf16=bf16,
+            seed=cfg.trainer.seed,
+        )
+        if with_reference:
+            self.reference = ShardedReference(
+                shard_model(load_causal_lm(cfg.model, cfg.model.path, device)),
+                ctx,
+                max_tokens=cfg.actor.max_tokens_per_micro_batch,
+                packed=cfg.actor.padding_free,
+                device=device,
+                bf16=bf16,
+            )
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def actor_logprobs(self, batch: TrajectoryBatch, temperature: float, entropy: bool) -> Any:
+        return self.actor.rank_logprobs(batch, temperature=temperature, entropy=entropy)
+
+    def reference_logprobs(self, batch: TrajectoryBatch, temperature: float, entropy: bool) -> Any:
+        if self.reference is None:
+            raise RuntimeError("this worker group was built without a reference model (with_reference=False)")
+        return self.reference.rank_logprobs(batch, temperature=temperature, entropy=entropy)
+
+    def update_policy(self, batch: TrajectoryBatch, temperature: float, entropy_coef: float | None) -> Any:
+        return self.actor.update_policy(batch, temperature=temperature, entropy_coef=entropy_coef)
+
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        return dict(self.actor.named_weights())
+
+    def save_pretrained(self, path: str) -> None:
+        self.actor.save_pretrained(path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.actor.state_dict())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor.load_state_dict(state)
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RayActorGroup:
+    """`PolicyWorker` over `distributed.num_ranks` FSDP2 ranks (see the module docstring).
+
+    weights_path: where the ranks load the policy from (`model.path`, or a checkpoint when resuming).
+    with_reference: also hold a sharded frozen reference (from `model.path`) on the same ranks, for KL.
+    """
+
+    def __init__(self, cfg: RLConfig, *, total_steps: int, weights_path: str, with_reference: bool) -> None:
+        ray = _import_ray()
+        self._ray = ray
+        dcfg = cfg.distributed
+        if cfg.model.lora_rank > 0:
+            raise ValueError("model.lora_rank > 0 with distributed.num_ranks > 1 is not supported yet; use 1 rank")
+        if not ray.is_initialized():
+            ray.init(address=dcfg.ray_address, include_dashboard=False, log_to_driver=True)
+        self.num_ranks = dcfg.num_ranks
+        self.timeout_s = dcfg.timeout_s
+        gpus = dcfg.gpus_per_rank
+        if gpus is None:
+            gpus = 1.0 if cfg.trainer.device != "cpu" and torch.cuda.is_available() else 0.0
+        _check_resources(ray.cluster_resources(), self.num_ranks, dcfg.cpus_per_rank, gpus)
+        remote_cls = ray.remote(RankWorker)
+        self.ranks = [
+            remote_cls.options(num_cpus=dcfg.cpus_per_rank, num_gpus=gpus).remote() for _ in range(self.num_ranks)
+        ]
+        master = self._gather([self.ranks[0].rendezvous_address.remote()], "rendezvous")[0]
+        config_json = cfg.model_dump_json()
+        self._gather(
+            [
+                worker.setup.remote(
+                    config_json,
+                    rank=rank,
+                    world_size=self.num_ranks,
+                    master=tuple(master),
+                    weights_path=weights_path,
+                    total_steps=total_steps,
+                    with_reference=with_reference,
+                )
+                for rank, worker in enumerate(self.ranks)
+            ],
+            "setup",
+        )
+        self.reference = RayReference(self) if with_reference else None
+
+    # ------------------------------------------------------------------ PolicyWorker
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._row_logprobs("actor_logprobs", batch, temperature, entropy)
+
+    def update_policy(
+        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+    ) -> dict[str, float]:
+        metrics = self._call_all("update_policy", self._ray.put(batch), temperature, entropy_coef)
+        return dict(metrics[0])  # every rank summed the same totals
+
+    def named_weights(self) -> Mapping[str, torch.Tensor]:
+        return dict(self._call_all("named_weights")[0])
+
+    def save_pretrained(self, path: str) -> None:
+        self._call_all("save_pretrained", path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self._call_all("state_dict")[0])
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._call_all("load_state_dict", self._ray.put(dict(state)))
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        """Tear the process group down and end the rank processes."""
+        try:
+            self._call_all("shutdown")
+        finally:
+            for worker in self.ranks:
+                self._ray.kill(worker)
+            self.ranks = []
+
+    def _row_logprobs(
+        self, method: str, batch: TrajectoryBatch, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        parts = self._call_all(method, self._ray.put(batch), temperature, entropy)
+        width, size = batch.response_width, batch.batch_size
+        logprobs = scatter_rows([(rows, lp) for rows, lp, _ in parts if rows], size, width)
+        if not entropy:
+            return logprobs, None
+        return logprobs, scatter_rows([(rows, ent) for rows, _, ent in parts if rows], size, width)
+
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        if not self.ranks:
+            raise RuntimeError("this RayActorGroup was closed")
+        return self._gather([getattr(worker, method).remote(*args) for worker in self.ranks], method)
+
+    def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:
+        ray = self._ray
+        _, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
+        if pending:
+            late = [i for i, ref in enumerate(refs) if ref in pending]
+            raise TimeoutError(
+                f"RayActorGroup.{what}: rank(s) {late} gave no answer within distributed.timeout_s={self.timeout_s}s "
+                "(a rank may be stuck in a collective or unable to get its CPUs/GPUs)"
+            )
+        results: list[Any] = []
+        dead: list[int] = []
+        first_error: BaseException | None = None
+        for rank, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayActorError:
+                dead.append(rank)
+            except Exception as err:  # a rank raised; its peers usually fail in the collective after it
+                first_error = first_error or err
+        if dead:
+            raise RuntimeError(
+                f"RayActorGroup.{what}: rank process(es) {dead} died; the group cannot continue. Resume the run "
+                "from its last checkpoint (any number of ranks can load it)"
+            ) from first_error
+        if first_error is not None:
+            raise first_error
+        return results
+
+
+class RayReference:
+    """`ReferenceWorker` view of the frozen reference held on the group's ranks."""
+
+    def __init__(self, group: RayActorGroup) -> None:
+        self.group = group
+
+    def compute_logprobs(
+        self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.group._row_logprobs("reference_logprobs", batch, temperature, entropy)
+
+
+def _check_resources(available: Mapping[str, float], ranks: int, cpus: float, gpus: float) -> None:
+    """Fail now, not by hanging: Ray leaves an actor it cannot place pending forever."""
+    for name, per_rank, key in (("CPU", cpus, "cpus_per_rank"), ("GPU", gpus, "gpus_per_rank")):
+        need = ranks * per_rank
+        have = float(available.get(name, 0.0))
+        if need > have + 1e-9:
+            raise ValueError(
+                f"distributed.num_ranks={ranks} x distributed.{key}={per_rank} needs {need:g} {name}s but the Ray "
+                f"cluster has {have:g}; lower distributed.{key} (fractions are allowed) or add nodes with `ray start`"
+            )
+
+
+__all__ = ["RankWorker", "RayActorGroup", "RayReference"]

@@ -1,0 +1,162 @@
+"""The actor and reference as FSDP2 shards on Ray ranks (gloo on CPU), checked against the in-process workers.
+
+The single-process `PolicyActor` is the independent expectation: with a batch that does not divide the ranks
+(7 rows on 3 ranks, mini-batches of 3 + 3 + 1 rows, so two ranks run weight-0 filler forwards), log-probs,
+update metrics, weights and optimizer state must match it up to float summation order. Checkpoints hold
+full-size state, so a run resumes on another number of ranks (or in one process) and continues the same run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from test_workers import random_batch
+from tiny_run import run
+from transformers import AutoModelForCausalLM
+
+from rlloom.core_rl.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.config import RLConfig
+
+ray = pytest.importorskip("ray")
+from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def worker_config(model_dir: Path, ranks: int) -> RLConfig:
+    return RLConfig.model_validate(
+        {
+            "model": {"path": str(model_dir)},
+            "rollout": {"n": 1, "max_tokens": 9},
+            "algorithm": {"entropy_coef": 0.01, "loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28},
+            "actor": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20,
+                      "grad_clip": 0.5},
+            "trainer": {"device": "cpu", "seed": 0},
+            "distributed": {"num_ranks": ranks, "cpus_per_rank": 0.5, "timeout_s": 300},
+        }
+    )  # fmt: skip
+
+
+def in_process_actor(cfg: RLConfig, weights: Path) -> PolicyActor:
+    return PolicyActor(
+        load_causal_lm(cfg.model, str(weights), CPU),
+        actor=cfg.actor,
+        algorithm=cfg.algorithm,
+        total_steps=10,
+        mini_batch_rows=cfg.actor.mini_batch_size,
+        max_response_length=cfg.rollout.max_tokens,
+        device=CPU,
+    )
+
+
+def assert_metrics_close(got: dict[str, float], expected: dict[str, float]) -> None:
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+
+
+def assert_weights_close(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():  # Adam amplifies summation-order rounding of tiny gradients (test_workers)
+        torch.testing.assert_close(got[name], value, rtol=1e-4, atol=2e-5)
+
+
+def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_counts(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg3 = worker_config(tiny_model_dir, ranks=3)
+    group = RayActorGroup(cfg3, total_steps=10, weights_path=str(tiny_model_dir), with_reference=True)
+    single = in_process_actor(cfg3, tiny_model_dir)
+    batch = random_batch(single.model.config.vocab_size)
+    assert batch.batch_size % 3 != 0
+
+    expected_lp, expected_ent = single.compute_logprobs(batch, temperature=0.8, entropy=True)
+    got_lp, got_ent = group.compute_logprobs(batch, temperature=0.8, entropy=True)
+    assert got_ent is not None and expected_ent is not None
+    torch.testing.assert_close(got_lp, expected_lp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_ent, expected_ent, rtol=1e-5, atol=1e-5)
+    assert group.reference is not None
+    ref_lp, _ = group.reference.compute_logprobs(batch, temperature=0.8)
+    torch.testing.assert_close(ref_lp, expected_lp, rtol=1e-5, atol=1e-5)  # nothing trained yet
+
+    batch["old_logprobs"] = expected_lp - 0.05 * batch.loss_mask  # off-policy enough that some ratios clip
+    expected_metrics = single.update_policy(batch, temperature=0.8)
+    got_metrics = group.update_policy(batch, temperature=0.8)
+    assert expected_metrics["actor/pg_clipfrac"] > 0 and expected_metrics["actor/grad_norm"] > 0.5  # clipping ran
+    assert_metrics_close(got_metrics, expected_metrics)
+    assert_weights_close(dict(group.named_weights()), dict(single.model.state_dict()))
+
+    # the reference stayed frozen while the policy moved
+    moved_lp, _ = group.compute_logprobs(batch, temperature=0.8)
+    still_lp, _ = group.reference.compute_logprobs(batch, temperature=0.8)
+    assert (moved_lp - expected_lp).abs().max() > 1e-3
+    torch.testing.assert_close(still_lp, expected_lp, rtol=1e-5, atol=1e-5)
+
+    # checkpoint on 3 ranks: full-size optimizer state in the single-process layout, HF weights
+    state = group.state_dict()
+    single_state = single.state_dict()
+    assert state["optimizer"]["state"].keys() == single_state["optimizer"]["state"].keys()
+    for index, moments in single_state["optimizer"]["state"].items():
+        torch.testing.assert_close(state["optimizer"]["state"][index]["exp_avg"], moments["exp_avg"],
+                                   rtol=1e-4, atol=1e-6)  # fmt: skip
+    saved = tmp_path / "three_ranks"
+    group.save_pretrained(str(saved))
+    reloaded = AutoModelForCausalLM.from_pretrained(saved)
+    assert_weights_close(dict(reloaded.state_dict()), dict(single.model.state_dict()))
+    group.close()
+
+    # ... resumed on 2 ranks, and in one process, both continue the uninterrupted run
+    expected_metrics = single.update_policy(batch, temperature=0.8)
+    two = RayActorGroup(worker_config(tiny_model_dir, ranks=2), total_steps=10, weights_path=str(saved),
+                        with_reference=False)  # fmt: skip
+    two.load_state_dict(state)
+    assert_metrics_close(two.update_policy(batch, temperature=0.8), expected_metrics)
+    assert_weights_close(dict(two.named_weights()), dict(single.model.state_dict()))
+    one = in_process_actor(cfg3, saved)
+    one.load_state_dict(state)
+    assert_metrics_close(one.update_policy(batch, temperature=0.8), expected_metrics)
+
+    # a dead rank is an error naming the call, not a hang
+    ray.kill(two.ranks[1])
+    with pytest.raises(RuntimeError, match=r"actor_logprobs: rank process\(es\) \[1\] died"):
+        two.compute_logprobs(batch, temperature=0.8)
+
+
+def read_metrics(output_dir: Path) -> list[dict[str, float]]:
+    volatile = ("timing/", "perf/")
+    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(volatile)} for line in lines]
+
+
+def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """GRPO with a KL loss (reference on the ranks) and a 16-row batch in mini-batches of 12 + 4 rows."""
+    steps = ["trainer.total_steps=2", "trainer.save_every=1", "trainer.deterministic=false"]
+    two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300"]
+    run(tiny_model_dir, tmp_path / "one", steps)
+    expected = read_metrics(tmp_path / "one")
+    run(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks])
+    got = read_metrics(tmp_path / "two")
+    assert "num_ranks: 2" in (tmp_path / "two" / "config.yaml").read_text()
+    assert [m["step"] for m in got] == [1, 2]
+    assert got[1]["actor/kl_loss"] > 0  # the policy moved away from the reference on the ranks
+    for got_step, expected_step in zip(got, expected, strict=True):
+        assert_metrics_close(got_step, expected_step)
+
+    # the 2-rank checkpoint of step 1 resumes in one process and gives the uninterrupted run's step 2
+    resumed = tmp_path / "resumed"
+    run(tiny_model_dir, resumed, [*steps, f"trainer.resume={tmp_path / 'two' / 'checkpoints' / 'step_1'}"])
+    assert_metrics_close(read_metrics(resumed)[-1], expected[1])
