@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.critic import ValueCritic, ValueModel
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
@@ -43,6 +44,7 @@ def worker_config(model_dir: Path, ranks: int) -> RLConfig:
             "algorithm": {"entropy_coef": 0.01, "loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28},
             "actor": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20,
                       "grad_clip": 0.5},
+            "critic": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20},
             "trainer": {"device": "cpu", "seed": 0},
             "distributed": {"num_ranks": ranks, "cpus_per_rank": 0.5, "timeout_s": 300},
         }
@@ -130,8 +132,48 @@ def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_coun
 
     # a dead rank is an error naming the call, not a hang
     ray.kill(two.ranks[1])
-    with pytest.raises(RuntimeError, match=r"actor_logprobs: rank process\(es\) \[1\] died"):
+    with pytest.raises(RuntimeError, match=r"actor.rank_logprobs: rank process\(es\) \[1\] died"):
         two.compute_logprobs(batch, temperature=0.8)
+
+
+def test_sharded_critic_matches_the_in_process_one(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = worker_config(tiny_model_dir, ranks=2)
+    group = RayActorGroup(cfg, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False,
+                          critic_path=str(tiny_model_dir))  # fmt: skip
+    assert group.critic is not None
+    single = ValueCritic(
+        ValueModel.from_pretrained(cfg.model, str(tiny_model_dir)),
+        critic=cfg.critic,
+        loss_agg_mode=cfg.algorithm.loss_agg_mode,
+        total_steps=10,
+        mini_batch_rows=3,
+        device=CPU,
+    )
+    batch = random_batch(single.model.backbone.config.vocab_size, seed=3)
+    batch["values"] = single.compute_values(batch)
+    assert torch.equal(batch["values"], torch.zeros_like(batch["values"]))  # zero-initialised head
+    targets = torch.linspace(-1, 1, batch.loss_mask.numel()).reshape(batch.loss_mask.shape)
+    batch["returns"] = targets * batch.loss_mask
+    expected = single.update_critic(batch)
+    assert_metrics_close(group.critic.update_critic(batch), expected)
+    expected_values = single.compute_values(batch)
+    assert expected_values.abs().max() > 1e-3  # the update moved the values
+    torch.testing.assert_close(group.critic.compute_values(batch), expected_values, rtol=1e-4, atol=1e-5)
+
+    saved = tmp_path / "critic"
+    group.critic.save_pretrained(str(saved))
+    reloaded = ValueCritic(
+        ValueModel.from_pretrained(cfg.model, str(saved)),
+        critic=cfg.critic,
+        loss_agg_mode=cfg.algorithm.loss_agg_mode,
+        total_steps=10,
+        mini_batch_rows=3,
+        device=CPU,
+    )
+    reloaded.load_state_dict(group.critic.state_dict())
+    torch.testing.assert_close(reloaded.compute_values(batch), expected_values, rtol=1e-4, atol=1e-5)
+    assert_metrics_close(reloaded.update_critic(batch), single.update_critic(batch))
+    group.close()
 
 
 def read_metrics(output_dir: Path) -> list[dict[str, float]]:
@@ -143,8 +185,9 @@ def read_metrics(output_dir: Path) -> list[dict[str, float]]:
 def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """GRPO with a KL loss (reference on the ranks) and a 16-row batch in mini-batches of 12 + 4 rows."""
-    steps = ["trainer.total_steps=2", "trainer.save_every=1", "trainer.deterministic=false"]
+    """PPO with GAE and a KL loss, so actor, reference and critic all live on the ranks; a 16-row batch in
+    mini-batches of 12 + 4 rows."""
+    steps = ["trainer.total_steps=2", "trainer.save_every=1", "algorithm.adv_estimator=gae"]
     two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300"]
     run(tiny_model_dir, tmp_path / "one", steps)
     expected = read_metrics(tmp_path / "one")
@@ -153,6 +196,7 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
     assert "num_ranks: 2" in (tmp_path / "two" / "config.yaml").read_text()
     assert [m["step"] for m in got] == [1, 2]
     assert got[1]["actor/kl_loss"] > 0  # the policy moved away from the reference on the ranks
+    assert got[1]["critic/vf_loss"] > 0
     for got_step, expected_step in zip(got, expected, strict=True):
         assert_metrics_close(got_step, expected_step)
 

@@ -59,12 +59,19 @@ class ValueModel(nn.Module):
         mask = batch.response_attention_mask.bool()
         return torch.where(mask, values, torch.zeros_like(values))
 
-    def save_pretrained(self, path: str) -> None:
-        self.backbone.save_pretrained(path)
-        save_file(
-            {k: v.detach().contiguous().cpu() for k, v in self.value_head.state_dict().items()},
-            str(Path(path) / VALUE_HEAD_FILE),
-        )
+    @property
+    def _no_split_modules(self) -> list[str]:
+        """The backbone's decoder-layer classes (FSDP2 wraps each as a unit)."""
+        return list(getattr(self.backbone, "_no_split_modules", None) or [])
+
+    def save_pretrained(self, path: str, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+        """The backbone as an HF directory plus the head; `state_dict` (keys `backbone.*`, `value_head.*`) stands
+        in for the module's own tensors, e.g. the full weights gathered from FSDP2 shards."""
+        state = dict(state_dict) if state_dict is not None else dict(self.state_dict())
+        backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+        head = {k.removeprefix("value_head."): v for k, v in state.items() if k.startswith("value_head.")}
+        self.backbone.save_pretrained(path, state_dict=backbone)
+        save_file({k: v.detach().contiguous().cpu() for k, v in head.items()}, str(Path(path) / VALUE_HEAD_FILE))
 
 
 class ValueCritic:
@@ -126,21 +133,30 @@ class ValueCritic:
             self.loss_agg_mode, global_token_count=float(tokens.clamp(min=1)), global_seq_count=float(seqs.clamp(min=1))
         )
         totals: dict[str, torch.Tensor] = {}
-        for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
+        for micro, weight in self._training_micro_batches(mini):
             micro = micro.to(self.device)
             with autocast(self.device, self.bf16):
                 values = self.model(micro, packed=self.cfg.padding_free)
             loss, metrics = value_loss(
                 values, micro["values"], micro["returns"], micro.loss_mask, clip=self.cfg.value_clip, agg=agg
             )
-            loss.backward()  # type: ignore[no-untyped-call]
+            (loss * weight).backward()  # type: ignore[no-untyped-call]
             share = micro.loss_mask.sum() / float(tokens.clamp(min=1))
             for key, value in {"vf_loss": loss.detach(), **{k: v * share for k, v in metrics.items()}}.items():
-                totals[key] = totals[key] + value if key in totals else value
+                totals[key] = totals[key] + value * weight if key in totals else value * weight
+        totals = self._sum_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
         return out
+
+    def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
+        """The micro-batches this process runs for `mini` with their loss weights (see `PolicyActor`)."""
+        padded = not self.cfg.padding_free
+        return [(micro, 1.0) for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=padded)]
+
+    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return totals
 
     def save_pretrained(self, path: str) -> None:
         self.model.save_pretrained(path)

@@ -64,7 +64,9 @@ def build_run(
 
     actor: PolicyWorker
     reference: ReferenceWorker | None = None
+    critic: CriticWorker | None = None
     bf16 = cfg.trainer.bf16_autocast
+    critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
     if cfg.distributed.num_ranks > 1:
         from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
@@ -73,14 +75,12 @@ def build_run(
             total_steps=total_steps,
             weights_path=str(resume_from or cfg.model.path),
             with_reference=cfg.uses_reference,
+            critic_path=critic_path if cfg.uses_critic else None,
         )
-        actor, reference = group, group.reference
+        actor, reference, critic = group, group.reference, group.critic
     else:
         actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=resume_from)
-    critic = None
-    if cfg.uses_critic:
-        # the value model stays in this process for now (it is not sharded with distributed.num_ranks > 1)
-        critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
+    if cfg.uses_critic and critic is None:
         critic = ValueCritic(
             ValueModel.from_pretrained(cfg.model, critic_path),
             critic=cfg.critic,

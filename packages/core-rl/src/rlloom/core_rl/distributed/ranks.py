@@ -1,4 +1,4 @@
-"""One rank's share of a data-parallel FSDP2 actor and reference.
+"""One rank's share of a data-parallel FSDP2 actor, reference and critic.
 
 Every rank receives the whole batch and takes the rows `balance_rows` gives it. FSDP2 gathers each layer's
 weights in a collective, so all ranks must run the same number of forwards (and backwards): a rank with fewer
@@ -19,6 +19,7 @@ from torch import nn
 
 from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.critic import ValueCritic
 from rlloom.core_rl.distributed.fsdp import (
     full_model_state,
     full_optimizer_state,
@@ -112,6 +113,22 @@ def rank_logprobs(
     return rows, logprobs, entropies
 
 
+def full_training_state(worker: PolicyActor | ValueCritic) -> dict[str, Any]:
+    """A sharded worker's optimizer, schedule and shuffling state, full size (every rank must call)."""
+    return {
+        "optimizer": full_optimizer_state(worker.optimizer),
+        "scheduler": worker.scheduler.state_dict(),
+        "generator": worker.generator.get_state(),
+    }
+
+
+def load_full_training_state(worker: PolicyActor | ValueCritic, state: Mapping[str, Any]) -> None:
+    """Load a state saved by any number of ranks (or one process) into a sharded worker."""
+    load_full_optimizer_state(worker.optimizer, state["optimizer"])
+    worker.scheduler.load_state_dict(state["scheduler"])
+    worker.generator.set_state(state["generator"])
+
+
 def _to_width(values: torch.Tensor, width: int) -> torch.Tensor:
     """Micro-batches may be trimmed to their own longest response: pad back to the batch's response width."""
     if values.shape[-1] == width:
@@ -119,7 +136,24 @@ def _to_width(values: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (0, width - values.shape[-1]))
 
 
-class ShardedPolicyActor(PolicyActor):
+class _TrainsOnRanks:
+    """The training hooks of `PolicyActor` / `ValueCritic` for one rank: its own rows, padded with weight-0
+    micro-batches to the common count, and metric totals summed over ranks."""
+
+    ctx: RankContext
+    cfg: Any  # the worker's ActorConfig or CriticConfig: its micro-batch budget and padding
+
+    def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
+        parts = self.ctx.micro_batches(
+            mini, max_tokens=self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free
+        )
+        return [(micro, weight) for _, micro, weight in parts]
+
+    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.ctx.sum_over_ranks(totals)
+
+
+class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
     """`PolicyActor` on one rank of an FSDP2-sharded model. The driver (`RayActorGroup`) calls the same method on
     every rank with the whole batch and assembles the rows."""
 
@@ -143,15 +177,6 @@ class ShardedPolicyActor(PolicyActor):
             bf16=self.bf16,
         )
 
-    def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
-        parts = self.ctx.micro_batches(
-            mini, max_tokens=self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free
-        )
-        return [(micro, weight) for _, micro, weight in parts]
-
-    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.ctx.sum_over_ranks(totals)
-
     def named_weights(self) -> dict[str, torch.Tensor]:
         """Full weights at rank 0, an empty dict elsewhere (every rank must call)."""
         return full_model_state(self.model)
@@ -165,16 +190,10 @@ class ShardedPolicyActor(PolicyActor):
 
     def state_dict(self) -> dict[str, Any]:
         """Full-size optimizer state in the single-process layout, so any number of ranks can resume it."""
-        return {
-            "optimizer": full_optimizer_state(self.optimizer),
-            "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.get_state(),
-        }
+        return full_training_state(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        load_full_optimizer_state(self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.set_state(state["generator"])
+        load_full_training_state(self, state)
 
 
 class ShardedReference(ReferencePolicy):
@@ -199,4 +218,50 @@ class ShardedReference(ReferencePolicy):
         )
 
 
-__all__ = ["RankContext", "RowLogprobs", "ShardedPolicyActor", "ShardedReference", "rank_logprobs"]
+class ShardedCritic(_TrainsOnRanks, ValueCritic):
+    """`ValueCritic` on one rank of an FSDP2-sharded value model (backbone + head)."""
+
+    def __init__(self, model: nn.Module, ctx: RankContext, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)  # type: ignore[arg-type]
+        self.ctx = ctx
+
+    def rank_values(self, batch: TrajectoryBatch) -> tuple[list[int], torch.Tensor]:
+        """No-grad values of this rank's rows: (row indices, [rows, R])."""
+        self.model.eval()
+        width = batch.response_width
+        rows: list[int] = []
+        parts: list[torch.Tensor] = []
+        padded = not self.cfg.padding_free
+        with torch.no_grad():
+            for micro_rows, micro, weight in self.ctx.micro_batches(
+                batch, max_tokens=self.cfg.max_tokens_per_micro_batch, padded=padded
+            ):
+                with autocast(self.device, self.bf16):
+                    values = self.model(micro.to(self.device), packed=self.cfg.padding_free)
+                if weight != 0.0:
+                    rows.extend(micro_rows)
+                    parts.append(_to_width(values.float().cpu(), width))
+        return rows, torch.cat(parts) if parts else torch.zeros(0, width)
+
+    def save_pretrained(self, path: str) -> None:
+        weights = full_model_state(self.model)
+        if self.ctx.rank == 0:
+            self.model.save_pretrained(path, state_dict=weights)
+        dist.barrier()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Full-size optimizer state in the single-process layout, so any number of ranks can resume it."""
+        return full_training_state(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        load_full_training_state(self, state)
+
+
+__all__ = [
+    "RankContext",
+    "RowLogprobs",
+    "ShardedCritic",
+    "ShardedPolicyActor",
+    "ShardedReference",
+    "rank_logprobs",
+]

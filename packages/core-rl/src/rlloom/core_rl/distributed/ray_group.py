@@ -1,9 +1,10 @@
-"""The actor and reference as N FSDP2-sharded ranks in Ray actors, behind the in-process worker interfaces.
+"""The actor, reference and critic as N FSDP2-sharded ranks in Ray actors, behind the in-process interfaces.
 
-`RayActorGroup` is a `PolicyWorker` (and `.reference` a `ReferenceWorker`), so the trainer loop does not know it
-is distributed. Each call ships the batch once through Ray's object store; every rank takes its balanced share
-of rows, and the group puts the answers back in row order. Ranks talk over torch.distributed (gloo on CPU, NCCL
-on GPUs); `ray start` on each machine plus `distributed.ray_address: auto` spreads them over nodes.
+`RayActorGroup` is a `PolicyWorker` (`.reference` a `ReferenceWorker`, `.critic` a `CriticWorker`), so the
+trainer loop does not know it is distributed. Each call ships the batch once through Ray's object store; every
+rank takes its balanced share of rows, and the group puts the answers back in row order. Ranks talk over
+torch.distributed (gloo on CPU, NCCL on GPUs); `ray start` on each machine plus `distributed.ray_address: auto`
+spreads them over nodes.
 
 Nothing waits forever: a rank that does not answer within `distributed.timeout_s`, or dies, raises an error
 naming the call and the ranks, and collectives time out after the same limit.
@@ -11,7 +12,6 @@ naming the call and the ranks, and collectives time out after the same limit.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -34,11 +34,11 @@ def _import_ray() -> Any:
 
 
 class RankWorker:
-    """What runs in each rank's Ray actor process: one `ShardedPolicyActor` (and `ShardedReference`)."""
+    """What runs in each rank's Ray actor process: a `ShardedPolicyActor`, and optionally a `ShardedReference`
+    and a `ShardedCritic`, on the same rank (colocated, as veRL's hybrid workers)."""
 
     def __init__(self) -> None:
-        self.actor: Any = None
-        self.reference: Any = None
+        self.roles: dict[str, Any] = {}
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free port for torch.distributed's TCP store (asked of rank 0)."""
@@ -55,15 +55,22 @@ class RankWorker:
         rank: int,
         world_size: int,
         master: tuple[str, int],
-        weights_path: str,
         total_steps: int,
+        weights_path: str,
         with_reference: bool,
+        critic_path: str | None,
     ) -> None:
         import torch.distributed as dist
 
         from rlloom.core_rl.actor import load_causal_lm
+        from rlloom.core_rl.critic import ValueModel
         from rlloom.core_rl.distributed.fsdp import shard_model
-        from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor, ShardedReference
+        from rlloom.core_rl.distributed.ranks import (
+            RankContext,
+            ShardedCritic,
+            ShardedPolicyActor,
+            ShardedReference,
+        )
 
         cfg = RLConfig.model_validate_json(config_json)
         dcfg = cfg.distributed
@@ -84,7 +91,7 @@ class RankWorker:
         )
         ctx = RankContext(rank, world_size)
         bf16 = cfg.trainer.bf16_autocast
-        self.actor = ShardedPolicyActor(
+        self.roles["actor"] = ShardedPolicyActor(
             shard_model(load_causal_lm(cfg.model, weights_path, device)),
             ctx,
             actor=cfg.actor,
@@ -97,7 +104,7 @@ class RankWorker:
             seed=cfg.trainer.seed,
         )
         if with_reference:
-            self.reference = ShardedReference(
+            self.roles["reference"] = ShardedReference(
                 shard_model(load_causal_lm(cfg.model, cfg.model.path, device)),
                 ctx,
                 max_tokens=cfg.actor.max_tokens_per_micro_batch,
@@ -105,32 +112,24 @@ class RankWorker:
                 device=device,
                 bf16=bf16,
             )
+        if critic_path is not None:
+            self.roles["critic"] = ShardedCritic(
+                shard_model(ValueModel.from_pretrained(cfg.model, critic_path).to(device)),
+                ctx,
+                critic=cfg.critic,
+                loss_agg_mode=cfg.algorithm.loss_agg_mode,
+                total_steps=total_steps,
+                mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
+                device=device,
+                bf16=bf16,
+                seed=cfg.trainer.seed,
+            )
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def actor_logprobs(self, batch: TrajectoryBatch, temperature: float, entropy: bool) -> Any:
-        return self.actor.rank_logprobs(batch, temperature=temperature, entropy=entropy)
-
-    def reference_logprobs(self, batch: TrajectoryBatch, temperature: float, entropy: bool) -> Any:
-        if self.reference is None:
-            raise RuntimeError("this worker group was built without a reference model (with_reference=False)")
-        return self.reference.rank_logprobs(batch, temperature=temperature, entropy=entropy)
-
-    def update_policy(self, batch: TrajectoryBatch, temperature: float, entropy_coef: float | None) -> Any:
-        return self.actor.update_policy(batch, temperature=temperature, entropy_coef=entropy_coef)
-
-    def named_weights(self) -> dict[str, torch.Tensor]:
-        return dict(self.actor.named_weights())
-
-    def save_pretrained(self, path: str) -> None:
-        self.actor.save_pretrained(path)
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.actor.state_dict())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.actor.load_state_dict(state)
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run `method` of this rank's `role` worker (actor, reference or critic)."""
+        if role not in self.roles:
+            raise RuntimeError(f"this worker group holds no {role} (it has {sorted(self.roles)})")
+        return getattr(self.roles[role], method)(*args, **kwargs)
 
     def shutdown(self) -> None:
         import torch.distributed as dist
@@ -143,10 +142,20 @@ class RayActorGroup:
     """`PolicyWorker` over `distributed.num_ranks` FSDP2 ranks (see the module docstring).
 
     weights_path: where the ranks load the policy from (`model.path`, or a checkpoint when resuming).
-    with_reference: also hold a sharded frozen reference (from `model.path`) on the same ranks, for KL.
+    with_reference: also hold a sharded frozen reference (from `model.path`) on the same ranks, for KL;
+        `.reference` is then its `ReferenceWorker`.
+    critic_path: also hold a sharded value model initialised from there; `.critic` is then its `CriticWorker`.
     """
 
-    def __init__(self, cfg: RLConfig, *, total_steps: int, weights_path: str, with_reference: bool) -> None:
+    def __init__(
+        self,
+        cfg: RLConfig,
+        *,
+        total_steps: int,
+        weights_path: str,
+        with_reference: bool,
+        critic_path: str | None = None,
+    ) -> None:
         ray = _import_ray()
         self._ray = ray
         dcfg = cfg.distributed
@@ -166,71 +175,77 @@ class RayActorGroup:
         ]
         master = self._gather([self.ranks[0].rendezvous_address.remote()], "rendezvous")[0]
         config_json = cfg.model_dump_json()
-        self._gather(
-            [
-                worker.setup.remote(
-                    config_json,
-                    rank=rank,
-                    world_size=self.num_ranks,
-                    master=tuple(master),
-                    weights_path=weights_path,
-                    total_steps=total_steps,
-                    with_reference=with_reference,
-                )
-                for rank, worker in enumerate(self.ranks)
-            ],
-            "setup",
-        )
+        setups = [
+            worker.setup.remote(
+                config_json,
+                rank=rank,
+                world_size=self.num_ranks,
+                master=tuple(master),
+                total_steps=total_steps,
+                weights_path=weights_path,
+                with_reference=with_reference,
+                critic_path=critic_path,
+            )
+            for rank, worker in enumerate(self.ranks)
+        ]
+        self._gather(setups, "setup")
         self.reference = RayReference(self) if with_reference else None
+        self.critic = RayCritic(self) if critic_path is not None else None
 
     # ------------------------------------------------------------------ PolicyWorker
     def compute_logprobs(
         self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._row_logprobs("actor_logprobs", batch, temperature, entropy)
+        return self.row_logprobs("actor", batch, temperature=temperature, entropy=entropy)
 
     def update_policy(
         self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
     ) -> dict[str, float]:
-        metrics = self._call_all("update_policy", self._ray.put(batch), temperature, entropy_coef)
+        ref = self._ray.put(batch)
+        metrics = self.call("actor", "update_policy", ref, temperature=temperature, entropy_coef=entropy_coef)
         return dict(metrics[0])  # every rank summed the same totals
 
     def named_weights(self) -> Mapping[str, torch.Tensor]:
-        return dict(self._call_all("named_weights")[0])
+        return dict(self.call("actor", "named_weights")[0])  # gathered at rank 0
 
     def save_pretrained(self, path: str) -> None:
-        self._call_all("save_pretrained", path)
+        self.call("actor", "save_pretrained", path)
 
     def state_dict(self) -> dict[str, Any]:
-        return dict(self._call_all("state_dict")[0])
+        return dict(self.call("actor", "state_dict")[0])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._call_all("load_state_dict", self._ray.put(dict(state)))
+        self.call("actor", "load_state_dict", self._ray.put(dict(state)))
 
     # ------------------------------------------------------------------ plumbing
-    def close(self) -> None:
-        """Tear the process group down and end the rank processes."""
-        try:
-            self._call_all("shutdown")
-        finally:
-            for worker in self.ranks:
-                self._ray.kill(worker)
-            self.ranks = []
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """`method` of `role` on every rank at once (they meet in collectives); the answers in rank order."""
+        if not self.ranks:
+            raise RuntimeError("this RayActorGroup was closed")
+        refs = [worker.call.remote(role, method, *args, **kwargs) for worker in self.ranks]
+        return self._gather(refs, f"{role}.{method}")
 
-    def _row_logprobs(
-        self, method: str, batch: TrajectoryBatch, temperature: float, entropy: bool
+    def row_logprobs(
+        self, role: str, batch: TrajectoryBatch, *, temperature: float, entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        parts = self._call_all(method, self._ray.put(batch), temperature, entropy)
+        """Each rank's rows of `role`'s log-probs, put back in batch order."""
+        parts = self.call(role, "rank_logprobs", self._ray.put(batch), temperature=temperature, entropy=entropy)
         width, size = batch.response_width, batch.batch_size
         logprobs = scatter_rows([(rows, lp) for rows, lp, _ in parts if rows], size, width)
         if not entropy:
             return logprobs, None
         return logprobs, scatter_rows([(rows, ent) for rows, _, ent in parts if rows], size, width)
 
-    def _call_all(self, method: str, *args: Any) -> list[Any]:
+    def close(self) -> None:
+        """Tear the process group down and end the rank processes."""
         if not self.ranks:
-            raise RuntimeError("this RayActorGroup was closed")
-        return self._gather([getattr(worker, method).remote(*args) for worker in self.ranks], method)
+            return
+        try:
+            self._gather([worker.shutdown.remote() for worker in self.ranks], "shutdown")
+        finally:
+            for worker in self.ranks:
+                self._ray.kill(worker)
+            self.ranks = []
 
     def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:
         ray = self._ray
@@ -238,7 +253,7 @@ class RayActorGroup:
         if pending:
             late = [i for i, ref in enumerate(refs) if ref in pending]
             raise TimeoutError(
-                f"RayActorGroup.{what}: rank(s) {late} gave no answer within distributed.timeout_s={self.timeout_s}s "
+                f"RayActorGroup {what}: rank(s) {late} gave no answer within distributed.timeout_s={self.timeout_s}s "
                 "(a rank may be stuck in a collective or unable to get its CPUs/GPUs)"
             )
         results: list[Any] = []
@@ -253,7 +268,7 @@ class RayActorGroup:
                 first_error = first_error or err
         if dead:
             raise RuntimeError(
-                f"RayActorGroup.{what}: rank process(es) {dead} died; the group cannot continue. Resume the run "
+                f"RayActorGroup {what}: rank process(es) {dead} died; the group cannot continue. Resume the run "
                 "from its last checkpoint (any number of ranks can load it)"
             ) from first_error
         if first_error is not None:
@@ -270,7 +285,30 @@ class RayReference:
     def compute_logprobs(
         self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.group._row_logprobs("reference_logprobs", batch, temperature, entropy)
+        return self.group.row_logprobs("reference", batch, temperature=temperature, entropy=entropy)
+
+
+class RayCritic:
+    """`CriticWorker` view of the value model sharded over the group's ranks."""
+
+    def __init__(self, group: RayActorGroup) -> None:
+        self.group = group
+
+    def compute_values(self, batch: TrajectoryBatch) -> torch.Tensor:
+        parts = self.group.call("critic", "rank_values", self.group._ray.put(batch))
+        return scatter_rows([(rows, v) for rows, v in parts if rows], batch.batch_size, batch.response_width)
+
+    def update_critic(self, batch: TrajectoryBatch) -> dict[str, float]:
+        return dict(self.group.call("critic", "update_critic", self.group._ray.put(batch))[0])
+
+    def save_pretrained(self, path: str) -> None:
+        self.group.call("critic", "save_pretrained", path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.group.call("critic", "state_dict")[0])
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.group.call("critic", "load_state_dict", self.group._ray.put(dict(state)))
 
 
 def _check_resources(available: Mapping[str, float], ranks: int, cpus: float, gpus: float) -> None:
@@ -285,4 +323,4 @@ def _check_resources(available: Mapping[str, float], ranks: int, cpus: float, gp
             )
 
 
-__all__ = ["RankWorker", "RayActorGroup", "RayReference"]
+__all__ = ["RankWorker", "RayActorGroup", "RayCritic", "RayReference"]
