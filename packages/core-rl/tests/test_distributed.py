@@ -99,6 +99,15 @@ def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_coun
     assert expected_metrics["actor/pg_clipfrac"] > 0 and expected_metrics["actor/grad_norm"] > 0.5  # clipping ran
     assert_metrics_close(got_metrics, expected_metrics)
     assert_weights_close(dict(group.named_weights()), dict(single.model.state_dict()))
+    # weight sync a bucket at a time: every tensor exactly once, each bucket within budget unless one tensor is
+    # larger than the budget by itself
+    budget = 4096
+    buckets = list(group.iter_weight_buckets(budget))
+    assert len(buckets) > 3
+    for bucket in buckets:
+        assert len(bucket) == 1 or sum(t.numel() * t.element_size() for t in bucket.values()) <= budget
+    assert sum(len(b) for b in buckets) == len(single.model.state_dict())
+    assert_weights_close({k: v for b in buckets for k, v in b.items()}, dict(single.model.state_dict()))
 
     # the reference stayed frozen while the policy moved
     moved_lp, _ = group.compute_logprobs(batch, temperature=0.8)

@@ -289,6 +289,9 @@ class DistributedConfig(_Section):
     gpus_per_rank: float | None = Field(
         default=None, ge=0.0, description="Ray GPUs per rank; None = 1 when trainer.device is a GPU, else 0."
     )
+    weight_bucket_mb: float = Field(
+        default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."
+    )
     timeout_s: float = Field(
         default=1800.0,
         gt=0.0,

@@ -33,7 +33,8 @@ class RolloutEngine(Protocol):
         ...
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        """Load new policy weights (HF parameter names); a no-op when the engine shares the actor's tensors."""
+        """Load new policy weights (HF parameter names); a no-op when the engine shares the actor's tensors.
+        `named_tensors` may be a subset (one bucket, see `weight_sync`): load what is given, keep the rest."""
         ...
 
 

@@ -43,6 +43,7 @@ from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_setup import RunParts, build_run
 from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.weight_sync import sync_weights
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
 """Builds the rollout engine from the actor's own module, so it samples from the weights being trained (no copy,
@@ -171,12 +172,16 @@ class Trainer:
             )
         return engine
 
+    def _sync_weights(self) -> None:
+        bucket_bytes = int(self.cfg.distributed.weight_bucket_mb * 2**20)
+        sync_weights(self.parts.actor, self.engine, bucket_bytes=bucket_bytes)
+
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         """Train until `trainer.total_steps`; returns the last step's metrics."""
-        cfg, actor, tracker = self.cfg, self.parts.actor, self.parts.tracker
+        cfg, tracker = self.cfg, self.parts.tracker
         tracker.log_config(cfg.model_dump(mode="json"))
-        self.engine.update_weights(actor.named_weights())  # the engine may have loaded an older checkpoint
+        self._sync_weights()  # the engine may have loaded an older checkpoint
         if cfg.trainer.val_before_train and self.step == 0 and self.val_data:
             tracker.log(self.validate(), step=0)
         metrics: dict[str, float] = {}
@@ -231,7 +236,7 @@ class Trainer:
             with timer("update_critic"):
                 metrics.update(self.parts.critic.update_critic(batch))
         with timer("weight_sync"):
-            self.engine.update_weights(actor.named_weights())
+            self._sync_weights()
 
         metrics.update(batch_metrics(batch, max_response_length=self.sampling.max_tokens))
         if cfg.rollout.max_tokens_schedule:

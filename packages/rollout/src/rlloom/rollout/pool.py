@@ -157,7 +157,8 @@ class RolloutPool:
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         """Broadcast to all replicas in parallel; the weights are kept for replicas restarted later."""
-        self._latest_weights = named_tensors
+        # a push may be one bucket of the weights: keep the union for replicas restarted later
+        self._latest_weights = {**(self._latest_weights or {}), **named_tensors}
         shared = RayReplica.put(named_tensors) if self.backend == "ray" else named_tensors
         list(self._threads.map(lambda rep: rep.update_weights(shared), list(self._replicas)))
 

@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, FinishReason, GenerationRequest, SamplingParams
+from rlloom.core_rl.weight_sync import bucket_names
 from rlloom.rollout.batching import AsyncBatcher
 from rlloom.rollout.prompts import render_prompt
 
@@ -79,17 +80,9 @@ def vllm_sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
 
 def weight_buckets(named_tensors: Mapping[str, torch.Tensor], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
     """Group tensors into lists of about `bucket_bytes` so each RPC carries a bounded payload."""
-    bucket: list[tuple[str, Any]] = []
-    size = 0
-    for name, tensor in named_tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor.detach()))
-        size += nbytes
-    if bucket:
-        yield bucket
+    sizes = {name: tensor.numel() * tensor.element_size() for name, tensor in named_tensors.items()}
+    for names in bucket_names(sizes, bucket_bytes):
+        yield [(name, named_tensors[name].detach()) for name in names]
 
 
 class VLLMEngine:

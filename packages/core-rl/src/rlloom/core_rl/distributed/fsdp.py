@@ -49,6 +49,27 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 
 
+def full_tensor_sizes(model: nn.Module) -> dict[str, int]:
+    """Bytes of every state-dict entry at full size, in state-dict order (the same on every rank)."""
+    return {name: value.numel() * value.element_size() for name, value in model.state_dict().items()}
+
+
+def gather_full_tensors(model: nn.Module, names: list[str], *, to_rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    """The named state-dict entries at full size on CPU; every rank must call it with the same names (the
+    gathers are collective). With `to_rank0_only`, ranks other than 0 return an empty dict."""
+    state = model.state_dict()
+    unknown = [name for name in names if name not in state]
+    if unknown:
+        raise KeyError(f"gather_full_tensors: {unknown[:3]} are not in the model's state dict")
+    keep = not to_rank0_only or torch.distributed.get_rank() == 0
+    out: dict[str, torch.Tensor] = {}
+    for name in names:
+        value = _full(state[name])
+        if keep:
+            out[name] = value.detach().cpu()
+    return out
+
+
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """`optimizer.state_dict()` with every sharded tensor gathered to full size on CPU, on every rank.
 
@@ -95,4 +116,11 @@ def _shard_like(value: Any, param: torch.Tensor, key: str) -> Any:
     return distribute_tensor(value.to(param.to_local().device), mesh, param.placements, src_data_rank=None)
 
 
-__all__ = ["full_model_state", "full_optimizer_state", "load_full_optimizer_state", "shard_model"]
+__all__ = [
+    "full_model_state",
+    "full_optimizer_state",
+    "full_tensor_sizes",
+    "gather_full_tensors",
+    "load_full_optimizer_state",
+    "shard_model",
+]

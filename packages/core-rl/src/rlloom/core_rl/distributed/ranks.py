@@ -23,10 +23,13 @@ from rlloom.core_rl.critic import ValueCritic
 from rlloom.core_rl.distributed.fsdp import (
     full_model_state,
     full_optimizer_state,
+    full_tensor_sizes,
+    gather_full_tensors,
     load_full_optimizer_state,
 )
 from rlloom.core_rl.distributed.partition import balance_rows
 from rlloom.core_rl.model_forward import autocast, response_logprobs, rope_rows
+from rlloom.core_rl.weight_sync import bucket_names
 
 RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
 
@@ -180,6 +183,14 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
     def named_weights(self) -> dict[str, torch.Tensor]:
         """Full weights at rank 0, an empty dict elsewhere (every rank must call)."""
         return full_model_state(self.model)
+
+    def weight_bucket_plan(self, bucket_bytes: int) -> list[list[str]]:
+        """Weight names grouped into buckets of at most `bucket_bytes` at full size (the same on every rank)."""
+        return bucket_names(full_tensor_sizes(self.model), bucket_bytes)
+
+    def gather_weights(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """One bucket of full weights at rank 0, an empty dict elsewhere (every rank must call)."""
+        return gather_full_tensors(self.model, names)
 
     def save_pretrained(self, path: str) -> None:
         """Gather the weights; rank 0 writes them in Hugging Face format (every rank must call)."""

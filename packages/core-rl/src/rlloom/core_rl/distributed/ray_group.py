@@ -13,7 +13,7 @@ naming the call and the ranks, and collectives time out after the same limit.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -207,6 +207,12 @@ class RayActorGroup:
 
     def named_weights(self) -> Mapping[str, torch.Tensor]:
         return dict(self.call("actor", "named_weights")[0])  # gathered at rank 0
+
+    def iter_weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The full weights a bucket at a time (`weight_sync.BucketedWeights`): each bucket is gathered at
+        rank 0 and shipped on its own, so no process holds a second whole copy of the model."""
+        for names in self.call("actor", "weight_bucket_plan", bucket_bytes)[0]:
+            yield dict(self.call("actor", "gather_weights", names)[0])
 
     def save_pretrained(self, path: str) -> None:
         self.call("actor", "save_pretrained", path)

@@ -1,0 +1,56 @@
+"""Moving the policy's weights to the rollout engine after each update, in buckets of bounded size.
+
+A sharded actor gathers full tensors a bucket at a time (`BucketedWeights`), so neither its rank 0 nor the
+object store nor the engine ever holds more than one bucket beyond the model itself; an in-process actor hands
+over its whole state dict (an engine sharing its module copies nothing). Engines load each bucket as it
+comes: `RolloutEngine.update_weights` accepts any subset of the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from rlloom.core_rl.protocols import PolicyWorker, RolloutEngine
+
+
+def bucket_names(sizes: Mapping[str, int], bucket_bytes: int) -> list[list[str]]:
+    """Group names (in order) into buckets of at most `bucket_bytes`; a tensor larger than that goes alone."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    buckets: list[list[str]] = []
+    current: list[str] = []
+    filled = 0
+    for name, nbytes in sizes.items():
+        if current and filled + nbytes > bucket_bytes:
+            buckets.append(current)
+            current, filled = [], 0
+        current.append(name)
+        filled += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+@runtime_checkable
+class BucketedWeights(Protocol):
+    """A policy worker that can hand its weights over a bucket at a time (e.g. `RayActorGroup`)."""
+
+    def iter_weight_buckets(self, bucket_bytes: int) -> Iterator[Mapping[str, torch.Tensor]]: ...
+
+
+def sync_weights(actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: int) -> int:
+    """Push the actor's current weights into `engine`; returns how many update_weights calls it took."""
+    if isinstance(actor, BucketedWeights):
+        calls = 0
+        for bucket in actor.iter_weight_buckets(bucket_bytes):
+            engine.update_weights(bucket)
+            calls += 1
+        return calls
+    engine.update_weights(actor.named_weights())
+    return 1
+
+
+__all__ = ["BucketedWeights", "bucket_names", "sync_weights"]
