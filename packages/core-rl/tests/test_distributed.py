@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainer_engine_factory import SharedModuleEngine
 from test_workers import random_batch
-from tiny_run import run
-from transformers import AutoModelForCausalLM
+from tiny_run import digit_reward, run, sum_rows, tiny_config
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
+from rlloom.core_rl.trainer import Trainer
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
@@ -200,9 +202,19 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
     two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300"]
     run(tiny_model_dir, tmp_path / "one", steps)
     expected = read_metrics(tmp_path / "one")
-    run(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks])
+    # the engine comes from engine_factory: with a sharded actor it samples from its own synced copy
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks]),
+        engine_factory=lambda module: SharedModuleEngine(module, tokenizer),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(4, seed=1),
+    )
+    assert isinstance(trainer.parts.actor, RayActorGroup) and trainer.parts.critic is trainer.parts.actor.critic
+    trainer.fit()
+    trainer.parts.actor.close()
     got = read_metrics(tmp_path / "two")
-    assert "num_ranks: 2" in (tmp_path / "two" / "config.yaml").read_text()
     assert [m["step"] for m in got] == [1, 2]
     assert got[1]["actor/kl_loss"] > 0  # the policy moved away from the reference on the ranks
     assert got[1]["critic/vf_loss"] > 0
