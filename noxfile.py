@@ -64,6 +64,14 @@ def _test_group(pyproject: Path) -> list[str]:
     return list(nox.project.dependency_groups(nox.project.load_toml(pyproject), "test"))
 
 
+def _test_env() -> dict[str, str]:
+    """Environment for test runs. nox points TMPDIR into the session's virtualenv, and Ray refuses to start
+    worker processes whose temp dir lies inside a virtualenv (they crash and actors stay pending): give Ray a
+    short directory of its own under the system temp dir (Unix socket paths are limited to about 107 bytes)."""
+    ray_tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="rlloom-ray-")
+    return {"RAY_TMPDIR": ray_tmp}
+
+
 def _pytest_args(session: nox.Session, tests: Path) -> list[str]:
     junit = ROOT / ".nox" / "junit" / f"{session.name}.xml"
     return [
@@ -83,7 +91,7 @@ def _make_tests_session(folder: str) -> None:
         pkg = ROOT / "packages" / folder
         extras = ",".join(TEST_EXTRAS.get(folder, []))
         session.install("-e", f"{pkg}[{extras}]" if extras else str(pkg), *_test_group(pkg / "pyproject.toml"))
-        session.run("pytest", *_pytest_args(session, pkg / "tests"))
+        session.run("pytest", *_pytest_args(session, pkg / "tests"), env=_test_env())
 
 
 def _build_wheels(session: nox.Session, out: Path) -> None:
@@ -109,7 +117,7 @@ def _make_isolated_session(folder: str, module: str) -> None:
         installed = session.run("python", "-c", _NAMESPACE_PROBE, module, silent=True)
         session.log(f"namespace check: {str(installed).strip()}")
         with session.chdir(session.create_tmp()):  # never import from the source tree
-            session.run("pytest", *_pytest_args(session, pkg / "tests"))
+            session.run("pytest", *_pytest_args(session, pkg / "tests"), env=_test_env())
 
 
 _NAMESPACE_PROBE = """
@@ -144,7 +152,7 @@ def tests_apps(session: nox.Session) -> None:
         "pytest-timeout",
         "hypothesis",
     )
-    session.run("pytest", *_pytest_args(session, ROOT / "apps"))
+    session.run("pytest", *_pytest_args(session, ROOT / "apps"), env=_test_env())
 
 
 @nox.session(python=PYTHON)

@@ -40,6 +40,7 @@ class RankContext:
 
     rank: int
     world_size: int
+    device: torch.device  # where collective buffers live: NCCL only reduces GPU tensors
 
     def rows(self, batch: TrajectoryBatch) -> list[int]:
         """This rank's rows of `batch`, balanced by token count; the same split on every rank."""
@@ -47,7 +48,7 @@ class RankContext:
         return balance_rows(counts, self.world_size)[self.rank]
 
     def max_over_ranks(self, value: int) -> int:
-        tensor = torch.tensor([value], dtype=torch.int64)
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return int(tensor.item())
 
@@ -56,9 +57,9 @@ class RankContext:
         keys = sorted(totals)
         if not keys:
             return {}
-        stacked = torch.stack([totals[k].detach().float().cpu().reshape(()) for k in keys])
+        stacked = torch.stack([totals[k].detach().float().to(self.device).reshape(()) for k in keys])
         dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
-        return dict(zip(keys, stacked.unbind(), strict=True))
+        return dict(zip(keys, stacked.cpu().unbind(), strict=True))
 
     def micro_batches(
         self, batch: TrajectoryBatch, *, max_tokens: int, padded: bool

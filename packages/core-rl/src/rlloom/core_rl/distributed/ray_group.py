@@ -89,7 +89,7 @@ class RankWorker:
             world_size=world_size,
             timeout=timedelta(seconds=dcfg.timeout_s),
         )
-        ctx = RankContext(rank, world_size)
+        ctx = RankContext(rank, world_size, device)
         bf16 = cfg.trainer.bf16_autocast
         self.roles["actor"] = ShardedPolicyActor(
             shard_model(load_causal_lm(cfg.model, weights_path, device)),
