@@ -247,6 +247,24 @@ class PolicyActor:
         out["loss"] = loss.detach()
         return {key: value * weight for key, value in out.items()} if weight != 1.0 else out
 
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes this process keeps between steps for parameters and optimizer state: its own shard when the model
+        is FSDP2-sharded (`to_local`), so the figure shows what sharding saves per rank. (Gradients exist only
+        during an update and shard like the parameters.)"""
+
+        def local_bytes(tensor: torch.Tensor | None) -> int:
+            if tensor is None:
+                return 0
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            return int(local.numel() * local.element_size())
+
+        params = list(self.model.parameters())
+        moments = [v for state in self.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        return {
+            "parameters": sum(local_bytes(p) for p in params),
+            "optimizer": sum(local_bytes(v) for v in moments),
+        }
+
     def named_weights(self) -> Mapping[str, torch.Tensor]:
         if hasattr(self.model, "merge_and_unload"):
             # LoRA: engines load plain HF weights, so send base + merged adapter deltas

@@ -1,0 +1,133 @@
+"""The FSDP2 actor on Ray ranks against the in-process actor, on the same cores, in one run.
+
+Both train the same model on the same batch (13 rows: it does not divide the ranks) with the same config. The
+in-process `PolicyActor` gets all T threads; the group gets T ranks of one thread each. Reported:
+
+- per-process memory kept between steps (parameters + AdamW moments), measured from the tensors each process
+  holds (its shard under FSDP2): the saving sharding exists for;
+- wall-time medians of `compute_logprobs` and `update_policy`, alternating the two sides each repeat;
+- the largest weight difference after the timed updates (the two must train the same model).
+
+On a CPU the ranks pay for gloo collectives that a GPU's NCCL makes cheap, so the time ratio here is the overhead
+floor of the design, not a speed-up claim.
+
+Run: .venv/bin/python bench/distributed.py [--ranks 2] [--repeats 5] [--hidden 384 --layers 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import ray
+import torch
+
+from rlloom.core_rl.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.distributed.ray_group import RayActorGroup
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.trajectory import Trajectory
+
+CPU = torch.device("cpu")
+
+
+def make_batch(vocab: int, rows: int, prompt_len: int, response_len: int) -> TrajectoryBatch:
+    gen = torch.Generator().manual_seed(0)
+    trajs = []
+    for i in range(rows):
+        r = response_len - (i * 7) % (response_len // 2)  # ragged lengths
+        ids = torch.randint(10, vocab, (prompt_len + r,), generator=gen).tolist()
+        prompt, response = ids[:prompt_len], ids[prompt_len:]
+        trajs.append(Trajectory(prompt_ids=prompt, response_ids=response, loss_mask=[1] * r, group_id=str(i // 4)))
+    batch = TrajectoryBatch.from_trajectories(trajs, pad_token_id=3)
+    batch["advantages"] = torch.randn(batch.loss_mask.shape, generator=gen) * batch.loss_mask
+    return batch
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--layers", type=int, default=6)
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="rlloom-bench-dist-"))
+    tokenizer = char_tokenizer()
+    model = tiny_qwen2(tokenizer, hidden_size=args.hidden, num_layers=args.layers, intermediate_size=4 * args.hidden)
+    model.save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    n_params = sum(p.numel() for p in model.parameters())
+    cfg = RLConfig.model_validate(
+        {
+            "model": {"path": str(root)},
+            "rollout": {"n": 1, "max_tokens": 96},
+            "actor": {"lr": 1e-5, "ppo_epochs": 1, "mini_batch_size": 13, "max_tokens_per_micro_batch": 1024},
+            "trainer": {"device": "cpu", "seed": 0},
+            "distributed": {"num_ranks": args.ranks, "cpus_per_rank": 1.0, "timeout_s": 600},
+        }
+    )
+    torch.set_num_threads(args.ranks)
+    ray.init(num_cpus=args.ranks, include_dashboard=False, log_to_driver=False)
+    group = RayActorGroup(cfg, total_steps=100, weights_path=str(root), with_reference=False)
+    single = PolicyActor(
+        load_causal_lm(cfg.model, str(root), CPU),
+        actor=cfg.actor,
+        algorithm=cfg.algorithm,
+        total_steps=100,
+        mini_batch_rows=13,
+        max_response_length=96,
+        device=CPU,
+    )
+    batch = make_batch(model.config.vocab_size, rows=13, prompt_len=32, response_len=96)
+    old, _ = single.compute_logprobs(batch, temperature=1.0)
+    batch["old_logprobs"] = old
+    single.update_policy(batch)  # warm-up (and creates the AdamW moments on both sides)
+    group.update_policy(batch)
+
+    times: dict[str, list[float]] = {k: [] for k in ("lp_single", "lp_group", "upd_single", "upd_group")}
+    for _ in range(args.repeats):
+        times["lp_single"].append(timed(lambda: single.compute_logprobs(batch, temperature=1.0)))
+        times["lp_group"].append(timed(lambda: group.compute_logprobs(batch, temperature=1.0)))
+        times["upd_single"].append(timed(lambda: single.update_policy(batch)))
+        times["upd_group"].append(timed(lambda: group.update_policy(batch)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+
+    mem_single = single.state_bytes()
+    mem_ranks = group.call("actor", "state_bytes")
+    weights = group.named_weights()
+    diff = max(float((weights[k] - v).abs().max()) for k, v in single.model.state_dict().items())
+    group.close()
+    ray.shutdown()
+
+    mb = 2**20
+    total_single = sum(mem_single.values())
+    print(f"model: {n_params / 1e6:.1f}M parameters (hidden {args.hidden}, {args.layers} layers), batch 13 rows")
+    print("| process | parameters MiB | AdamW moments MiB | total MiB | vs in-process |")
+    print("|---|---|---|---|---|")
+    print(f"| in-process actor | {mem_single['parameters'] / mb:.1f} | {mem_single['optimizer'] / mb:.1f} | "
+          f"{total_single / mb:.1f} | 1.00x |")  # fmt: skip
+    for rank, mem in enumerate(mem_ranks):
+        total = sum(mem.values())
+        print(f"| rank {rank} of {args.ranks} | {mem['parameters'] / mb:.1f} | {mem['optimizer'] / mb:.1f} | "
+              f"{total / mb:.1f} | {total / total_single:.2f}x |")  # fmt: skip
+    print(f"\nmedians of {args.repeats} (same {args.ranks} cores; in-process {args.ranks} threads, ranks 1 each):")
+    for what, a, b in (("compute_logprobs", "lp_single", "lp_group"), ("update_policy", "upd_single", "upd_group")):
+        print(f"  {what}: in-process {med[a]:.3f} s, {args.ranks} ranks {med[b]:.3f} s, "
+              f"ranks/in-process {med[b] / med[a]:.2f}x")  # fmt: skip
+    print(f"max |weight difference| after {args.repeats + 1} updates: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
