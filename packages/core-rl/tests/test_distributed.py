@@ -117,6 +117,13 @@ def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_coun
     assert (moved_lp - expected_lp).abs().max() > 1e-3
     torch.testing.assert_close(still_lp, expected_lp, rtol=1e-5, atol=1e-5)
 
+    # each rank keeps about a third of the parameters and AdamW moments (FSDP2 pads uneven shards by < 1 row)
+    kept = group.call("actor", "state_bytes")
+    whole = single.state_bytes()
+    for key in ("parameters", "optimizer"):
+        assert whole[key] <= sum(rank[key] for rank in kept) <= whole[key] * 1.05
+        assert max(rank[key] for rank in kept) <= whole[key] / 3 * 1.1
+
     # checkpoint on 3 ranks: full-size optimizer state in the single-process layout, HF weights
     state = group.state_dict()
     single_state = single.state_dict()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.batch import TrajectoryBatch
@@ -111,10 +112,18 @@ def rank_logprobs(
             lp_parts.append(_to_width(lp.float().cpu(), width))
             if ent is not None:
                 ent_parts.append(_to_width(ent.float().cpu(), width))
+    free_gathered_weights(model)
     empty = torch.zeros(0, width)
     logprobs = torch.cat(lp_parts) if lp_parts else empty
     entropies = (torch.cat(ent_parts) if ent_parts else empty) if entropy else None
     return rows, logprobs, entropies
+
+
+def free_gathered_weights(model: nn.Module) -> None:
+    """Drop the full-size copies FSDP2 leaves after a no-grad forward: it keeps the root's parameters (the
+    embeddings, often the largest tensor) gathered, expecting a backward that inference never runs."""
+    if isinstance(model, FSDPModule):
+        model.reshard()
 
 
 def full_training_state(worker: PolicyActor | ValueCritic) -> dict[str, Any]:
@@ -253,6 +262,7 @@ class ShardedCritic(_TrainsOnRanks, ValueCritic):
                 if weight != 0.0:
                     rows.extend(micro_rows)
                     parts.append(_to_width(values.float().cpu(), width))
+        free_gathered_weights(self.model)
         return rows, torch.cat(parts) if parts else torch.zeros(0, width)
 
     def save_pretrained(self, path: str) -> None:
