@@ -58,8 +58,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _eval_parser(commands: Any) -> None:
-    from rlloom_apps.reasoning.evaluate import EvalSettings
-
+    from rlloom.rewards.eval_runner import add_eval_arguments
     from rlloom.rollout.policy_spec import add_policy_arguments
 
     ev = commands.add_parser(
@@ -72,29 +71,21 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each file")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
-    sampling = ev.add_argument_group("sampling and metrics")
-    for name, field in EvalSettings.model_fields.items():
-        flag = f"--{name.replace('_', '-')}"
-        if name == "k":
-            sampling.add_argument(flag, type=int, nargs="+", default=[], help=field.description)
-        elif name == "score_workers":
-            sampling.add_argument(flag, type=int, default=None, help=field.description)
-        else:
-            kind = float if field.annotation is float else int
-            sampling.add_argument(flag, type=kind, default=field.default, help=field.description)
+    add_eval_arguments(ev)
 
 
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.reasoning.data import read_jsonl
-    from rlloom_apps.reasoning.evaluate import EvalSettings, run_eval, summary_text, write_outputs
+    from rlloom_apps.reasoning.evaluate import text_request
 
+    from rlloom.rewards.eval_runner import run_eval, settings_from_args, summary_text, write_outputs
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
     try:
         spec.check()
-        settings = EvalSettings(**{name: getattr(args, name) for name in EvalSettings.model_fields})
+        settings = settings_from_args(args)
     except (ValueError, ValidationError) as err:
         parser.error(str(err))
     rows: list[dict[str, Any]] = []
@@ -110,7 +101,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--data holds no rows")
     engine, _ = build_engine(spec)
     try:
-        result = run_eval(engine, rows, settings)
+        result = run_eval(engine, rows, settings, text_request(settings))
     except ValueError as err:
         parser.error(str(err))
     finally:

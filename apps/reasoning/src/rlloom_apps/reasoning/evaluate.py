@@ -1,123 +1,42 @@
 """`reasoning eval`: sample n responses per problem, score them, report avg@n, pass@k and maj@k per dataset.
 
 Wiring only: the engine comes from `rlloom.rollout.policy_spec` (a model folder through HF transformers or vLLM,
-or an OpenAI-compatible server), scoring and the metrics from `rlloom.rewards.evaluation`. Sampling defaults are
-DeepSeek-R1's evaluation settings (temperature 0.6, top-p 0.95); `--temperature 0` is greedy (then use n=1).
-Every problem's samples are seeded (`seed + row index`), so a run repeats on the same engine and hardware.
+or an OpenAI-compatible server); sampling, scoring, the metrics and the output files are
+`rlloom.rewards.eval_runner`'s. Each row's chat messages are the request; problem i samples with seed + i.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import statistics
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from tqdm.auto import tqdm
-
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.rewards.evaluation import EvalReport, evaluate_samples
-
-
-class EvalSettings(BaseModel):
-    """How many samples, how to sample them, and which k to report."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    n: int = Field(default=1, ge=1, description="samples per problem (avg@n averages them)")
-    k: list[int] = Field(default_factory=list, description="k values for pass@k and maj@k (default: 1, 2, 4 .. n)")
-    temperature: float = Field(default=0.6, ge=0.0, description="sampling temperature (0: greedy)")
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
-    max_tokens: int = Field(default=4096, ge=1, description="response length limit in tokens")
-    seed: int = Field(default=0, description="problem i samples with seed + i")
-    concurrency: int = Field(default=256, ge=1, description="problems sampled at once (engine requests in flight)")
-    score_workers: int | None = Field(default=None, ge=0, description="scoring processes (default: one per core)")
-    score_timeout: float = Field(default=30.0, gt=0.0, description="seconds per sample's scoring at most")
-
-    @model_validator(mode="after")
-    def _ks(self) -> EvalSettings:
-        if not self.k:
-            self.k = default_ks(self.n)
-        bad = [k for k in self.k if not 1 <= k <= self.n]
-        if bad:
-            raise ValueError(f"--k {bad} must lie in 1..--n ({self.n}): pass@k needs at least k samples per problem")
-        self.k = sorted(set(self.k))
-        return self
-
-    def sampling(self, index: int) -> SamplingParams:
-        return SamplingParams(
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self.seed + index,
-            logprobs=False,
-        )
+from rlloom.core_rl.generation import GenerationRequest
+from rlloom.rewards.eval_runner import (
+    AsyncSampler,
+    EvalResult,
+    EvalSettings,
+    RequestFor,
+    default_ks,
+    summary_text,
+    write_outputs,
+)
+from rlloom.rewards.eval_runner import (
+    run_eval as run_rows,
+)
+from rlloom.rollout.policy_spec import eval_sampling
 
 
-def default_ks(n: int) -> list[int]:
-    """1, 2, 4, ... up to n, and n itself."""
-    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return sorted({*ks, n})
+def text_request(settings: EvalSettings) -> RequestFor:
+    """Row i's chat messages, sampled with seed + i."""
 
+    def request_for(index: int, row: Mapping[str, Any]) -> GenerationRequest:
+        return GenerationRequest(messages=list(row["prompt"]), sampling=eval_sampling(settings, index))
 
-class LengthStats(BaseModel):
-    """Response lengths of one data source: long-context reasoning runs are judged by these too."""
-
-    mean_tokens: float
-    max_tokens: int
-    truncated: float = Field(description="share of samples that hit max_tokens (finish reason 'length')")
-
-
-class EvalResult(BaseModel):
-    report: EvalReport
-    lengths: dict[str, LengthStats]
-    responses: list[list[str]]
-
-
-Sampled = tuple[list[list[str]], list[list[int]], list[list[str]]]
-
-
-def sample_rows(
-    engine: Any, rows: Sequence[dict[str, Any]], settings: EvalSettings, *, progress: bool = True
-) -> Sampled:
-    """(texts, token counts, finish reasons), each a list per row of its n samples.
-
-    Every row is its own `agenerate` call, at most `concurrency` in flight: the HF engine decodes them in one
-    continuously refilled batch (no barrier between groups of problems), a server gets concurrent requests.
-    """
-
-    async def run_all() -> list[list[Completion]]:
-        gate = asyncio.Semaphore(settings.concurrency)
-        bar = tqdm(total=len(rows) * settings.n, desc="sampling", unit="sample", disable=not progress)
-
-        async def one(index: int, row: dict[str, Any]) -> list[Completion]:
-            async with gate:
-                request = GenerationRequest(messages=list(row["prompt"]), sampling=settings.sampling(index))
-                completions: list[Completion] = await engine.agenerate(request)
-            bar.update(len(completions))
-            return completions
-
-        try:
-            return await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
-        finally:
-            bar.close()
-            aclose = getattr(engine, "aclose", None)  # an HTTP engine's client belongs to this event loop
-            if aclose is not None:
-                await aclose()
-
-    results = asyncio.run(run_all())
-    texts = [[c.text for c in cs] for cs in results]
-    lengths = [[len(c.token_ids) for c in cs] for cs in results]
-    finishes = [[str(c.finish_reason) for c in cs] for cs in results]
-    return texts, lengths, finishes
+    return request_for
 
 
 def run_eval(
-    engine: Any, rows: Sequence[dict[str, Any]], settings: EvalSettings, *, progress: bool = True
+    engine: AsyncSampler, rows: Sequence[Mapping[str, Any]], settings: EvalSettings, *, progress: bool = True
 ) -> EvalResult:
     """Sample every row n times, score every sample, summarize per data source."""
     for i, row in enumerate(rows):
@@ -125,69 +44,7 @@ def run_eval(
             raise ValueError(
                 f"row {i} has no 'prompt' list of chat messages; prepare rows with `reasoning prepare-data`"
             )
-    texts, lengths, finishes = sample_rows(engine, rows, settings, progress=progress)
-    report = evaluate_samples(
-        rows,
-        texts,
-        settings.k,
-        workers=settings.score_workers,
-        timeout=settings.score_timeout,
-        progress=progress,
-        seed=settings.seed,
-    )
-    per_source: dict[str, list[tuple[int, str]]] = {}
-    for row, counts, reasons in zip(rows, lengths, finishes, strict=True):
-        per_source.setdefault(str(row["data_source"]), []).extend(zip(counts, reasons, strict=True))
-    stats = {
-        source: LengthStats(
-            mean_tokens=statistics.mean(c for c, _ in pairs),
-            max_tokens=max(c for c, _ in pairs),
-            truncated=sum(r == "length" for _, r in pairs) / len(pairs),
-        )
-        for source, pairs in per_source.items()
-    }
-    return EvalResult(report=report, lengths=stats, responses=texts)
+    return run_rows(engine, rows, settings, text_request(settings), progress=progress)
 
 
-def summary_text(result: EvalResult) -> str:
-    """The metrics table (percent), then response lengths per data source."""
-    lines = [
-        result.report.table(),
-        "",
-        "| data source | mean response tokens | longest | truncated |",
-        "|---|---|---|---|",
-    ]
-    for source, s in result.lengths.items():
-        lines.append(f"| {source} | {s.mean_tokens:.0f} | {s.max_tokens} | {100 * s.truncated:.1f}% |")
-    return "\n".join(lines)
-
-
-def write_outputs(out: Path, rows: Sequence[dict[str, Any]], result: EvalResult, settings: EvalSettings) -> None:
-    """results.json (settings, figures, lengths), table.md, and samples_<source>.jsonl with every sample."""
-    out.mkdir(parents=True, exist_ok=True)
-    results = {
-        "settings": settings.model_dump(),
-        "sources": [s.model_dump() for s in result.report.sources],
-        "lengths": {k: v.model_dump() for k, v in result.lengths.items()},
-    }
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "table.md").write_text(summary_text(result) + "\n")
-    handles: dict[str, Any] = {}
-    try:
-        for record in result.report.records:
-            source = record.data_source
-            if source not in handles:
-                handles[source] = (out / f"samples_{_file_safe(source)}.jsonl").open("w", encoding="utf-8")
-            line = {
-                **record.model_dump(),
-                "index": rows[record.problem].get("extra_info", {}).get("index", record.problem),
-                "response": result.responses[record.problem][record.sample],
-            }
-            handles[source].write(json.dumps(line, ensure_ascii=False) + "\n")
-    finally:
-        for handle in handles.values():
-            handle.close()
-
-
-def _file_safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+__all__ = ["EvalResult", "EvalSettings", "default_ks", "run_eval", "summary_text", "text_request", "write_outputs"]

@@ -1,11 +1,14 @@
-"""`vlm-geo3k` console script: `prepare-data` (Geometry3K folders -> rows), `train` (GRPO on a Qwen2.5-VL) and
-`demo` (a tiny VLM learns a colour-naming task on synthetic pictures, on CPU)."""
+"""`vlm-geo3k` console script: `prepare-data` (Geometry3K folders -> rows), `train` (GRPO on a Qwen2.5-VL),
+`eval` (avg@n, pass@k, maj@k of a saved VLM) and `demo` (a tiny VLM learns a colour-naming task on synthetic
+pictures, on CPU)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from rlloom_apps.vlm_geo3k.data import prepare
 
@@ -41,7 +44,11 @@ def main(argv: list[str] | None = None) -> None:
         seed_help="pictures, model, warm-up and training seed",
         run_prefix="vlm-demo",
     )
+    _eval_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "eval":
+        _eval(parser, args)
+        return
     if args.command == "train":
         _train(parser, args)
         return
@@ -77,6 +84,75 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("reward/", "val/", "mismatch/"))}
     print(f"last step: {shown}")
+
+
+def _eval_parser(commands: Any) -> None:
+    from rlloom_apps.vlm_geo3k.settings import VisionSettings
+
+    from rlloom.rewards.eval_runner import add_eval_arguments
+    from rlloom.rollout.policy_spec import add_policy_arguments
+
+    ev = commands.add_parser(
+        "eval",
+        help="sample n answers per problem from a saved VLM and report avg@n, pass@k and maj@k",
+        description="Sample every prepared row n times (seeded) with its images, score each answer with the math "
+        "checker, and print avg@n, unbiased pass@k and maj@k per dataset.",
+    )
+    ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
+    add_policy_arguments(ev, model_help="a saved VLM folder (a trainer checkpoint or a Qwen2.5-VL)")
+    vision = ev.add_argument_group("images")
+    for name in ("min_pixels", "max_pixels"):
+        field = VisionSettings.model_fields[name]
+        vision.add_argument(f"--{name.replace('_', '-')}", type=int, default=field.default, help=field.description)
+    add_eval_arguments(ev)
+
+
+def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+    from rlloom_apps.vlm_geo3k.evaluate import vision_request
+    from rlloom_apps.vlm_geo3k.settings import VisionSettings
+    from transformers import AutoConfig
+
+    from rlloom.rewards.eval_runner import run_eval, settings_from_args, summary_text, write_outputs
+    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+
+    spec = PolicySpec.from_args(args)
+    if spec.url is not None or spec.engine != "hf":
+        # engine_inputs() holds processed pixel tensors, which only the in-process HF engine takes today
+        parser.error("vlm-geo3k eval samples with the HF engine: pass --model with --engine hf (image requests to "
+                     "vLLM or an HTTP server are not wired yet)")  # fmt: skip
+    try:
+        spec.check()
+        settings = settings_from_args(args)
+        vision = VisionSettings(min_pixels=args.min_pixels, max_pixels=args.max_pixels, max_prompt_tokens=None)
+    except (ValueError, ValidationError) as err:
+        parser.error(str(err))
+    rows: list[dict[str, Any]] = []
+    for path in args.data:
+        if not path.is_file():
+            parser.error(f"--data {path} does not exist (make rows with `vlm-geo3k prepare-data`)")
+        found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows += found[: args.limit] if args.limit is not None else found
+    if not rows:
+        parser.error("--data holds no rows")
+    config_path = str(spec.model or spec.tokenizer)
+    vision_config = getattr(AutoConfig.from_pretrained(config_path), "vision_config", None)
+    if vision_config is None:
+        parser.error(f"{config_path} is not a vision-language model (its config has no vision_config)")
+    engine, tokenizer = build_engine(spec)
+    try:
+        request_for = vision_request(settings, tokenizer, vision.processing(vision_config))
+        result = run_eval(engine, rows, settings, request_for)
+    except ValueError as err:
+        parser.error(str(err))
+    finally:
+        close_engine(engine)
+    print(summary_text(result))
+    if args.out is not None:
+        write_outputs(args.out, rows, result, settings)
+        print(f"(written to {args.out})")
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -2,7 +2,7 @@
 collector for VLM RL with core-rl's trainer."""
 
 from rlloom.multimodal.__about__ import __version__
-from rlloom.multimodal.collection import drop_overlong_rows, split_image_markers, vision_collector
+from rlloom.multimodal.collection import drop_overlong_rows, row_request, split_image_markers, vision_collector
 from rlloom.multimodal.image import VisionGrid, fit_pixel_budget, load_image, vision_grid
 from rlloom.multimodal.qwen_vl import (
     QwenVLProcessing,
@@ -34,6 +34,7 @@ __all__ = [
     "load_image",
     "mrope_position_ids",
     "process_images",
+    "row_request",
     "split_image_markers",
     "vision_collector",
     "vision_grid",

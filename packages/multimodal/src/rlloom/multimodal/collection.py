@@ -115,22 +115,28 @@ def _text_prompt_ids(row: Row, tokenizer: Any) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def row_request(
+    row: Row,
+    sampling: SamplingParams,
+    tokenizer: Any,
+    processing: QwenVLProcessing,
+    tokens: VisionTokenIds | None = None,
+) -> GenerationRequest:
+    """The engine request of one row: expanded `prompt_ids` plus the image tensors and M-RoPE positions
+    (`engine_inputs()`) for an image row, core-rl's text request otherwise. The row's n samples share the tensors."""
+    if not row_images(row):
+        return generation_request(row, sampling)
+    inputs = row_vision_inputs(row, tokenizer, processing, tokens)
+    return GenerationRequest(prompt_ids=inputs.input_ids, multimodal=inputs.engine_inputs(), sampling=sampling)
+
+
 def vision_collector(tokenizer: Any, processing: QwenVLProcessing) -> Callable[[RolloutEngine], CollectFn]:
     """A core-rl `CollectFactory`: `collect_factory=vision_collector(tokenizer, processing)`."""
     tokens = VisionTokenIds.from_tokenizer(tokenizer)
 
     def on_engine(engine: RolloutEngine) -> CollectFn:
         def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-            requests: list[GenerationRequest] = []
-            for row in rows:
-                if row_images(row):
-                    inputs = row_vision_inputs(row, tokenizer, processing, tokens)
-                    multimodal = inputs.engine_inputs()  # one dict per row: its n samples share the tensors
-                    requests.append(
-                        GenerationRequest(prompt_ids=inputs.input_ids, multimodal=multimodal, sampling=sampling)
-                    )
-                else:
-                    requests.append(generation_request(row, sampling))
+            requests = [row_request(row, sampling, tokenizer, processing, tokens) for row in rows]
             return sample_trajectories(engine, rows, requests, prefix)
 
         return collect

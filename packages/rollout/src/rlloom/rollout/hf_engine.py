@@ -94,13 +94,16 @@ class HFEngine:
         config: HFEngineConfig | None = None,
     ) -> HFEngine:
         """Load a model folder; on CUDA defaults to bf16 and SDPA attention, on CPU to fp32."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from rlloom.core_rl.actor import model_class
 
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         tokenizer.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
+        # a vision-language checkpoint (Qwen2.5-VL) loads as its image-text-to-text class
+        model = model_class(str(path)).from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
         torch.nn.Module.to(model, dev)
         model.eval()
         return cls(model, tokenizer, config)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
+
+from rlloom.core_rl.generation import SamplingParams
 
 EngineKind = Literal["hf", "vllm"]
 
@@ -98,8 +100,7 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
 
         engine = VLLMEngine(VLLMEngineConfig(model=str(spec.model), dtype=spec.dtype))
         return engine, tokenizer
-    from transformers import AutoModelForCausalLM
-
+    from rlloom.core_rl.actor import model_class
     from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
     device = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -107,7 +108,8 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     else:
         dtype = getattr(torch, spec.dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(spec.model), dtype=dtype, attn_implementation="sdpa")
+    # a vision-language checkpoint (Qwen2.5-VL) loads as its image-text-to-text class
+    model = model_class(str(spec.model)).from_pretrained(str(spec.model), dtype=dtype, attn_implementation="sdpa")
     torch.nn.Module.to(model, device)
     model.eval()
     # Multi-turn conversations re-send their whole context each turn: the prefix cache prefills only what is new.
@@ -119,3 +121,26 @@ def close_engine(engine: Any) -> None:
     close = getattr(engine, "close", None)
     if callable(close):
         close()
+
+
+class EvalSampling(Protocol):
+    """The sampling fields of an evaluation's settings (`rlloom.rewards.eval_runner.EvalSettings` has them)."""
+
+    n: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+
+def eval_sampling(settings: EvalSampling, index: int) -> SamplingParams:
+    """Problem `index`'s sampling: its n samples seeded with `seed + index`, so a run repeats and one problem's
+    samples do not depend on which others were asked for."""
+    return SamplingParams(
+        n=settings.n,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed + index,
+        logprobs=False,
+    )

@@ -1,0 +1,71 @@
+"""The evaluation runner on its own (no torch, no model): concurrency, seeding hook, scoring, lengths, files."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlloom.rewards.eval_runner import EvalSettings, add_eval_arguments, run_eval, settings_from_args, summary_text
+
+
+@dataclass
+class Sample:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+
+
+class ScriptedSampler:
+    """Answers request (index, n) with the row's scripted texts; records how many requests overlap."""
+
+    def __init__(self, script: list[list[str]]) -> None:
+        self.script = script
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def agenerate(self, request: tuple[int, int]) -> list[Sample]:
+        index, n = request
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        texts = self.script[index]
+        assert len(texts) == n
+        return [Sample(t, [0] * (3 + i), "length" if i == 0 else "stop") for i, t in enumerate(texts)]
+
+
+def gsm8k_row(answer: str) -> dict[str, Any]:
+    prompt = [{"role": "user", "content": "q"}]
+    return {"data_source": "gsm8k", "prompt": prompt, "reward_model": {"ground_truth": answer}}
+
+
+def test_run_eval_scores_and_summarises(tmp_path: Path) -> None:
+    rows = [gsm8k_row("7"), gsm8k_row("12"), gsm8k_row("5")]
+    script = [["#### 7", "#### 7", "#### 8"], ["#### 11", "#### 11", "#### 12"], ["#### 1", "#### 2", "none"]]
+    sampler = ScriptedSampler(script)
+    settings = EvalSettings(n=3, k=[1, 3], concurrency=2, score_workers=1)
+    result = run_eval(sampler, rows, settings, lambda i, row: (i, settings.n), progress=False)
+    assert sampler.most_in_flight == 2  # never more than `concurrency` requests at once
+    (source,) = result.report.sources
+    # correct per problem: 2, 1, 0 of 3
+    assert source.metrics["avg@3"] == pytest.approx(3 / 9)
+    assert source.metrics["pass@3"] == pytest.approx(2 / 3)
+    assert source.metrics["maj@3"] == pytest.approx(1 / 3)  # 7 wins, 11 beats 12, nothing for the third
+    lengths = result.lengths["gsm8k"]
+    assert (lengths.mean_tokens, lengths.max_tokens, lengths.truncated) == (4.0, 5, pytest.approx(1 / 3))
+    assert "| gsm8k | 4 | 5 | 33.3% |" in summary_text(result)
+
+
+def test_flags_round_trip_to_settings() -> None:
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    args = parser.parse_args(["--n", "8", "--k", "1", "8", "--temperature", "0", "--max-tokens", "64"])
+    settings = settings_from_args(args)
+    assert (settings.n, settings.k, settings.temperature, settings.max_tokens) == (8, [1, 8], 0.0, 64)
+    assert json.loads(settings.model_dump_json())["top_p"] == 0.95  # defaults kept
