@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny in-process Qwen2.5-VL, its character tokenizer and synthetic images."""
+"""Shared fixtures: the tiny in-process VLMs (Qwen2.5-VL and Qwen2-VL: every test that takes `vlm` runs on both),
+their character tokenizer and synthetic images."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from PIL import Image
 
 from rlloom.multimodal.qwen_vl import QwenVLProcessing
-from rlloom.multimodal.tiny import qwen_vl_char_tokenizer, tiny_qwen2_5_vl
+from rlloom.multimodal.tiny import qwen_vl_char_tokenizer, tiny_qwen2_5_vl, tiny_qwen2_vl
 
 
 @pytest.fixture(scope="session")
@@ -18,9 +19,10 @@ def tok() -> Any:
     return qwen_vl_char_tokenizer()
 
 
-@pytest.fixture(scope="session")
-def vlm(tok: Any) -> torch.nn.Module:
-    return tiny_qwen2_5_vl(tok, seed=0).eval()
+@pytest.fixture(scope="session", params=["qwen2_5_vl", "qwen2_vl"])
+def vlm(tok: Any, request: pytest.FixtureRequest) -> torch.nn.Module:
+    build = tiny_qwen2_5_vl if request.param == "qwen2_5_vl" else tiny_qwen2_vl
+    return build(tok, seed=0).eval()
 
 
 @pytest.fixture(scope="session")

@@ -134,7 +134,14 @@ def test_explicit_positions_change_the_logits_and_the_packed_layout_does_not(
             position_ids=with_text_row(inputs.position_ids[:, None]),
             **images,
         ).logits
-        vlm.model.rope_deltas = None
-        inferred = vlm(input_ids=ids, **images).logits  # no mm_token_type_ids: transformers uses 1-D positions
     assert torch.equal(three, four)
-    assert not torch.allclose(three, inferred, atol=1e-5)  # why positions must always be passed explicitly
+    # why positions must always be passed explicitly: without them (and mm_token_type_ids) transformers 5.23
+    # quietly uses 1-D positions for Qwen2.5-VL and refuses for Qwen2-VL
+    vlm.model.rope_deltas = None
+    if vlm.config.model_type == "qwen2_vl":
+        with pytest.raises(ValueError, match="mm_token_type_ids"), torch.no_grad():
+            vlm(input_ids=ids, **images)
+    else:
+        with torch.no_grad():
+            inferred = vlm(input_ids=ids, **images).logits
+        assert not torch.allclose(three, inferred, atol=1e-5)

@@ -1,19 +1,29 @@
-"""A tiny random Qwen2.5-VL and a Qwen-VL-style tokenizer built in-process, for CPU tests and demos offline.
+"""Tiny random Qwen2.5-VL and Qwen2-VL models and a Qwen-VL-style tokenizer built in-process, for CPU tests and
+demos offline.
 
 `qwen_vl_char_tokenizer()` is core-rl's character tokenizer plus the Qwen vision special tokens and a chat
 template that renders image content parts as `<|vision_start|><|image_pad|><|vision_end|>`, like Qwen's own.
 `tiny_qwen2_5_vl(tokenizer)` is a randomly initialised `Qwen2_5_VLForConditionalGeneration` of about 0.17M
 parameters (text hidden 64, 2 layers, M-RoPE sections [2, 3, 3]; a 2-block ViT of width 32) whose vision
 token ids are the tokenizer's, so the whole image path (ViT, merger, placeholder scatter, 3-D rope) runs.
+`tiny_qwen2_vl(tokenizer)` is the same text model on Qwen2-VL's vision tower (full attention in every block,
+no window attention), the other model family the engine and actor support.
 `save_tiny_vl_model(root)` writes both as folders a trainer config can name (`model.path`, `model.tokenizer_path`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import torch
-from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import (
+    PreTrainedTokenizerFast,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+)
 
 from rlloom.core_rl.tiny import DEFAULT_ALPHABET, SavedTinyModel, char_tokenizer
 from rlloom.multimodal.qwen_vl import VisionTokenIds
@@ -60,22 +70,16 @@ def tiny_qwen2_5_vl(
     ViT patch 14, merge 2, temporal patch 2 as in the released models, so `QwenVLProcessing()` defaults fit.
     """
     vision = VisionTokenIds.from_tokenizer(tokenizer)
-    head_dim = hidden_size // num_heads
     config = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "num_hidden_layers": num_layers,
-            "num_attention_heads": num_heads,
-            "num_key_value_heads": num_kv_heads,
-            "max_position_embeddings": max_position_embeddings,
-            # temporal/height/width halves of the rotary frequencies; must sum to head_dim / 2
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)},
-            "pad_token_id": tokenizer.pad_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "bos_token_id": None,
-        },
+        text_config=_text_config(
+            tokenizer,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            intermediate_size=intermediate_size,
+            max_position_embeddings=max_position_embeddings,
+        ),
         vision_config={
             "depth": vision_depth,
             "hidden_size": vision_width,
@@ -94,6 +98,89 @@ def tiny_qwen2_5_vl(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = Qwen2_5_VLForConditionalGeneration(config)
+    return _finish(model, tokenizer, dtype)
+
+
+def tiny_qwen2_vl(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vision_width: int = 32,
+    vision_depth: int = 2,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen2VLForConditionalGeneration:
+    """A randomly initialised Qwen2-VL (patch 14, merge 2, temporal patch 2, as released) on `tokenizer`."""
+    vision = VisionTokenIds.from_tokenizer(tokenizer)
+    config = Qwen2VLConfig(
+        text_config=_text_config(
+            tokenizer,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            intermediate_size=intermediate_size,
+            max_position_embeddings=max_position_embeddings,
+        ),
+        vision_config={
+            "depth": vision_depth,
+            "embed_dim": vision_width,
+            "hidden_size": hidden_size,  # the merger projects into the text model's width
+            "mlp_ratio": 2,
+            "num_heads": 2,
+        },
+        image_token_id=vision.image_pad,
+        video_token_id=vision.video_pad,
+        vision_start_token_id=vision.vision_start,
+        vision_end_token_id=vision.vision_end,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2VLForConditionalGeneration(config)
+    return _finish(model, tokenizer, dtype)
+
+
+def _text_config(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int,
+) -> dict[str, object]:
+    """The language model of both tiny VLMs: Qwen2 with multimodal rotary embeddings."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "max_position_embeddings": max_position_embeddings,
+        # temporal/height/width halves of the rotary frequencies; must sum to head_dim / 2
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "mrope_section": _mrope_section(hidden_size // num_heads),
+        },
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": None,
+    }
+
+
+_VLM = TypeVar("_VLM", Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration)
+
+
+def _finish(model: _VLM, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype) -> _VLM:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     torch.nn.Module.to(model, dtype)  # transformers wraps `.to` with a signature mypy cannot follow
