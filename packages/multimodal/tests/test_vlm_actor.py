@@ -1,4 +1,5 @@
-"""Rollout and training agree on a VLM: the actor's log-probs of HFEngine's samples equal the engine's own.
+"""Rollout and training agree on a VLM: the actor's log-probs of HFEngine's samples equal the engine's own, and
+the critic's values equal a direct forward.
 
 The trajectories carry `VisionInputs.engine_inputs()` in `Trajectory.multimodal`, so core-rl's forward gets the
 image tensors and the prompt's M-RoPE positions, continued for the response the way the engine decoded it.
@@ -13,10 +14,11 @@ import torch
 
 from rlloom.core_rl.actor import PolicyActor
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
+from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, CriticConfig
+from rlloom.core_rl.critic import ValueCritic, ValueModel
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.trajectory import Trajectory
-from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, build_vision_inputs
+from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
 
 hf_engine = pytest.importorskip("rlloom.rollout.hf_engine")  # rlloom-rollout is a test-time peer, not a dependency
 
@@ -140,3 +142,49 @@ def test_update_policy_trains_the_vision_tower(vlm: torch.nn.Module, tok: Any, t
     mask = batch.loss_mask.bool()
     # a step up the advantage: the positive rows' (image rows) log-probs rise on average
     assert float((new - old)[0][mask[0]].mean()) > 0 and float((new - old)[2][mask[2]].mean()) > 0
+
+
+def test_critic_values_match_a_direct_forward_and_train_the_vision_tower(
+    vlm: torch.nn.Module, tok: Any, trajectories: list[Trajectory]
+) -> None:
+    """PPO's critic on the same mixed batch: each row's values equal the backbone run on that row alone with the
+    model's own `get_rope_index` positions, and the value loss reaches the vision tower."""
+    backbone = copy.deepcopy(vlm.model)  # the image-text model without its LM head, as AutoModel loads it
+    value_model = ValueModel(backbone)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        torch.nn.init.normal_(value_model.value_head.weight, std=0.5)  # a zero head would make every value 0
+    critic = ValueCritic(
+        value_model,
+        critic=CriticConfig(lr=1e-3, ppo_epochs=1, mini_batch_size=3, shuffle=False),
+        loss_agg_mode="token-mean",
+        total_steps=1,
+        mini_batch_rows=3,
+        device=CPU,
+        bf16=False,
+    )
+    batch = TrajectoryBatch.from_trajectories(trajectories, tok.pad_token_id)
+    values = critic.compute_values(batch)
+    image_pad = VisionTokenIds.from_config(vlm.config).image_pad
+    for row, traj in enumerate(trajectories):
+        ids = torch.tensor([traj.prompt_ids + traj.response_ids])
+        kwargs: dict[str, Any] = {}
+        if traj.multimodal:
+            grid = traj.multimodal["image_grid_thw"]
+            tokens = (ids == image_pad).int()
+            positions, _ = vlm.model.get_rope_index(ids, mm_token_type_ids=tokens, image_grid_thw=grid)
+            pixels = traj.multimodal["pixel_values"]
+            kwargs = {"position_ids": positions, "pixel_values": pixels, "image_grid_thw": grid}
+        with torch.no_grad():
+            hidden = backbone(input_ids=ids, **kwargs).last_hidden_state[0]
+            n_p, n_r = len(traj.prompt_ids), len(traj.response_ids)
+            expected = value_model.value_head(hidden[n_p - 1 : n_p - 1 + n_r]).squeeze(-1)
+        torch.testing.assert_close(values[row, :n_r], expected, rtol=1e-4, atol=1e-5)
+        assert not values[row, n_r:].any()
+
+    batch["values"] = values
+    batch["returns"] = (values + 1.0) * batch.loss_mask
+    before = {k: v.detach().clone() for k, v in backbone.named_parameters() if "visual" in k}
+    metrics = critic.update_critic(batch)
+    assert metrics["critic/vf_loss"] > 0
+    assert any(not torch.equal(v, before[k]) for k, v in backbone.named_parameters() if k in before)

@@ -37,7 +37,7 @@ class ValueModel(nn.Module):
     def __init__(self, backbone: PreTrainedModel) -> None:
         super().__init__()
         self.backbone = backbone
-        self.value_head = nn.Linear(backbone.config.hidden_size, 1)
+        self.value_head = nn.Linear(backbone.config.get_text_config().hidden_size, 1)  # VLMs nest it
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 

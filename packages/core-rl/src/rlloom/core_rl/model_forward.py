@@ -75,11 +75,10 @@ def response_logprobs(
     return logprobs, ent
 
 
-def _rope_row_logprobs(
-    model: nn.Module, batch: TrajectoryBatch, row: int, *, temperature: float, entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`[1, R]` log-probs (and entropies) of one row, forwarded alone over its real tokens with its own inputs."""
-    width_p, width_r = batch.prompt_width, batch.response_width
+def _rope_row_forward(model: nn.Module, batch: TrajectoryBatch, row: int) -> tuple[Any, torch.Tensor, int, int]:
+    """Forward one row alone over its real tokens with its own image inputs and continued M-RoPE positions;
+    returns (model output, the row's token ids, prompt length, response length)."""
+    width_p = batch.prompt_width
     mask = batch["attention_mask"][row].bool()
     ids = batch["input_ids"][row][mask]
     n_p, n_r = int(mask[:width_p].sum()), int(mask[width_p:].sum())
@@ -94,9 +93,17 @@ def _rope_row_logprobs(
         use_cache=False,
         **inputs,
     )
+    return out, ids, n_p, n_r
+
+
+def _rope_row_logprobs(
+    model: nn.Module, batch: TrajectoryBatch, row: int, *, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[1, R]` log-probs (and entropies) of one row, forwarded alone (`_rope_row_forward`)."""
+    out, ids, n_p, n_r = _rope_row_forward(model, batch, row)
     logits = out.logits[0, n_p - 1 : n_p - 1 + n_r] / temperature
     rows = _chunk_rows(logits.shape[-1])
-    pad = (0, width_r - n_r)
+    pad = (0, batch.response_width - n_r)
     logprobs = nn.functional.pad(logprobs_from_logits(logits, ids[n_p:], chunk_size=rows), pad)[None]
     ent = nn.functional.pad(entropy_from_logits(logits, chunk_size=rows), pad)[None] if entropy else None
     return logprobs, ent
@@ -149,12 +156,22 @@ def _batched_logprobs(
 
 
 def response_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:
-    """Last hidden states `[b, R, H]` at the positions that precede each response token (the critic's states)."""
-    if rope_rows(batch):
-        raise ValueError(
-            "a critic over trajectories with multimodal M-RoPE inputs (multimodal['position_ids']) is not supported "
-            "yet; use a critic-free advantage estimator (e.g. grpo or rloo) for vision-language RL"
-        )
+    """Last hidden states `[b, R, H]` at the positions that precede each response token (the critic's states).
+    Vision-language rows (`rope_rows`) are forwarded one by one with their images, as for the log-probs."""
+    own = rope_rows(batch)
+    if not own:
+        return _batched_hidden_states(backbone, batch, packed=packed)
+    text = sorted(set(range(batch.batch_size)) - set(own))
+    parts = [_batched_hidden_states(backbone, batch.select(text), packed=packed)] if text else []
+    for row in own:
+        out, _, n_p, n_r = _rope_row_forward(backbone, batch, row)
+        states = out.last_hidden_state[0, n_p - 1 : n_p - 1 + n_r]
+        parts.append(nn.functional.pad(states, (0, 0, 0, batch.response_width - n_r))[None])
+    order = torch.argsort(torch.tensor(text + own)).to(batch["input_ids"].device)
+    return torch.cat(parts)[order]
+
+
+def _batched_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool) -> torch.Tensor:
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
