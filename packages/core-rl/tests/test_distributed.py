@@ -9,6 +9,7 @@ full-size state, so a run resumes on another number of ranks (or in one process)
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,10 +149,24 @@ def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_coun
     one.load_state_dict(state)
     assert_metrics_close(one.update_policy(batch, temperature=0.8), expected_metrics)
 
-    # a dead rank is an error naming the call, not a hang
-    ray.kill(two.ranks[1])
-    with pytest.raises(RuntimeError, match=r"actor.rank_logprobs: rank process\(es\) \[1\] died"):
+    # a rank that fails while its peers wait in a collective ends the call at once (not after timeout_s=300 s):
+    # row 0's token id is past the vocabulary, so only the rank that owns row 0 raises, in its embedding lookup
+    bad = batch.select(list(range(batch.batch_size)))
+    bad["input_ids"] = bad["input_ids"].clone()
+    bad["input_ids"][0, -1] = 10_000
+    start = time.monotonic()
+    with pytest.raises(IndexError) as raised:
+        two.compute_logprobs(bad, temperature=0.8)
+    assert time.monotonic() - start < 60
+    assert any("the group was shut down" in note for note in getattr(raised.value, "__notes__", []))
+    with pytest.raises(RuntimeError, match="was closed"):
         two.compute_logprobs(batch, temperature=0.8)
+
+    # a dead rank is an error naming it
+    three = RayActorGroup(cfg3, total_steps=10, weights_path=str(saved), with_reference=False)
+    ray.kill(three.ranks[1])
+    with pytest.raises(RuntimeError, match=r"actor.rank_logprobs: rank process\(es\) \[1\] died"):
+        three.compute_logprobs(batch, temperature=0.8)
 
 
 def test_sharded_critic_matches_the_in_process_one(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ naming the call and the ranks, and collectives time out after the same limit.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -227,7 +228,7 @@ class RayActorGroup:
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """`method` of `role` on every rank at once (they meet in collectives); the answers in rank order."""
         if not self.ranks:
-            raise RuntimeError("this RayActorGroup was closed")
+            raise RuntimeError("this RayActorGroup was closed (by close(), or after a rank failed); build a new one")
         refs = [worker.call.remote(role, method, *args, **kwargs) for worker in self.ranks]
         return self._gather(refs, f"{role}.{method}")
 
@@ -254,32 +255,60 @@ class RayActorGroup:
             self.ranks = []
 
     def _gather(self, refs: Sequence[Any], what: str) -> list[Any]:
+        """Every rank's answer, in rank order. The first failure ends the wait at once: its peers are usually
+        blocked in a collective it will never join, so the group is shut down and the error raised."""
         ray = self._ray
-        _, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
-        if pending:
-            late = [i for i, ref in enumerate(refs) if ref in pending]
-            raise TimeoutError(
-                f"RayActorGroup {what}: rank(s) {late} gave no answer within distributed.timeout_s={self.timeout_s}s "
-                "(a rank may be stuck in a collective or unable to get its CPUs/GPUs)"
-            )
-        results: list[Any] = []
-        dead: list[int] = []
-        first_error: BaseException | None = None
-        for rank, ref in enumerate(refs):
-            try:
-                results.append(ray.get(ref))
-            except ray.exceptions.RayActorError:
-                dead.append(rank)
-            except Exception as err:  # a rank raised; its peers usually fail in the collective after it
-                first_error = first_error or err
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending = list(refs)
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                late = sorted(rank_of[ref] for ref in pending)
+                self._abandon()
+                raise TimeoutError(
+                    f"RayActorGroup {what}: rank(s) {late} gave no answer within distributed.timeout_s="
+                    f"{self.timeout_s}s (stuck in a collective, or unable to get CPUs/GPUs); the group was shut down"
+                )
+            for ref in ready:
+                try:
+                    results[rank_of[ref]] = ray.get(ref)
+                except Exception as err:
+                    self._fail(what, rank_of[ref], err, pending, rank_of)
+        return [results[rank] for rank in range(len(refs))]
+
+    def _fail(self, what: str, rank: int, err: Exception, pending: list[Any], rank_of: Mapping[Any, int]) -> None:
+        """Raise for a failed rank after shutting the group down; a dead process is named as such, even when a
+        peer's collective error (connection reset) arrived first."""
+        ray = self._ray
+        dead = [rank] if isinstance(err, ray.exceptions.RayActorError) else []
+        if pending:  # a peer that died a moment ago shows up within this grace period
+            more, _ = ray.wait(pending, num_returns=len(pending), timeout=2.0)
+            for ref in more:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    dead.append(rank_of[ref])
+                except Exception:  # a peer's follow-on error; the first one is reported
+                    pass
+        self._abandon()
         if dead:
             raise RuntimeError(
-                f"RayActorGroup {what}: rank process(es) {dead} died; the group cannot continue. Resume the run "
-                "from its last checkpoint (any number of ranks can load it)"
-            ) from first_error
-        if first_error is not None:
-            raise first_error
-        return results
+                f"RayActorGroup {what}: rank process(es) {sorted(dead)} died; the group was shut down. Resume the "
+                "run from its last checkpoint (any number of ranks can load it)"
+            ) from err
+        err.add_note(
+            f"raised on rank {rank} of {self.num_ranks} in RayActorGroup {what}; the group was shut down (its other "
+            "ranks were waiting in collectives). Resume from the last checkpoint."
+        )
+        raise err
+
+    def _abandon(self) -> None:
+        """Kill every rank process (some may be blocked in a collective) and mark the group closed."""
+        for worker in self.ranks:
+            self._ray.kill(worker)
+        self.ranks = []
 
 
 class RayReference:
