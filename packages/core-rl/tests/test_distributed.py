@@ -17,7 +17,7 @@ import pytest
 import torch
 from test_trainer_engine_factory import SharedModuleEngine
 from test_workers import random_batch
-from tiny_run import digit_reward, run, sum_rows, tiny_config
+from tiny_run import SamplingEngine, digit_reward, run, sum_rows, tiny_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
@@ -246,4 +246,41 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
     # the 2-rank checkpoint of step 1 resumes in one process and gives the uninterrupted run's step 2
     resumed = tmp_path / "resumed"
     run(tiny_model_dir, resumed, [*steps, f"trainer.resume={tmp_path / 'two' / 'checkpoints' / 'step_1'}"])
+    assert_metrics_close(read_metrics(resumed)[-1], expected[1])
+
+
+def test_lora_on_two_ranks_matches_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """LoRA (peft) sharded: the reference is the adapter-disabled base on the same ranks, the engine receives the
+    merged weights, and the checkpoint (merged model + adapter/) resumes in one process."""
+    pytest.importorskip("peft")
+    lora = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.use_kl_loss=true"]
+    steps = ["trainer.total_steps=2", "trainer.save_every=1", *lora]
+    two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300"]
+    run(tiny_model_dir, tmp_path / "one", steps)
+    expected = read_metrics(tmp_path / "one")
+
+    engine = SamplingEngine(tiny_model_dir)
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks]),
+        engine=engine,
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(4, seed=1),
+    )
+    group = trainer.parts.actor
+    assert isinstance(group, RayActorGroup)
+    trainer.fit()
+    got = read_metrics(tmp_path / "two")
+    assert got[1]["actor/kl_loss"] > 0  # the adapter moved the policy off the adapter-free reference
+    for got_step, expected_step in zip(got, expected, strict=True):
+        assert_metrics_close(got_step, expected_step)
+    # the engine holds the merged policy: the same tensors the one-process run's checkpoint saved
+    merged = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "checkpoints" / "step_2").state_dict())
+    assert_weights_close(dict(engine.model.state_dict()), merged)
+    step1 = tmp_path / "two" / "checkpoints" / "step_1"
+    assert (step1 / "adapter" / "adapter_config.json").is_file()
+    group.close()
+
+    resumed = tmp_path / "resumed"
+    run(tiny_model_dir, resumed, [*steps, f"trainer.resume={step1}"])
     assert_metrics_close(read_metrics(resumed)[-1], expected[1])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
+
 import torch
 
 from rlloom.core_rl.batch import TrajectoryBatch
@@ -41,5 +42,25 @@ def test_only_rows_with_prompt_positions_get_their_own_forward() -> None:
     )
     assert rope_rows(batch) == [0]
     assert rope_rows(batch.select([1, 2, 3])) == []
-    with pytest.raises(ValueError, match="critic"):
-        response_hidden_states(torch.nn.Identity(), batch)
+    # the critic's states take the same route: text rows in one batched forward, the M-RoPE row alone with its
+    # prompt positions continued over the response
+    backbone = RecordingBackbone()
+    states = response_hidden_states(backbone, batch)
+    assert backbone.calls == [(3, None), (1, (3, 1, 5))]
+    assert states.shape == (4, batch.response_width, 2)
+    # a row's states are those of the tokens before each response token: the last prompt token (1), then 2
+    assert states[0, :, 0].tolist() == [1.0, 2.0]
+    assert states[1, :, 0].tolist() == [1.0, 2.0]
+
+
+class RecordingBackbone(torch.nn.Module):
+    """A stand-in backbone whose hidden state is the token id, recording (rows, M-RoPE position shape) per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, tuple[int, ...] | None]] = []
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, **_: object) -> object:
+        rope = tuple(position_ids.shape) if position_ids is not None and position_ids.dim() == 3 else None
+        self.calls.append((int(input_ids.shape[0]), rope))
+        return SimpleNamespace(last_hidden_state=input_ids.float()[..., None].expand(*input_ids.shape, 2))

@@ -42,11 +42,12 @@ ADAPTER_DIR = "adapter"
 
 
 def load_causal_lm(
-    cfg: ModelConfig, path: str, device: torch.device, *, resume_from: Path | None = None
+    cfg: ModelConfig, path: str, device: torch.device, *, resume_from: Path | None = None, seed: int = 0
 ) -> PreTrainedModel:
     """Load a causal LM for training from `path`; with `cfg.lora_rank > 0`, wrap `cfg.path` in LoRA adapters
-    (new ones, or those saved under `resume_from/adapter`). A vision-language checkpoint (e.g. Qwen2.5-VL) loads
-    as its image-text-to-text class, see `model_class`."""
+    (new ones, initialised from `seed` so every process and every run starts from the same adapter, or those
+    saved under `resume_from/adapter`). A vision-language checkpoint (e.g. Qwen2.5-VL) loads as its
+    image-text-to-text class, see `model_class`."""
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     base_path = cfg.path if cfg.lora_rank > 0 else path
     model: PreTrainedModel = model_class(base_path).from_pretrained(
@@ -63,7 +64,9 @@ def load_causal_lm(
             peft_model = PeftModel.from_pretrained(model, str(resume_from / ADAPTER_DIR), is_trainable=True)
         else:
             lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_target_modules)
-            peft_model = get_peft_model(model, lora)
+            with torch.random.fork_rng(devices=[]):  # peft draws lora_A from the global RNG
+                torch.manual_seed(seed)
+                peft_model = get_peft_model(model, lora)
         model = cast(PreTrainedModel, peft_model)  # a PeftModel forwards the PreTrainedModel interface
     nn.Module.to(model, device)  # transformers wraps `.to` with a signature mypy cannot follow
     return model

@@ -76,6 +76,7 @@ def build_run(
             weights_path=str(resume_from or cfg.model.path),
             with_reference=cfg.uses_reference,
             critic_path=critic_path if cfg.uses_critic else None,
+            resume_from=str(resume_from) if resume_from is not None else None,
         )
         actor, reference, critic = group, group.reference, group.critic
     else:
@@ -100,7 +101,8 @@ def build_run(
 def _in_process_workers(
     cfg: RLConfig, device: torch.device, *, total_steps: int, resume_from: Path | None
 ) -> tuple[PolicyActor, ReferencePolicy | None]:
-    actor_model = load_causal_lm(cfg.model, str(resume_from or cfg.model.path), device, resume_from=resume_from)
+    weights = str(resume_from or cfg.model.path)
+    actor_model = load_causal_lm(cfg.model, weights, device, resume_from=resume_from, seed=cfg.trainer.seed)
     rows_per_mini = cfg.actor.mini_batch_size * cfg.rollout.n
     bf16 = cfg.trainer.bf16_autocast
     actor = PolicyActor(

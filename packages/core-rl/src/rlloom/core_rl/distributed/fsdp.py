@@ -8,7 +8,7 @@ embeddings and head go with the root. Checkpoints hold full tensors in the layou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -70,6 +70,56 @@ def gather_full_tensors(model: nn.Module, names: list[str], *, to_rank0_only: bo
     return out
 
 
+PEFT_PREFIX = "base_model.model."
+
+
+def lora_scalings(model: nn.Module) -> dict[str, float]:
+    """`{module name: scaling}` of every LoRA layer's active adapter (peft keeps it as a plain attribute)."""
+    scalings: dict[str, float] = {}
+    for name, module in model.named_modules():
+        scaling = getattr(module, "scaling", None)
+        if isinstance(scaling, dict) and hasattr(module, "lora_A") and hasattr(module, "base_layer"):
+            if getattr(module, "fan_in_fan_out", False):
+                raise NotImplementedError(f"{name}: LoRA with fan_in_fan_out (Conv1D layers) cannot be merged here")
+            (adapter,) = getattr(module, "active_adapters", ["default"])
+            scalings[name] = float(scaling[adapter])
+    return scalings
+
+
+def merge_lora_state(state: Mapping[str, torch.Tensor], scalings: Mapping[str, float]) -> dict[str, torch.Tensor]:
+    """Plain HF weights from a PeftModel's full state dict: W + scaling * B @ A for each LoRA layer, adapter
+    tensors dropped, peft's name prefix and `.base_layer` removed (what `PolicyActor` sends an engine)."""
+    merged: dict[str, torch.Tensor] = {}
+    for name, value in state.items():
+        if ".lora_" in name:
+            continue
+        module = name.rsplit(".", 2)[0] if name.endswith(".base_layer.weight") else None
+        if module is not None and module in scalings:
+            (a_key,) = [k for k in state if k.startswith(f"{module}.lora_A.") and k.endswith(".weight")]
+            (b_key,) = [k for k in state if k.startswith(f"{module}.lora_B.") and k.endswith(".weight")]
+            delta = (state[b_key].float() @ state[a_key].float()) * scalings[module]
+            value = (value.float() + delta).to(value.dtype)
+        merged[name.removeprefix(PEFT_PREFIX).replace(".base_layer", "")] = value
+    return merged
+
+
+def lora_sources(names: Iterable[str], scalings: Mapping[str, float]) -> dict[str, list[str]]:
+    """`{merged HF name: the PeftModel state-dict names it is made from}` (a LoRA layer's weight needs its base
+    weight and both adapter matrices), in state-dict order."""
+    names = list(names)
+    sources: dict[str, list[str]] = {}
+    for name in names:
+        if ".lora_" in name:
+            continue
+        parts = [name]
+        module = name.rsplit(".", 2)[0] if name.endswith(".base_layer.weight") else None
+        if module is not None and module in scalings:
+            adapters = (f"{module}.lora_A.", f"{module}.lora_B.")
+            parts += [k for k in names if k.startswith(adapters) and k.endswith(".weight")]
+        sources[name.removeprefix(PEFT_PREFIX).replace(".base_layer", "")] = parts
+    return sources
+
+
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """`optimizer.state_dict()` with every sharded tensor gathered to full size on CPU, on every rank.
 
@@ -122,5 +172,8 @@ __all__ = [
     "full_tensor_sizes",
     "gather_full_tensors",
     "load_full_optimizer_state",
+    "lora_scalings",
+    "lora_sources",
+    "merge_lora_state",
     "shard_model",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
+from rlloom.core_rl.actor import ADAPTER_DIR, PolicyActor, ReferencePolicy
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.critic import ValueCritic
 from rlloom.core_rl.distributed.fsdp import (
@@ -27,6 +28,9 @@ from rlloom.core_rl.distributed.fsdp import (
     full_tensor_sizes,
     gather_full_tensors,
     load_full_optimizer_state,
+    lora_scalings,
+    lora_sources,
+    merge_lora_state,
 )
 from rlloom.core_rl.distributed.partition import balance_rows
 from rlloom.core_rl.model_forward import autocast, response_logprobs, rope_rows
@@ -171,10 +175,9 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
     every rank with the whole batch and assembles the rows."""
 
     def __init__(self, model: nn.Module, ctx: RankContext, **kwargs: Any) -> None:
-        if hasattr(model, "merge_and_unload"):
-            raise NotImplementedError("LoRA with distributed.num_ranks > 1 is not supported yet; use num_ranks=1")
         super().__init__(model, **kwargs)  # type: ignore[arg-type]
         self.ctx = ctx
+        self.lora_scalings = lora_scalings(model) if hasattr(model, "merge_and_unload") else None
 
     def rank_logprobs(self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False) -> RowLogprobs:
         self.model.eval()
@@ -191,22 +194,40 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
         )
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights at rank 0, an empty dict elsewhere (every rank must call)."""
-        return full_model_state(self.model)
+        """Full weights at rank 0 (with LoRA: base + merged adapter, under HF names), an empty dict elsewhere
+        (every rank must call)."""
+        state = full_model_state(self.model)
+        if self.lora_scalings is None or not state:
+            return state
+        return merge_lora_state(state, self.lora_scalings)
 
     def weight_bucket_plan(self, bucket_bytes: int) -> list[list[str]]:
-        """Weight names grouped into buckets of at most `bucket_bytes` at full size (the same on every rank)."""
-        return bucket_names(full_tensor_sizes(self.model), bucket_bytes)
+        """Weight names (HF names; merged ones with LoRA) grouped into buckets of at most `bucket_bytes` at full
+        size (the same on every rank)."""
+        sizes = full_tensor_sizes(self.model)
+        if self.lora_scalings is not None:
+            sources = lora_sources(sizes, self.lora_scalings)
+            sizes = {merged: sizes[parts[0]] for merged, parts in sources.items()}
+        return bucket_names(sizes, bucket_bytes)
 
     def gather_weights(self, names: list[str]) -> dict[str, torch.Tensor]:
         """One bucket of full weights at rank 0, an empty dict elsewhere (every rank must call)."""
-        return gather_full_tensors(self.model, names)
+        if self.lora_scalings is None:
+            return gather_full_tensors(self.model, names)
+        sources = lora_sources(self.model.state_dict(), self.lora_scalings)
+        state = gather_full_tensors(self.model, [part for name in names for part in sources[name]])
+        return {k: v for k, v in merge_lora_state(state, self.lora_scalings).items() if k in names} if state else {}
 
     def save_pretrained(self, path: str) -> None:
         """Gather the weights; rank 0 writes them in Hugging Face format (every rank must call)."""
         weights = full_model_state(self.model)
         if self.ctx.rank == 0:
-            self.model.save_pretrained(path, state_dict=weights)  # type: ignore[operator]
+            if self.lora_scalings is None:
+                self.model.save_pretrained(path, state_dict=weights)  # type: ignore[operator]
+            else:  # as PolicyActor: the merged model at `path`, the adapter in `path/adapter` to resume from
+                base = self.model.get_base_model()  # type: ignore[operator]
+                base.save_pretrained(path, state_dict=merge_lora_state(weights, self.lora_scalings))
+                self.model.save_pretrained(str(Path(path) / ADAPTER_DIR), state_dict=weights)  # type: ignore[operator]
         dist.barrier()
 
     def state_dict(self) -> dict[str, Any]:

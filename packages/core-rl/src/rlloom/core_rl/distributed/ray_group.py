@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ class RankWorker:
         weights_path: str,
         with_reference: bool,
         critic_path: str | None,
+        resume_from: str | None,
     ) -> None:
         import torch.distributed as dist
 
@@ -92,8 +94,11 @@ class RankWorker:
         )
         ctx = RankContext(rank, world_size, device)
         bf16 = cfg.trainer.bf16_autocast
+        resume = Path(resume_from) if resume_from is not None else None
+        loaded = load_causal_lm(cfg.model, weights_path, device, resume_from=resume, seed=cfg.trainer.seed)
+        actor_model = shard_model(loaded)
         self.roles["actor"] = ShardedPolicyActor(
-            shard_model(load_causal_lm(cfg.model, weights_path, device)),
+            actor_model,
             ctx,
             actor=cfg.actor,
             algorithm=cfg.algorithm,
@@ -105,8 +110,10 @@ class RankWorker:
             seed=cfg.trainer.seed,
         )
         if with_reference:
+            # with LoRA the reference is the actor's own sharded model with the adapter disabled: no second copy
+            lora = cfg.model.lora_rank > 0
             self.roles["reference"] = ShardedReference(
-                shard_model(load_causal_lm(cfg.model, cfg.model.path, device)),
+                actor_model if lora else shard_model(load_causal_lm(cfg.model, cfg.model.path, device)),
                 ctx,
                 max_tokens=cfg.actor.max_tokens_per_micro_batch,
                 packed=cfg.actor.padding_free,
@@ -143,6 +150,7 @@ class RayActorGroup:
     """`PolicyWorker` over `distributed.num_ranks` FSDP2 ranks (see the module docstring).
 
     weights_path: where the ranks load the policy from (`model.path`, or a checkpoint when resuming).
+    resume_from: the checkpoint being resumed, whose `adapter/` a LoRA policy reloads.
     with_reference: also hold a sharded frozen reference (from `model.path`) on the same ranks, for KL;
         `.reference` is then its `ReferenceWorker`.
     critic_path: also hold a sharded value model initialised from there; `.critic` is then its `CriticWorker`.
@@ -156,12 +164,11 @@ class RayActorGroup:
         weights_path: str,
         with_reference: bool,
         critic_path: str | None = None,
+        resume_from: str | None = None,
     ) -> None:
         ray = _import_ray()
         self._ray = ray
         dcfg = cfg.distributed
-        if cfg.model.lora_rank > 0:
-            raise ValueError("model.lora_rank > 0 with distributed.num_ranks > 1 is not supported yet; use 1 rank")
         if not ray.is_initialized():
             ray.init(address=dcfg.ray_address, include_dashboard=False, log_to_driver=True)
         self.num_ranks = dcfg.num_ranks
@@ -186,6 +193,7 @@ class RayActorGroup:
                 weights_path=weights_path,
                 with_reference=with_reference,
                 critic_path=critic_path,
+                resume_from=resume_from,
             )
             for rank, worker in enumerate(self.ranks)
         ]
