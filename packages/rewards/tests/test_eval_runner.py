@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from rlloom.rewards.eval_runner import EvalSettings, add_eval_arguments, run_eval, settings_from_args, summary_text
+from rlloom.rewards.eval_runner import (
+    EvalSettings,
+    add_eval_arguments,
+    read_rows,
+    run_eval,
+    settings_from_args,
+    summary_text,
+)
 
 
 @dataclass
@@ -69,3 +76,19 @@ def test_flags_round_trip_to_settings() -> None:
     settings = settings_from_args(args)
     assert (settings.n, settings.k, settings.temperature, settings.max_tokens) == (8, [1, 8], 0.0, 64)
     assert json.loads(settings.model_dump_json())["top_p"] == 0.95  # defaults kept
+
+
+def test_read_rows_limits_each_file_and_names_bad_input(tmp_path: Path) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(gsm8k_row(str(i))) + "\n" for i in range(3)) + "\n")
+    assert [r["reward_model"]["ground_truth"] for r in read_rows([good, good], limit=2)] == ["0", "1", "0", "1"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(gsm8k_row("1")) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):
+        read_rows([bad])
+    with pytest.raises(ValueError, match=r"does not exist \(make rows with `my-app prepare-data`\)"):
+        read_rows([tmp_path / "missing.jsonl"], made_by="my-app prepare-data")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="holds no rows"):
+        read_rows([empty])

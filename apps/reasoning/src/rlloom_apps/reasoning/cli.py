@@ -76,10 +76,9 @@ def _eval_parser(commands: Any) -> None:
 
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
-    from rlloom_apps.reasoning.data import read_jsonl
-    from rlloom_apps.reasoning.evaluate import text_request
+    from rlloom_apps.reasoning.evaluate import run_eval
 
-    from rlloom.rewards.eval_runner import run_eval, settings_from_args, summary_text, write_outputs
+    from rlloom.rewards.eval_runner import read_rows, report, settings_from_args
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
@@ -88,28 +87,18 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         settings = settings_from_args(args)
     except (ValueError, ValidationError) as err:
         parser.error(str(err))
-    rows: list[dict[str, Any]] = []
-    for path in args.data:
-        if not path.is_file():
-            parser.error(f"--data {path} does not exist (make rows with `reasoning prepare-data`)")
-        try:
-            found = list(read_jsonl(path))
-        except ValueError as err:
-            parser.error(str(err))
-        rows += found[: args.limit] if args.limit is not None else found
-    if not rows:
-        parser.error("--data holds no rows")
+    try:
+        rows = read_rows(args.data, limit=args.limit, made_by="reasoning prepare-data")
+    except ValueError as err:
+        parser.error(str(err))
     engine, _ = build_engine(spec)
     try:
-        result = run_eval(engine, rows, settings, text_request(settings))
+        result = run_eval(engine, rows, settings)  # checks each row has chat messages
     except ValueError as err:
         parser.error(str(err))
     finally:
         close_engine(engine)
-    print(summary_text(result))
-    if args.out is not None:
-        write_outputs(args.out, rows, result, settings)
-        print(f"(written to {args.out})")
+    report(result, rows, settings, args.out)
 
 
 def _train_parser(commands: Any) -> None:

@@ -5,7 +5,6 @@ pictures, on CPU)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
 
-    from rlloom.rewards.eval_runner import run_eval, settings_from_args, summary_text, write_outputs
+    from rlloom.rewards.eval_runner import read_rows, report, run_eval, settings_from_args
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
@@ -129,14 +128,10 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         vision = VisionSettings(min_pixels=args.min_pixels, max_pixels=args.max_pixels, max_prompt_tokens=None)
     except (ValueError, ValidationError) as err:
         parser.error(str(err))
-    rows: list[dict[str, Any]] = []
-    for path in args.data:
-        if not path.is_file():
-            parser.error(f"--data {path} does not exist (make rows with `vlm-geo3k prepare-data`)")
-        found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        rows += found[: args.limit] if args.limit is not None else found
-    if not rows:
-        parser.error("--data holds no rows")
+    try:
+        rows = read_rows(args.data, limit=args.limit, made_by="vlm-geo3k prepare-data")
+    except ValueError as err:
+        parser.error(str(err))
     config_path = str(spec.model or spec.tokenizer)
     vision_config = getattr(AutoConfig.from_pretrained(config_path), "vision_config", None)
     if vision_config is None:
@@ -149,10 +144,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     finally:
         close_engine(engine)
-    print(summary_text(result))
-    if args.out is not None:
-        write_outputs(args.out, rows, result, settings)
-        print(f"(written to {args.out})")
+    report(result, rows, settings, args.out)
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ model with the adapter disabled.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -82,6 +82,25 @@ def model_class(path: str) -> Any:
     return AutoModelForImageTextToText
 
 
+def micro_batch_logprobs(
+    model: nn.Module,
+    parts: Iterable[tuple[list[int], TrajectoryBatch]],
+    *,
+    temperature: float,
+    packed: bool,
+    entropy: bool,
+    device: torch.device,
+    bf16: bool,
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
+    """No-grad log-probs (and entropies) of each (rows, micro-batch): (rows, `[rows, r]` on CPU, entropies)."""
+    for rows, micro in parts:
+        with torch.no_grad(), autocast(device, bf16):
+            lp, ent = response_logprobs(
+                model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
+            )
+        yield rows, lp.float().cpu(), None if ent is None else ent.float().cpu()
+
+
 def logprobs_in_micro_batches(
     model: nn.Module,
     batch: TrajectoryBatch,
@@ -95,15 +114,13 @@ def logprobs_in_micro_batches(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """No-grad log-probs (and entropies) of every response token, micro-batched by token budget."""
     lp_parts, ent_parts = [], []
-    with torch.no_grad():
-        for rows, micro in batch.micro_batches(max_tokens, padded=not packed):
-            with autocast(device, bf16):
-                lp, ent = response_logprobs(
-                    model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
-                )
-            lp_parts.append((rows, lp.float().cpu()))
-            if ent is not None:
-                ent_parts.append((rows, ent.float().cpu()))
+    parts = batch.micro_batches(max_tokens, padded=not packed)
+    for rows, lp, ent in micro_batch_logprobs(
+        model, parts, temperature=temperature, packed=packed, entropy=entropy, device=device, bf16=bf16
+    ):
+        lp_parts.append((rows, lp))
+        if ent is not None:
+            ent_parts.append((rows, ent))
     width = batch.response_width
     logprobs = scatter_rows(lp_parts, batch.batch_size, width)
     return logprobs, scatter_rows(ent_parts, batch.batch_size, width) if ent_parts else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -65,7 +66,6 @@ def build_run(
     actor: PolicyWorker
     reference: ReferenceWorker | None = None
     critic: CriticWorker | None = None
-    bf16 = cfg.trainer.bf16_autocast
     critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
     if cfg.distributed.num_ranks > 1:
         from rlloom.core_rl.distributed.ray_group import RayActorGroup
@@ -83,14 +83,7 @@ def build_run(
         actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=resume_from)
     if cfg.uses_critic and critic is None:
         critic = ValueCritic(
-            ValueModel.from_pretrained(cfg.model, critic_path),
-            critic=cfg.critic,
-            loss_agg_mode=cfg.algorithm.loss_agg_mode,
-            total_steps=total_steps,
-            mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
-            device=device,
-            bf16=bf16,
-            seed=cfg.trainer.seed,
+            ValueModel.from_pretrained(cfg.model, critic_path), **critic_settings(cfg, total_steps, device)
         )
     tracker = MultiTracker(
         list(trackers) if trackers is not None else default_trackers(cfg, output_dir, total_steps, start_step)
@@ -103,28 +96,13 @@ def _in_process_workers(
 ) -> tuple[PolicyActor, ReferencePolicy | None]:
     weights = str(resume_from or cfg.model.path)
     actor_model = load_causal_lm(cfg.model, weights, device, resume_from=resume_from, seed=cfg.trainer.seed)
-    rows_per_mini = cfg.actor.mini_batch_size * cfg.rollout.n
-    bf16 = cfg.trainer.bf16_autocast
-    actor = PolicyActor(
-        actor_model,
-        actor=cfg.actor,
-        algorithm=cfg.algorithm,
-        total_steps=total_steps,
-        mini_batch_rows=rows_per_mini,
-        max_response_length=cfg.rollout.max_tokens,
-        device=device,
-        bf16=bf16,
-        seed=cfg.trainer.seed,
-    )
+    actor = PolicyActor(actor_model, **actor_settings(cfg, total_steps, device))
     reference = None
     if cfg.uses_reference:
         # with LoRA the reference is the adapter-disabled base: no second copy
         lora = cfg.model.lora_rank > 0
         ref_model = actor_model if lora else load_causal_lm(cfg.model, cfg.model.path, device)
-        reference = ReferencePolicy(
-            ref_model, max_tokens=cfg.actor.max_tokens_per_micro_batch, packed=cfg.actor.padding_free, device=device,
-            bf16=bf16,
-        )  # fmt: skip
+        reference = ReferencePolicy(ref_model, **reference_settings(cfg, device))
     return actor, reference
 
 
@@ -142,3 +120,36 @@ def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_st
         else:
             made.append(WandbTracker(cfg.trainer.project, run_name, output_dir, cfg.model_dump(mode="json")))
     return made
+
+
+def actor_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:
+    """`PolicyActor`'s keyword arguments besides the model (the sharded actor on each rank takes the same)."""
+    return {
+        "actor": cfg.actor,
+        "algorithm": cfg.algorithm,
+        "total_steps": total_steps,
+        "mini_batch_rows": cfg.actor.mini_batch_size * cfg.rollout.n,
+        "max_response_length": cfg.rollout.max_tokens,
+        "device": device,
+        "bf16": cfg.trainer.bf16_autocast,
+        "seed": cfg.trainer.seed,
+    }
+
+
+def reference_settings(cfg: RLConfig, device: torch.device) -> dict[str, Any]:
+    """`ReferencePolicy`'s keyword arguments besides the model."""
+    budget = cfg.actor.max_tokens_per_micro_batch
+    return {"max_tokens": budget, "packed": cfg.actor.padding_free, "device": device, "bf16": cfg.trainer.bf16_autocast}
+
+
+def critic_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:
+    """`ValueCritic`'s keyword arguments besides the model."""
+    return {
+        "critic": cfg.critic,
+        "loss_agg_mode": cfg.algorithm.loss_agg_mode,
+        "total_steps": total_steps,
+        "mini_batch_rows": cfg.critic.mini_batch_size * cfg.rollout.n,
+        "device": device,
+        "bf16": cfg.trainer.bf16_autocast,
+        "seed": cfg.trainer.seed,
+    }

@@ -185,6 +185,36 @@ def run_eval(
     return EvalResult(report=report, lengths=stats, responses=texts)
 
 
+def read_rows(
+    paths: Sequence[Path], *, limit: int | None = None, made_by: str = "prepare-data"
+) -> list[dict[str, Any]]:
+    """The rows of JSONL files (the first `limit` of each); errors name the file, the line and `made_by`."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"--data {path} does not exist (make rows with `{made_by}`)")
+        found = []
+        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+        rows += found[:limit] if limit is not None else found
+    if not rows:
+        raise ValueError("--data holds no rows")
+    return rows
+
+
+def report(result: EvalResult, rows: Sequence[Mapping[str, Any]], settings: EvalSettings, out: Path | None) -> None:
+    """Print the figures; with `out`, also write the files there (`write_outputs`) and say so."""
+    print(summary_text(result))
+    if out is not None:
+        write_outputs(out, rows, result, settings)
+        print(f"(written to {out})")
+
+
 def summary_text(result: EvalResult) -> str:
     """The metrics table (percent), then response lengths per data source."""
     lines = [
@@ -238,6 +268,8 @@ __all__ = [
     "SampledText",
     "add_eval_arguments",
     "default_ks",
+    "read_rows",
+    "report",
     "run_eval",
     "sample_rows",
     "settings_from_args",

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from rlloom.core_rl.actor import ADAPTER_DIR, PolicyActor, ReferencePolicy
+from rlloom.core_rl.actor import ADAPTER_DIR, PolicyActor, ReferencePolicy, micro_batch_logprobs
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.critic import ValueCritic
 from rlloom.core_rl.distributed.fsdp import (
@@ -33,7 +33,7 @@ from rlloom.core_rl.distributed.fsdp import (
     merge_lora_state,
 )
 from rlloom.core_rl.distributed.partition import balance_rows
-from rlloom.core_rl.model_forward import autocast, response_logprobs, rope_rows
+from rlloom.core_rl.model_forward import autocast, rope_rows
 from rlloom.core_rl.weight_sync import bucket_names
 
 RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
@@ -104,18 +104,18 @@ def rank_logprobs(
     rows: list[int] = []
     lp_parts: list[torch.Tensor] = []
     ent_parts: list[torch.Tensor] = []
-    with torch.no_grad():
-        for micro_rows, micro, weight in ctx.micro_batches(batch, max_tokens=max_tokens, padded=not packed):
-            with autocast(device, bf16):
-                lp, ent = response_logprobs(
-                    model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
-                )
-            if weight == 0.0:
-                continue
-            rows.extend(micro_rows)
-            lp_parts.append(_to_width(lp.float().cpu(), width))
-            if ent is not None:
-                ent_parts.append(_to_width(ent.float().cpu(), width))
+    parts = [
+        (part_rows, micro) for part_rows, micro, _ in ctx.micro_batches(batch, max_tokens=max_tokens, padded=not packed)
+    ]
+    for part_rows, lp, ent in micro_batch_logprobs(
+        model, parts, temperature=temperature, packed=packed, entropy=entropy, device=device, bf16=bf16
+    ):
+        if not part_rows:  # a weight-0 filler run only to keep the collectives in step
+            continue
+        rows.extend(part_rows)
+        lp_parts.append(_to_width(lp, width))
+        if ent is not None:
+            ent_parts.append(_to_width(ent, width))
     free_gathered_weights(model)
     empty = torch.zeros(0, width)
     logprobs = torch.cat(lp_parts) if lp_parts else empty

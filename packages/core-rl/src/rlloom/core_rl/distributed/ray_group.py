@@ -74,6 +74,7 @@ class RankWorker:
             ShardedPolicyActor,
             ShardedReference,
         )
+        from rlloom.core_rl.run_setup import actor_settings, critic_settings, reference_settings
 
         cfg = RLConfig.model_validate_json(config_json)
         dcfg = cfg.distributed
@@ -93,45 +94,18 @@ class RankWorker:
             timeout=timedelta(seconds=dcfg.timeout_s),
         )
         ctx = RankContext(rank, world_size, device)
-        bf16 = cfg.trainer.bf16_autocast
         resume = Path(resume_from) if resume_from is not None else None
         loaded = load_causal_lm(cfg.model, weights_path, device, resume_from=resume, seed=cfg.trainer.seed)
         actor_model = shard_model(loaded)
-        self.roles["actor"] = ShardedPolicyActor(
-            actor_model,
-            ctx,
-            actor=cfg.actor,
-            algorithm=cfg.algorithm,
-            total_steps=total_steps,
-            mini_batch_rows=cfg.actor.mini_batch_size * cfg.rollout.n,
-            max_response_length=cfg.rollout.max_tokens,
-            device=device,
-            bf16=bf16,
-            seed=cfg.trainer.seed,
-        )
+        self.roles["actor"] = ShardedPolicyActor(actor_model, ctx, **actor_settings(cfg, total_steps, device))
         if with_reference:
             # with LoRA the reference is the actor's own sharded model with the adapter disabled: no second copy
             lora = cfg.model.lora_rank > 0
-            self.roles["reference"] = ShardedReference(
-                actor_model if lora else shard_model(load_causal_lm(cfg.model, cfg.model.path, device)),
-                ctx,
-                max_tokens=cfg.actor.max_tokens_per_micro_batch,
-                packed=cfg.actor.padding_free,
-                device=device,
-                bf16=bf16,
-            )
+            ref_model = actor_model if lora else shard_model(load_causal_lm(cfg.model, cfg.model.path, device))
+            self.roles["reference"] = ShardedReference(ref_model, ctx, **reference_settings(cfg, device))
         if critic_path is not None:
-            self.roles["critic"] = ShardedCritic(
-                shard_model(ValueModel.from_pretrained(cfg.model, critic_path).to(device)),
-                ctx,
-                critic=cfg.critic,
-                loss_agg_mode=cfg.algorithm.loss_agg_mode,
-                total_steps=total_steps,
-                mini_batch_rows=cfg.critic.mini_batch_size * cfg.rollout.n,
-                device=device,
-                bf16=bf16,
-                seed=cfg.trainer.seed,
-            )
+            value_model = shard_model(ValueModel.from_pretrained(cfg.model, critic_path).to(device))
+            self.roles["critic"] = ShardedCritic(value_model, ctx, **critic_settings(cfg, total_steps, device))
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run `method` of this rank's `role` worker (actor, reference or critic)."""
