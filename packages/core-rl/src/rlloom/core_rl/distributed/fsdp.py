@@ -17,6 +17,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+VISION_TOWERS = ("visual", "vision_tower", "vision_model")
+"""Attribute names of vision encoders in HF vision-language models (Qwen2/2.5-VL: `visual`)."""
+
 
 def shard_model(model: nn.Module) -> nn.Module:
     """Shard `model` in place over the default process group; returns it.
@@ -26,7 +29,11 @@ def shard_model(model: nn.Module) -> nn.Module:
     counts (see `LossAggregation`), so the sum is the single-process gradient.
     """
     unit_names = set(getattr(model, "_no_split_modules", None) or [])
-    units = [m for m in model.modules() if type(m).__name__ in unit_names and m is not model]
+    # A vision tower stays in the root unit: text-only forwards never call it, and per-block units there would
+    # put ranks that see images out of step with ranks that do not.
+    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in VISION_TOWERS]
+    in_tower = {id(sub) for tower in towers for sub in tower.modules()}
+    units = [m for m in model.modules() if type(m).__name__ in unit_names and m is not model and id(m) not in in_tower]
     if not units:
         raise ValueError(
             f"shard_model: {type(model).__name__} names no decoder-layer classes in _no_split_modules; "
@@ -39,6 +46,9 @@ def shard_model(model: nn.Module) -> nn.Module:
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
+            # a rank whose micro-batch has no image leaves the vision tower without gradients while a peer's
+            # has them: reduce zeros for it so both ranks' reduce-scatters have the same size
+            module.set_reduce_scatter_unused_params(True)
     return model
 
 

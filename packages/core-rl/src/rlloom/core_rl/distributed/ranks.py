@@ -69,20 +69,22 @@ class RankContext:
     def micro_batches(
         self, batch: TrajectoryBatch, *, max_tokens: int, padded: bool
     ) -> list[tuple[list[int], TrajectoryBatch, float]]:
-        """(rows of `batch`, micro-batch, loss weight) for this rank, padded with weight-0 repeats of a row so
-        that every rank returns the same number of micro-batches."""
-        if rope_rows(batch):
-            raise NotImplementedError(
-                "rows with multimodal M-RoPE inputs are forwarded one by one, so ranks would run different numbers "
-                "of forwards; train vision-language models with distributed.num_ranks=1 for now"
-            )
+        """(rows of `batch`, micro-batch, loss weight) for this rank, each micro-batch exactly one model forward,
+        padded with weight-0 single-row micro-batches so that every rank runs the same number of forwards."""
         rows = self.rows(batch)
         real: list[tuple[list[int], TrajectoryBatch, float]] = []
         if rows:
-            for local_rows, micro in batch.select(rows).micro_batches(max_tokens, padded=padded):
-                real.append(([rows[i] for i in local_rows], micro, 1.0))
-        filler_row = rows[0] if rows else 0
-        filler = batch.select([filler_row])
+            mine = batch.select(rows)
+            for local_rows, micro in mine.micro_batches(max_tokens, padded=padded):
+                # a vision-language row is forwarded on its own anyway (model_forward): it becomes a micro-batch of
+                # its own, so each micro-batch is one forward and one backward, in step across ranks
+                own = set(rope_rows(micro))
+                text = [r for i, r in enumerate(local_rows) if i not in own]
+                if text:
+                    part = micro if not own else mine.select(text).trimmed()
+                    real.append(([rows[r] for r in text], part, 1.0))
+                real += [([rows[local_rows[i]]], mine.select([local_rows[i]]).trimmed(), 1.0) for i in sorted(own)]
+        filler = batch.select([rows[0] if rows else 0])
         missing = self.max_over_ranks(len(real)) - len(real)
         return real + [([], filler, 0.0) for _ in range(missing)]
 
