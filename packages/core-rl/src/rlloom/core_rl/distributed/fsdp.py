@@ -96,38 +96,40 @@ def lora_scalings(model: nn.Module) -> dict[str, float]:
     return scalings
 
 
-def merge_lora_state(state: Mapping[str, torch.Tensor], scalings: Mapping[str, float]) -> dict[str, torch.Tensor]:
-    """Plain HF weights from a PeftModel's full state dict: W + scaling * B @ A for each LoRA layer, adapter
-    tensors dropped, peft's name prefix and `.base_layer` removed (what `PolicyActor` sends an engine)."""
-    merged: dict[str, torch.Tensor] = {}
-    for name, value in state.items():
-        if ".lora_" in name:
-            continue
-        module = name.rsplit(".", 2)[0] if name.endswith(".base_layer.weight") else None
-        if module is not None and module in scalings:
-            (a_key,) = [k for k in state if k.startswith(f"{module}.lora_A.") and k.endswith(".weight")]
-            (b_key,) = [k for k in state if k.startswith(f"{module}.lora_B.") and k.endswith(".weight")]
-            delta = (state[b_key].float() @ state[a_key].float()) * scalings[module]
-            value = (value.float() + delta).to(value.dtype)
-        merged[name.removeprefix(PEFT_PREFIX).replace(".base_layer", "")] = value
-    return merged
-
-
 def lora_sources(names: Iterable[str], scalings: Mapping[str, float]) -> dict[str, list[str]]:
-    """`{merged HF name: the PeftModel state-dict names it is made from}` (a LoRA layer's weight needs its base
-    weight and both adapter matrices), in state-dict order."""
+    """`{merged HF name: the PeftModel state-dict names it is made from}`, in state-dict order: a LoRA layer's
+    weight needs its base weight, then lora_A, then lora_B; every other tensor is itself."""
     names = list(names)
+    adapters: dict[str, dict[str, str]] = {}  # module -> {"lora_A": name, "lora_B": name}
+    for name in names:
+        for kind in ("lora_A", "lora_B"):
+            module, found, _ = name.partition(f".{kind}.")
+            if found and name.endswith(".weight"):
+                adapters.setdefault(module, {})[kind] = name
     sources: dict[str, list[str]] = {}
     for name in names:
         if ".lora_" in name:
             continue
         parts = [name]
-        module = name.rsplit(".", 2)[0] if name.endswith(".base_layer.weight") else None
-        if module is not None and module in scalings:
-            adapters = (f"{module}.lora_A.", f"{module}.lora_B.")
-            parts += [k for k in names if k.startswith(adapters) and k.endswith(".weight")]
+        module = name.removesuffix(".base_layer.weight")
+        if module != name and module in scalings:
+            parts += [adapters[module]["lora_A"], adapters[module]["lora_B"]]
         sources[name.removeprefix(PEFT_PREFIX).replace(".base_layer", "")] = parts
     return sources
+
+
+def merge_lora_state(state: Mapping[str, torch.Tensor], scalings: Mapping[str, float]) -> dict[str, torch.Tensor]:
+    """Plain HF weights from (part of) a PeftModel's full state dict: W + scaling * B @ A for each LoRA layer,
+    adapter tensors dropped, peft's name prefix and `.base_layer` removed (what `PolicyActor` sends an engine)."""
+    merged: dict[str, torch.Tensor] = {}
+    for target, parts in lora_sources(state, scalings).items():
+        value = state[parts[0]]
+        if len(parts) == 3:
+            base, a_key, b_key = parts
+            delta = (state[b_key].float() @ state[a_key].float()) * scalings[base.removesuffix(".base_layer.weight")]
+            value = (value.float() + delta).to(value.dtype)
+        merged[target] = value
+    return merged
 
 
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:

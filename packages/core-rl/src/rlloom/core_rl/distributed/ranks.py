@@ -180,6 +180,8 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
         super().__init__(model, **kwargs)  # type: ignore[arg-type]
         self.ctx = ctx
         self.lora_scalings = lora_scalings(model) if hasattr(model, "merge_and_unload") else None
+        # with LoRA: each merged weight's source tensors (the names never change, so worked out once)
+        self.lora_sources = lora_sources(model.state_dict(), self.lora_scalings) if self.lora_scalings else None
 
     def rank_logprobs(self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False) -> RowLogprobs:
         self.model.eval()
@@ -207,18 +209,16 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
         """Weight names (HF names; merged ones with LoRA) grouped into buckets of at most `bucket_bytes` at full
         size (the same on every rank)."""
         sizes = full_tensor_sizes(self.model)
-        if self.lora_scalings is not None:
-            sources = lora_sources(sizes, self.lora_scalings)
-            sizes = {merged: sizes[parts[0]] for merged, parts in sources.items()}
+        if self.lora_sources is not None:
+            sizes = {merged: sizes[parts[0]] for merged, parts in self.lora_sources.items()}
         return bucket_names(sizes, bucket_bytes)
 
     def gather_weights(self, names: list[str]) -> dict[str, torch.Tensor]:
         """One bucket of full weights at rank 0, an empty dict elsewhere (every rank must call)."""
-        if self.lora_scalings is None:
+        if self.lora_scalings is None or self.lora_sources is None:
             return gather_full_tensors(self.model, names)
-        sources = lora_sources(self.model.state_dict(), self.lora_scalings)
-        state = gather_full_tensors(self.model, [part for name in names for part in sources[name]])
-        return {k: v for k, v in merge_lora_state(state, self.lora_scalings).items() if k in names} if state else {}
+        state = gather_full_tensors(self.model, [part for name in names for part in self.lora_sources[name]])
+        return merge_lora_state(state, self.lora_scalings) if state else {}
 
     def save_pretrained(self, path: str) -> None:
         """Gather the weights; rank 0 writes them in Hugging Face format (every rank must call)."""
