@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -40,8 +41,9 @@ def make_actor(model_dir: Path, **actor_kwargs: object) -> PolicyActor:
     )
 
 
-def test_logprobs_match_unpadded_forward(tiny_model_dir: Path) -> None:
-    actor = make_actor(tiny_model_dir, max_tokens_per_micro_batch=30)
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_logprobs_match_unpadded_forward(tiny_model_dir: Path, padding_free: bool) -> None:
+    actor = make_actor(tiny_model_dir, max_tokens_per_micro_batch=30, padding_free=padding_free)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     batch = random_batch(model.config.vocab_size)
     logprobs, entropy = actor.compute_logprobs(batch, temperature=0.7, entropy=True)
@@ -57,6 +59,32 @@ def test_logprobs_match_unpadded_forward(tiny_model_dir: Path) -> None:
         torch.testing.assert_close(logprobs[i, :rlen], expected, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(entropy[i, :rlen], expected_entropy, rtol=1e-5, atol=1e-5)
         assert torch.all(logprobs[i, rlen:] == 0)
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_lm_head_runs_only_on_positions_that_score_the_response(tiny_model_dir: Path, padding_free: bool) -> None:
+    """The prompt's logits are never computed: the LM head sees one position per response token (plus, padded,
+    the last column, which scores nothing)."""
+    actor = make_actor(tiny_model_dir, max_tokens_per_micro_batch=10_000, padding_free=padding_free)
+    batch = random_batch(actor.model.config.vocab_size)
+    seen: list[int] = []
+    hook = actor.model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[:-1].numel()))
+    try:
+        actor.compute_logprobs(batch, temperature=1.0)
+    finally:
+        hook.remove()
+    lengths = [int(x) for x in batch["response_lengths"]]
+    # packed: each row's last prompt token and all its response tokens but the last, and its last real token's
+    # junk next-token score when the row is shorter than the widest response (dropped as padding afterwards)
+    expected = (
+        sum(min(n + 1, batch.response_width) for n in lengths)
+        if padding_free
+        else batch.batch_size * (batch.response_width + 1)
+    )
+    assert seen == [expected]
+    # what the whole forward would have sent through the LM head: every real token, or every padded column
+    whole = int(batch["attention_mask"].sum()) if padding_free else batch["input_ids"].numel()
+    assert expected < whole
 
 
 def updated_params(model_dir: Path, **actor_kwargs: object) -> tuple[dict[str, torch.Tensor], dict[str, float]]:

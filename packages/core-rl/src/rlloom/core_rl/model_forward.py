@@ -2,8 +2,10 @@
 
 The logit at position t predicts token t+1, so response token j (column P + j) is scored by the logits at column
 P + j − 1; `[:, P-1:-1]` in the padded layout. The packed (padding-free) path runs the real tokens as one stream
-with restarting position ids and maps results back with `unpack`; both paths give the same numbers (tested).
-Temperature divides the logits so training log-probs match the distribution the engine sampled from.
+with restarting position ids and maps results back to the padded layout; both paths give the same numbers (tested).
+Temperature divides the logits so training log-probs match the distribution the engine sampled from. Only the
+positions that score a response token go through the LM head (transformers' `logits_to_keep`): the prompt's
+logits, `[b, P, vocab]` and as many again in backward, were computed only to be sliced away.
 
 Rows whose `multimodal` dict holds `position_ids` (the prompt's (3, P) M-RoPE positions, as a vision-language
 rollout carries them) are forwarded one row per forward with their own positions and the dict's other entries
@@ -15,6 +17,7 @@ take the batched (padded or packed) path as before.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +26,7 @@ from torch import nn
 
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.packing import pack, unpack
+from rlloom.core_rl.packing import PackedSequences, pack, unpack
 
 CHUNK_ELEMENTS = 256 * 32_768
 """Logit elements per chunk of the log-prob/entropy reductions (32 MiB in float32): chunking by elements rather
@@ -56,6 +59,14 @@ def rope_rows(batch: TrajectoryBatch) -> list[int]:
     return [i for i, mm in enumerate(extras) if mm and ROPE_POSITIONS_KEY in mm]
 
 
+def keep_logits(model: nn.Module, keep: int | torch.Tensor) -> dict[str, int | torch.Tensor]:
+    """`{"logits_to_keep": keep}` when the model's forward takes it (transformers' causal LMs and VLMs do, also
+    under a LoRA wrapper), else no argument; callers slice the logits so both cases give the same columns."""
+    unwrap = getattr(model, "get_base_model", None)  # peft's LoRA wrapper forwards **kwargs to the base model
+    base = unwrap() if callable(unwrap) else model
+    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+
+
 def response_logprobs(
     model: nn.Module, batch: TrajectoryBatch, *, temperature: float = 1.0, packed: bool = False, entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -75,9 +86,11 @@ def response_logprobs(
     return logprobs, ent
 
 
-def _rope_row_forward(model: nn.Module, batch: TrajectoryBatch, row: int) -> tuple[Any, torch.Tensor, int, int]:
+def _rope_row_forward(
+    model: nn.Module, batch: TrajectoryBatch, row: int, **extra: Any
+) -> tuple[Any, torch.Tensor, int, int]:
     """Forward one row alone over its real tokens with its own image inputs and continued M-RoPE positions;
-    returns (model output, the row's token ids, prompt length, response length)."""
+    returns (model output, the row's token ids, prompt length, response length). `extra` goes to the forward."""
     width_p = batch.prompt_width
     mask = batch["attention_mask"][row].bool()
     ids = batch["input_ids"][row][mask]
@@ -92,6 +105,7 @@ def _rope_row_forward(model: nn.Module, batch: TrajectoryBatch, row: int) -> tup
         position_ids=positions[:, None],
         use_cache=False,
         **inputs,
+        **extra,
     )
     return out, ids, n_p, n_r
 
@@ -100,8 +114,10 @@ def _rope_row_logprobs(
     model: nn.Module, batch: TrajectoryBatch, row: int, *, temperature: float, entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[1, R]` log-probs (and entropies) of one row, forwarded alone (`_rope_row_forward`)."""
-    out, ids, n_p, n_r = _rope_row_forward(model, batch, row)
-    logits = out.logits[0, n_p - 1 : n_p - 1 + n_r] / temperature
+    n_r = int(batch.response_attention_mask[row].sum())
+    keep = n_r + 1  # the last prompt token and every response token but the last score the response
+    out, ids, n_p, n_r = _rope_row_forward(model, batch, row, **keep_logits(model, keep))
+    logits = out.logits[0, -keep:-1] / temperature
     rows = _chunk_rows(logits.shape[-1])
     pad = (0, batch.response_width - n_r)
     logprobs = nn.functional.pad(logprobs_from_logits(logits, ids[n_p:], chunk_size=rows), pad)[None]
@@ -129,22 +145,33 @@ def _batched_logprobs(
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
-        logits = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False).logits[0]
-        logits = logits / temperature
+        # Stream positions whose logits score a response token: padded columns P-1 .. L-2 of each row.
+        column = seqs.indices % seqs.padded_shape[1]
+        scoring = ((column >= width_p - 1) & (column < seqs.padded_shape[1] - 1)).nonzero().squeeze(-1)
+        out = model(
+            input_ids=seqs.input_ids,
+            position_ids=seqs.position_ids,
+            use_cache=False,
+            **keep_logits(model, scoring),
+        )
+        logits = out.logits[0]
+        logits = (logits if logits.shape[0] == scoring.numel() else logits[scoring]) / temperature
         # Next token in the stream; at a sequence's last token this is the next sequence's first token, a junk
-        # value that unpacks onto the response column after the last real token, which is padding.
-        next_ids = torch.roll(seqs.input_ids[0], -1)
+        # value that lands on the response column after the last real token, which is padding.
+        next_ids = torch.roll(seqs.input_ids[0], -1)[scoring]
         rows = _chunk_rows(logits.shape[-1])
-        logprobs = unpack(logprobs_from_logits(logits, next_ids, chunk_size=rows), seqs)[:, width_p - 1 : -1]
-        ent = unpack(entropy_from_logits(logits, chunk_size=rows), seqs)[:, width_p - 1 : -1] if entropy else None
+        logprobs = _scatter_padded(logprobs_from_logits(logits, next_ids, chunk_size=rows), seqs, scoring, width_p)
+        ent = _scatter_padded(entropy_from_logits(logits, chunk_size=rows), seqs, scoring, width_p) if entropy else None
     else:
+        keep = batch.response_width + 1  # columns P-1 .. L-1; the last one scores nothing
         out = model(
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
             position_ids=batch["position_ids"],
             use_cache=False,
+            **keep_logits(model, keep),
         )
-        logits = out.logits[:, width_p - 1 : -1] / temperature
+        logits = out.logits[:, -keep:-1] / temperature
         rows = _chunk_rows(logits.shape[-1])
         logprobs = logprobs_from_logits(logits, batch.responses, chunk_size=rows)
         ent = entropy_from_logits(logits, chunk_size=rows) if entropy else None
@@ -153,6 +180,14 @@ def _batched_logprobs(
     if ent is not None:
         ent = torch.where(mask, ent, torch.zeros_like(ent))
     return logprobs, ent
+
+
+def _scatter_padded(values: torch.Tensor, seqs: PackedSequences, scoring: torch.Tensor, width_p: int) -> torch.Tensor:
+    """Per-token values at the stream positions `scoring` -> `[b, R]` response columns (0 elsewhere)."""
+    bsz, length = seqs.padded_shape
+    out = values.new_zeros(bsz * length)
+    out[seqs.indices[scoring]] = values
+    return out.view(bsz, length)[:, width_p - 1 : -1]
 
 
 def response_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:
