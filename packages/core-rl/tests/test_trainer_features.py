@@ -11,6 +11,7 @@ from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from rlloom.core_rl.config import ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.trajectory import Trajectory
 
 
 def make_trainer(model_dir: Path, out: Path, overrides: list[str], engine: SamplingEngine | None = None) -> Trainer:
@@ -100,6 +101,38 @@ def test_dynamic_sampling_and_remax(tiny_model_dir: Path, tmp_path: Path) -> Non
         assert 1 <= line["dynamic_sampling/rounds"] <= 2
         # never more groups than asked for: 4 prompts x 4 samples
         assert line["batch/samples"] <= 16
+
+
+def test_dynamic_sampling_without_any_signal_skips_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Every group scores the same, so DAPO keeps none: the step logs its rollouts and leaves the weights alone
+    (an update on zero advantages would still move them through AdamW's momentum and weight decay)."""
+    import torch
+
+    from rlloom.core_rl.protocols import RewardOutput
+
+    def flat_reward(trajectories: list[Trajectory]) -> list[RewardOutput]:
+        return [RewardOutput(score=1.0) for _ in trajectories]
+
+    out = tmp_path / "flat"
+    overrides = ["trainer.total_steps=2", "algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=2"]
+    engine = SamplingEngine(tiny_model_dir)
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, out, overrides),
+        engine=engine,
+        reward_fn=flat_reward,
+        train_data=sum_rows(8),
+    )
+    before = {k: v.detach().clone() for k, v in trainer.parts.actor.model.state_dict().items()}
+    trainer.fit()
+    after = trainer.parts.actor.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert engine.weight_updates == 1  # the sync at start only: nothing changed to send
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    for line in lines:
+        assert line["dynamic_sampling/skipped_update"] == 1.0 and line["dynamic_sampling/rounds"] == 2.0
+        assert line["reward/mean"] == 1.0 and line["batch/samples"] > 0
+        assert not any(key.startswith("actor/") for key in line)
 
 
 def test_outcome_reward_sits_on_the_last_sampled_token() -> None:

@@ -196,7 +196,10 @@ class AlgorithmConfig(_Section):
         "prompts until the batch is full.",
     )
     max_sampling_rounds: int = Field(
-        default=3, ge=1, description="Cap on rollout rounds per step with dynamic sampling, then train on what is in."
+        default=3,
+        ge=1,
+        description="Cap on rollout rounds per step with dynamic sampling, then train on the groups kept so far "
+        "(none kept: the step skips its update and logs dynamic_sampling/skipped_update).",
     )
     overlong_filter: bool = Field(
         default=False, description="DAPO overlong filtering: truncated responses carry no loss (Yu et al. 2025)."

@@ -208,6 +208,8 @@ class Trainer:
         self.sampling = self.sampling.model_copy(update={"max_tokens": cfg.rollout.max_tokens_at(self.step)})
         trajectories, metrics = self._collect_scored(timer)
         batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
+        if metrics.get("dynamic_sampling/skipped_update"):
+            return self._step_metrics(batch, metrics, timer)
 
         with timer("old_logprobs"):
             old_logprobs, entropy = actor.compute_logprobs(batch, temperature=self.sampling.temperature, entropy=True)
@@ -237,7 +239,11 @@ class Trainer:
                 metrics.update(self.parts.critic.update_critic(batch))
         with timer("weight_sync"):
             self._sync_weights()
+        return self._step_metrics(batch, metrics, timer)
 
+    def _step_metrics(self, batch: TrajectoryBatch, metrics: dict[str, float], timer: PhaseTimer) -> dict[str, float]:
+        """The step's batch statistics, phase timings and throughput, added to `metrics`."""
+        cfg = self.cfg
         metrics.update(batch_metrics(batch, max_response_length=self.sampling.max_tokens))
         if cfg.rollout.max_tokens_schedule:
             metrics["rollout/max_tokens"] = float(self.sampling.max_tokens)
@@ -291,7 +297,11 @@ class Trainer:
                 break
         metrics["dynamic_sampling/rounds"] = float(rounds)
         metrics["dynamic_sampling/kept_group_frac"] = len(groups) / max(seen_groups, 1)
-        if not kept:  # nothing had signal: train on the last round (zero advantages, but the loop goes on)
+        if not kept:
+            # No group had signal: DAPO trains on none of them. An update on all-zero advantages would still move
+            # the weights (AdamW's momentum and weight decay) and cost a full forward/backward, so the step only
+            # logs its rollouts.
+            metrics["dynamic_sampling/skipped_update"] = 1.0
             return trajectories, metrics
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
