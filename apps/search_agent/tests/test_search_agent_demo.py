@@ -87,3 +87,45 @@ def test_default_demo_teaches_the_model_to_search(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["after_grpo"]["em"] == pytest.approx(result.after.em)
     assert (tmp_path / "run" / "checkpoints" / "step_40" / "model.safetensors").exists()
+
+
+def test_demo_runs_on_a_pretrained_checkpoint_folder(tmp_path: Path) -> None:
+    """`--model DIR`: the checkpoint and its own tokenizer replace the tiny model; the pretrained config is used,
+    the warm-up trains the loaded weights, and GRPO starts from the warmed-up copy (a saved tiny char model stands
+    in for SmolLM2 here; the figures of a real run are in the README)."""
+    from dataclasses import replace
+
+    import torch
+    from rlloom_apps.search_agent.demo import PRETRAINED_LOOP, pretrained_settings
+    from transformers import AutoModelForCausalLM
+
+    from rlloom.core_rl.tiny import save_tiny_model
+
+    saved = save_tiny_model(tmp_path / "pretrained", max_position_embeddings=512)
+    settings = replace(
+        pretrained_settings(saved.model, saved.tokenizer), names=24, held_out=4, warmup_steps=3, warmup_batch_size=2
+    )
+    small = ["data.train_batch_size=2", "rollout.n=2", "trainer.val_every=1", "trainer.trackers=[jsonl]"]
+    result = run_demo(output_dir=tmp_path / "run", steps=1, seed=0, overrides=small, settings=settings)
+    run = tmp_path / "run"
+    config = (run / "config.yaml").read_text()
+    assert "lr: 2.0e-05" in config and f"max_tokens: {PRETRAINED_LOOP.max_tokens_per_turn}" in config
+    assert result.warmup_steps == 3 and result.grpo_steps == 1 and [s for s, _ in result.val_curve] == [0, 1]
+    original = AutoModelForCausalLM.from_pretrained(saved.model).state_dict()
+    warmed = AutoModelForCausalLM.from_pretrained(run / "warmup_model").state_dict()
+    assert any(not torch.equal(original[k], warmed[k]) for k in original), "the warm-up left the weights unchanged"
+    # the run's tokenizer folder is the checkpoint's own (a char vocabulary), not a word vocabulary of the world
+    assert json.loads((run / "tokenizer" / "tokenizer.json").read_text()) == json.loads(
+        (saved.tokenizer / "tokenizer.json").read_text()
+    )
+
+
+def test_demo_refuses_a_missing_model_folder_and_a_lone_tokenizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--out", str(tmp_path / "x"), "--model", str(tmp_path / "nope")])
+    assert f"--model {tmp_path / 'nope'}: not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--out", str(tmp_path / "y"), "--tokenizer", str(tmp_path)])
+    assert "--tokenizer goes with --model" in capsys.readouterr().err

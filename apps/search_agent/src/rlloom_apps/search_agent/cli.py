@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ def _infer_parser(commands: Any) -> None:
 def _demo_parser(commands: Any) -> None:
     from rlloom.core_rl.demo_cli import add_demo_command
 
-    add_demo_command(
+    demo = add_demo_command(
         commands,
         help="a tiny model learns to search a synthetic corpus from reward, on CPU (a few minutes)",
         description="Made-up names with secret codes that only a search reveals: a short warm-up on conversations "
@@ -119,16 +120,33 @@ def _demo_parser(commands: Any) -> None:
         seed_help="world, model, warm-up and training seed",
         run_prefix="search-demo",
     )
+    demo.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="a pretrained instruct checkpoint folder (e.g. SmolLM2-135M-Instruct) instead of the tiny model: "
+        "configs/demo_pretrained.yaml, 10 GRPO steps, about 15 minutes on 2 CPU cores",
+    )
+    demo.add_argument("--tokenizer", type=Path, default=None, help="its tokenizer folder, when not in --model")
 
 
 # ------------------------------------------------------------------------------------------- commands
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from rlloom_apps.search_agent.demo import before_after_table, run_demo
+    from rlloom_apps.search_agent.demo import DemoSettings, before_after_table, pretrained_settings, run_demo
 
     from rlloom.core_rl.demo_cli import run_demo_command
 
+    settings = DemoSettings()
+    if args.tokenizer is not None and args.model is None:
+        parser.error("--tokenizer goes with --model (the tiny model builds its own tokenizer)")
+    if args.model is not None:
+        for flag, folder in (("--model", args.model), ("--tokenizer", args.tokenizer)):
+            if folder is not None and not folder.is_dir():
+                parser.error(f"{flag} {folder}: not a folder (a transformers checkpoint saved locally)")
+        settings = pretrained_settings(args.model, args.tokenizer)
     title = "rlloom search-agent demo: GRPO with search"
-    run_demo_command(parser, args, run_demo, before_after_table, title=title, ylabel="exact match")
+    run = functools.partial(run_demo, settings=settings)
+    run_demo_command(parser, args, run, before_after_table, title=title, ylabel="exact match")
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -6,6 +6,10 @@ synthetic.py); then GRPO through rlloom.core_rl's trainer, with multi-turn `Sear
 `HFEngine` built on the actor's own module) against an rlloom-retrieval BM25 index of the corpus, rewarded by
 exact match of the last `<answer>`. Held-out names are validated greedily before and during training. The run
 folder holds the corpus and index, config.yaml, metrics.jsonl, a checkpoint, summary.json and before_after.md.
+
+With `DemoSettings.model_path` (`search-agent demo --model DIR`) a pretrained checkpoint, such as
+SmolLM2-135M-Instruct, takes the tiny model's place: the same world and protocol in its own tokenizer and chat
+template, a shorter warm-up at a fine-tuning learning rate, and configs/demo_pretrained.yaml (smaller steps).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import torch
 from rlloom_apps.search_agent.synthetic import ENV_CONFIG, Demonstrator, World, make_world
 from torch import nn
+from transformers import PreTrainedModel
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward, supervised_warmup
 from rlloom.core_rl.checkpoint import fresh_run_dir
@@ -32,22 +37,45 @@ from rlloom.retrieval import build_index, load_index
 from rlloom.rollout.hf_engine import HFEngine
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
+PRETRAINED_CONFIG = Path(__file__).parent / "configs" / "demo_pretrained.yaml"
 LOOP = AgentLoopConfig(max_turns=3, max_tokens_per_turn=8, max_obs_tokens=40, max_total_tokens=160)
 """A search, the passage, an answer: three turns of 8 tokens are plenty."""
+PRETRAINED_LOOP = AgentLoopConfig(max_turns=3, max_tokens_per_turn=24, max_obs_tokens=64, max_total_tokens=320)
+"""The same turns in a BPE vocabulary (`<search> zor bak </search>` is about 10 tokens) after a chat template's
+system prompt."""
 
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """What the demo varies besides the trainer config: model size, warm-up and the world."""
+    """What the demo varies besides the trainer config: the model, warm-up and the world."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
+    model_path: Path | None = None  # a pretrained checkpoint folder; None builds the tiny word-level Qwen2
+    tokenizer_path: Path | None = None  # where model_path's tokenizer lives, when not in model_path
+    hidden_size: int = 64  # of the tiny model
+    num_layers: int = 2  # of the tiny model
     warmup_steps: int = 2500
     warmup_lr: float = 2e-3
+    warmup_batch_size: int = 16
     search_share: float = 0.3  # demonstrations that search; the rest guess a code
     demonstrations_per_name: int = 4
     names: int = 400
     held_out: int = 80
+
+    @property
+    def pretrained(self) -> bool:
+        return self.model_path is not None
+
+    @property
+    def loop(self) -> AgentLoopConfig:
+        return PRETRAINED_LOOP if self.pretrained else LOOP
+
+
+def pretrained_settings(model_path: Path, tokenizer_path: Path | None = None) -> DemoSettings:
+    """A pretrained model already writes text and copies from its context: a short warm-up at a fine-tuning
+    learning rate teaches it the protocol (and, like the tiny model, to search only now and then)."""
+    return DemoSettings(
+        model_path=model_path, tokenizer_path=tokenizer_path, warmup_steps=40, warmup_lr=3e-5, warmup_batch_size=8
+    )
 
 
 @dataclass(frozen=True)
@@ -72,13 +100,16 @@ class DemoResult:
     seconds: float
 
 
-def demo_config(output_dir: Path, steps: int | None, seed: int, overrides: Sequence[str]) -> RLConfig:
-    """configs/demo.yaml, then the demo's own paths, seed and --steps, then the user's overrides (which win)."""
+def demo_config(
+    output_dir: Path, steps: int | None, seed: int, overrides: Sequence[str], *, pretrained: bool = False
+) -> RLConfig:
+    """configs/demo.yaml (demo_pretrained.yaml for a pretrained model), then the demo's own paths, seed and
+    --steps, then the user's overrides (which win)."""
     model_dir, tokenizer_dir = output_dir / "warmup_model", output_dir / "tokenizer"
     own = demo_overrides(
         model_path=model_dir, output_dir=output_dir, seed=seed, steps=steps, tokenizer_path=tokenizer_dir
     )
-    return load_config(DEMO_CONFIG, [*own, *overrides])
+    return load_config(PRETRAINED_CONFIG if pretrained else DEMO_CONFIG, [*own, *overrides])
 
 
 def run_demo(
@@ -92,43 +123,38 @@ def run_demo(
     """Build the world, warm up, then GRPO with held-out validation; writes and returns the before/after scores."""
     started = time.perf_counter()
     output_dir = fresh_run_dir(output_dir, "search-demo")
-    config = demo_config(output_dir, steps, seed, overrides)  # bad overrides fail before any work
+    config = demo_config(output_dir, steps, seed, overrides, pretrained=settings.pretrained)  # fails before work
     torch.manual_seed(seed)
     world = make_world(seed, names=settings.names, held_out=settings.held_out)
     retriever = _index(world, output_dir)
-    tokenizer = word_tokenizer(world.vocabulary())
-    # in its own folder: AutoTokenizer would read the model folder (a qwen2 config) as Qwen2's BPE
+    model, tokenizer = _model_and_tokenizer(settings, world, seed)
+    # in its own folder: AutoTokenizer would read a tiny model's folder (a qwen2 config) as Qwen2's BPE
     tokenizer.save_pretrained(str(config.model.tokenizer_path))
+    loop = settings.loop
 
     def make_env() -> SearchEnv:
         return SearchEnv(retriever, None, ENV_CONFIG)
 
-    model = tiny_qwen2(
-        tokenizer,
-        hidden_size=settings.hidden_size,
-        num_layers=settings.num_layers,
-        seed=seed,
-        max_position_embeddings=256,
-    )
-    untrained = held_out_score(model, tokenizer, world, make_env)
+    untrained = held_out_score(model, tokenizer, world, make_env, loop)
     demos = AgentLoop(
         Demonstrator(tokenizer, settings.search_share, seed),
         tokenizer,
         make_env,
-        LOOP.model_copy(update={"sampling": SamplingParams(seed=seed), "compute_reward": False}),
+        loop.model_copy(update={"sampling": SamplingParams(seed=seed), "compute_reward": False}),
     ).run(world.rows(world.train_names), n=settings.demonstrations_per_name)
     losses = supervised_warmup(
         model,
         demos,
-        pad_token_id=int(tokenizer.pad_token_id),
+        pad_token_id=_pad_id(tokenizer),
         steps=settings.warmup_steps,
+        batch_size=settings.warmup_batch_size,
         lr=settings.warmup_lr,
         seed=seed,
     )
     if losses:
         print(f"warm-up: {len(losses)} steps on {len(demos)} demonstrations, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     model.save_pretrained(config.model.path)  # GRPO's starting point (and reference policy when a KL term is on)
-    before = held_out_score(model, tokenizer, world, make_env)
+    before = held_out_score(model, tokenizer, world, make_env, loop)
 
     engines: list[HFEngine] = []
     actors: list[nn.Module] = []
@@ -143,7 +169,7 @@ def run_demo(
         train(
             config,
             engine_factory=engine_on,
-            collect_factory=agent_collector(tokenizer, make_env, LOOP),
+            collect_factory=agent_collector(tokenizer, make_env, loop),
             reward_fn=env_reward,
             train_data=world.rows(world.train_names),
             val_data=world.rows(world.held_out_names),
@@ -151,7 +177,7 @@ def run_demo(
     finally:
         for engine in engines:
             engine.close()
-    after = held_out_score(actors[0], tokenizer, world, make_env)
+    after = held_out_score(actors[0], tokenizer, world, make_env, loop)
     val_curve, train_curve = read_curves(output_dir / "metrics.jsonl")
     search_curve, _ = read_curves(output_dir / "metrics.jsonl", "rollout/searches/mean")
     result = DemoResult(
@@ -170,6 +196,36 @@ def run_demo(
     return result
 
 
+def _model_and_tokenizer(settings: DemoSettings, world: World, seed: int) -> tuple[PreTrainedModel, Any]:
+    """The pretrained checkpoint and its tokenizer, or the tiny word-level Qwen2 on the world's vocabulary."""
+    if settings.model_path is None:
+        words = word_tokenizer(world.vocabulary())
+        tiny = tiny_qwen2(
+            words,
+            hidden_size=settings.hidden_size,
+            num_layers=settings.num_layers,
+            seed=seed,
+            max_position_embeddings=256,
+        )
+        return tiny, words
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for flag, folder in (("--model", settings.model_path), ("--tokenizer", settings.tokenizer_path)):
+        if folder is not None and not Path(folder).is_dir():
+            raise FileNotFoundError(f"{flag} {folder}: not a folder (a transformers checkpoint saved locally)")
+    tokenizer = AutoTokenizer.from_pretrained(str(settings.tokenizer_path or settings.model_path))
+    if tokenizer.chat_template is None:
+        raise ValueError(f"the tokenizer of {settings.model_path} has no chat template; pass an instruct model's")
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(settings.model_path), dtype=torch.float32)
+    return model, tokenizer
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """Padding never carries loss, so any id does; many pretrained tokenizers have no pad token, then EOS."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad)
+
+
 def _index(world: World, output_dir: Path) -> Any:
     """The corpus as JSONL and its BM25 index in the run folder (no stopwords: syllables like "ban" are names)."""
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -178,11 +234,17 @@ def _index(world: World, output_dir: Path) -> Any:
     return load_index(build_index(corpus, output_dir / "index", "bm25", stopwords="none"))
 
 
-def held_out_score(model: nn.Module, tokenizer: Any, world: World, make_env: Callable[[], SearchEnv]) -> HeldOutScore:
+def held_out_score(
+    model: nn.Module,
+    tokenizer: Any,
+    world: World,
+    make_env: Callable[[], SearchEnv],
+    loop: AgentLoopConfig = LOOP,
+) -> HeldOutScore:
     """Greedy conversations on the held-out names, scored by the env's rubric (EM of the last answer)."""
     engine = HFEngine(model, tokenizer)
     try:
-        greedy = LOOP.model_copy(update={"sampling": SamplingParams(temperature=0.0)})
+        greedy = loop.model_copy(update={"sampling": SamplingParams(temperature=0.0)})
         trajectories = AgentLoop(engine, tokenizer, make_env, greedy).run(world.rows(world.held_out_names))
     finally:
         engine.close()

@@ -14,6 +14,7 @@ reward alone that searching pays.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ ENV_CONFIG = SearchEnvConfig(template=TEMPLATE, top_k=1)
 CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
 CODES = [str(c) for c in range(10, 100)]
 _TAGS = ["<search>", "</search>", "<answer>", "</answer>", "<information>", "</information>"]
+_NAME_IN_QUESTION = re.compile(r"Code of ([a-z]+ [a-z]+)")
+_CODE_IN_PASSAGE = re.compile(r"has code (\d+)")
 _GLUE = ["Doc", "1", "2", "3", "(", ")", "Title", ":", '"', "has", "code", ".", ",", "?", "user", "assistant", "system"]
 
 
@@ -96,14 +99,18 @@ class Demonstrator:
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         if request.prompt_ids is None or request.sampling.seed is None:
             raise ValueError("Demonstrator needs token-id prompts and seeded sampling (AgentLoop seeds each turn)")
+        # read with regexes: a BPE model's chat template glues special tokens to the words around them
         context = self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
         searched = context.count("<information>")
         # AgentLoop seeds turn t of conversation c with base + 1_000_003 * c + t; here t == searches made
         plan = self._plans.setdefault(request.sampling.seed - searched, self._rng.random() < self.search_share)
         if searched:
-            text = "<answer> " + context.rsplit(" has code ", 1)[1].split()[0] + " </answer>"
+            text = f"<answer> {_CODE_IN_PASSAGE.findall(context)[-1]} </answer>"
         elif plan:
-            text = "<search> " + " ".join(context.split("Code of ", 1)[1].split()[:2]) + " </search>"
+            name = _NAME_IN_QUESTION.search(context)
+            if name is None:
+                raise ValueError(f"Demonstrator: no 'Code of <name>' question in the prompt {context!r}")
+            text = f"<search> {name.group(1)} </search>"
         else:
             text = f"<answer> {self._rng.choice(CODES)} </answer>"
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
