@@ -134,3 +134,30 @@ def test_critic_starts_at_zero_and_learns_returns(tiny_model_dir: Path) -> None:
         batch["values"] = critic.compute_values(batch)
         losses.append(critic.update_critic(batch)["critic/vf_loss"])
     assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_models_without_logits_to_keep_get_the_same_logprobs(tiny_model_dir: Path, packed: bool) -> None:
+    """A forward that does not take `logits_to_keep` returns every position; the slicing finds the same ones."""
+    from torch import nn
+
+    from rlloom.core_rl.model_forward import keep_logits, response_logprobs
+
+    class FullLogits(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: torch.Tensor, **kwargs: object) -> object:
+            return self.inner(input_ids=input_ids, **kwargs)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    wrapped = FullLogits(model)
+    assert keep_logits(model, 3) == {"logits_to_keep": 3} and keep_logits(wrapped, 3) == {}
+    batch = random_batch(model.config.vocab_size)
+    with torch.no_grad():
+        fast, fast_ent = response_logprobs(model, batch, temperature=0.7, packed=packed, entropy=True)
+        full, full_ent = response_logprobs(wrapped, batch, temperature=0.7, packed=packed, entropy=True)
+    torch.testing.assert_close(fast, full, rtol=1e-5, atol=1e-5)
+    assert fast_ent is not None and full_ent is not None
+    torch.testing.assert_close(fast_ent, full_ent, rtol=1e-5, atol=1e-5)

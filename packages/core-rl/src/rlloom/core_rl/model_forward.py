@@ -148,14 +148,9 @@ def _batched_logprobs(
         # Stream positions whose logits score a response token: padded columns P-1 .. L-2 of each row.
         column = seqs.indices % seqs.padded_shape[1]
         scoring = ((column >= width_p - 1) & (column < seqs.padded_shape[1] - 1)).nonzero().squeeze(-1)
-        out = model(
-            input_ids=seqs.input_ids,
-            position_ids=seqs.position_ids,
-            use_cache=False,
-            **keep_logits(model, scoring),
-        )
-        logits = out.logits[0]
-        logits = (logits if logits.shape[0] == scoring.numel() else logits[scoring]) / temperature
+        kept = keep_logits(model, scoring)
+        out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **kept)
+        logits = (out.logits[0] if kept else out.logits[0][scoring]) / temperature
         # Next token in the stream; at a sequence's last token this is the next sequence's first token, a junk
         # value that lands on the response column after the last real token, which is padding.
         next_ids = torch.roll(seqs.input_ids[0], -1)[scoring]
