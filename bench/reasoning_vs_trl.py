@@ -33,9 +33,9 @@ Not matched (inherent to each trainer):
 - generation path: TRL calls transformers `generate` once on all P * G rows (`use_vllm=False`, no continuous
   batching); rlloom samples with its HFEngine (its own KV-cache decode loop, rows refilled as they finish), here
   with `max_batch_rows` = P * G so both decode one batch of the same width.
-- old log-probs: with one iteration on fresh samples TRL skips the no-grad forward and uses the training forward's
-  detached log-probs (ratio exactly 1); rlloom always runs a separate no-grad forward for `old_logprobs` (and the
-  entropy metric), so it does one extra forward per step.
+- old log-probs: with one iteration on fresh samples both skip the no-grad forward and use the training forward's
+  detached log-probs (ratio exactly 1): TRL by its own rule, rlloom under `algorithm.old_logprobs=auto` (its
+  default). `--old-logprobs recompute` makes rlloom run the separate no-grad forward first, as veRL does every step.
 - advantage epsilon: TRL divides by std + 1e-4, rlloom by std + 1e-6 (both Bessel-corrected std); prompts render
   through the same ChatML template and char tokenizer to the same ids in both.
 - bookkeeping: TRL goes through the transformers `Trainer` loop (callbacks, logging every step with
@@ -94,6 +94,7 @@ class Settings:
     hidden_size: int = 64  # tiny Qwen2 width
     num_layers: int = 2  # tiny Qwen2 depth
     threads: int = 1  # torch intra-op threads
+    old_logprobs: str = "auto"  # rlloom only (algorithm.old_logprobs): recompute = veRL's extra no-grad forward
 
 
 @dataclass
@@ -166,7 +167,7 @@ class _StepRecorder:
         self.run_log.rewards.append(metrics["reward/mean"])
         self.run_log.gen_seconds.append(metrics["timing/rollout_s"])
         self.run_log.gen_tokens.append(round(metrics["response_length/mean"] * self.rows))
-        self.run_log.old_logprob_seconds.append(metrics["timing/old_logprobs_s"])
+        self.run_log.old_logprob_seconds.append(metrics.get("timing/old_logprobs_s", 0.0))  # 0: skipped
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         pass
@@ -194,6 +195,7 @@ def rlloom_config(settings: Settings, model_dir: Path, output_dir: Path) -> dict
             "clip_high": s.clip,
             "use_kl_loss": False,
             "entropy_coef": 0.0,
+            "old_logprobs": s.old_logprobs,
         },
         "actor": {
             **_actor_fields(s),
@@ -345,7 +347,7 @@ RUNNERS = {"rlloom": run_rlloom, "TRL": run_trl}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = Settings()
-    for name in ("steps", "prompts", "group", "max_tokens", "lr", "seed", "sft_steps", "threads"):
+    for name in ("steps", "prompts", "group", "max_tokens", "lr", "seed", "sft_steps", "threads", "old_logprobs"):
         value = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--repeats", type=int, default=3, help="runs per method, alternating the order")
@@ -395,7 +397,8 @@ def print_table(results: dict[str, list[dict[str, float]]], last: int) -> None:
     for label, key in rows:
         ours, theirs = med("rlloom", key), med("TRL", key)
         print(f"| {label} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f} |")
-    print(f"| of which no-grad old-log-prob forward s | {med('rlloom', 'old_logprob_s'):.3f} | skipped | |")
+    old_lp = med("rlloom", "old_logprob_s")
+    print(f"| of which no-grad old-log-prob forward s | {f'{old_lp:.3f}' if old_lp else 'skipped'} | skipped | |")
     ours, theirs = med("rlloom", "gen_tok_per_s"), med("TRL", "gen_tok_per_s")
     print(f"| generated tokens per wall s | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
     print(

@@ -169,6 +169,27 @@ def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_coun
         three.compute_logprobs(batch, temperature=0.8)
 
 
+def test_sharded_single_update_without_old_logprobs_matches_the_in_process_one(tiny_model_dir: Path) -> None:
+    """One optimizer step (`algorithm.old_logprobs=auto`): each rank detaches its own log-probs as the old ones and
+    the diagnostics summed over ranks (entropy, rollout mismatch) are the whole batch's token means."""
+    cfg = worker_config(tiny_model_dir, ranks=2)
+    cfg.actor.ppo_epochs, cfg.actor.mini_batch_size = 1, 8
+    group = RayActorGroup(cfg, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False)
+    single = in_process_actor(cfg, tiny_model_dir)
+    batch = random_batch(single.model.config.vocab_size)
+    lp, _ = single.compute_logprobs(batch, temperature=0.8)
+    batch["rollout_logprobs"] = (lp + 0.03 * torch.randn(lp.shape, generator=torch.Generator().manual_seed(2))) * (
+        batch.loss_mask
+    )
+    expected = single.update_policy(batch, temperature=0.8)
+    got = group.update_policy(batch, temperature=0.8)
+    assert "actor/entropy" in expected and expected["mismatch/mismatch_abs_logprob_diff_mean"] > 0.01
+    assert expected["mismatch/mismatch_abs_logprob_diff_max"] > expected["mismatch/mismatch_abs_logprob_diff_mean"]
+    assert_metrics_close(got, expected)  # the max too: both ranks hold rows, so summing the two maxima would show
+    assert_weights_close(dict(group.named_weights()), dict(single.model.state_dict()))
+    group.close()
+
+
 def test_sharded_critic_matches_the_in_process_one(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = worker_config(tiny_model_dir, ranks=2)
     group = RayActorGroup(cfg, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False,

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
+from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.config import ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
+from rlloom.core_rl.metrics import PhaseTimer
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -146,8 +149,6 @@ def test_outcome_reward_sits_on_the_last_sampled_token() -> None:
 
 
 def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from rlloom.core_rl.metrics import PhaseTimer
-
     overrides = ["rollout.max_tokens=8", "algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5"]
     trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
     trajectories, metrics = trainer._collect_scored(PhaseTimer())
@@ -178,3 +179,55 @@ def test_validation_sampling_settings_reach_the_engine(tiny_model_dir: Path, tmp
     trainer.validate()
     assert seen == [(2, 0.6, 0.95)] * 3
     assert trainer.sampling.top_p == 1.0  # training sampling is untouched
+
+
+def test_single_update_steps_take_old_logprobs_from_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """One epoch and one mini-batch per step: `algorithm.old_logprobs=auto` skips the separate forward, and the
+    step ends with the weights and diagnostics that `recompute` (the forward, then the update) gives."""
+    import torch
+
+    overrides = ["trainer.total_steps=1", "actor.ppo_epochs=1", "actor.mini_batch_size=4"]
+
+    def one_step(mode: str) -> tuple[Trainer, dict[str, float], int]:
+        """The trainer, its step's metrics, and how many old-log-prob forwards the actor ran."""
+        trainer = make_trainer(tiny_model_dir, tmp_path / mode, [*overrides, f"algorithm.old_logprobs={mode}"])
+        actor = trainer.parts.actor
+        calls: list[int] = []
+        forward = actor.compute_logprobs
+
+        def counted(batch, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(batch.batch_size)
+            return forward(batch, **kwargs)
+
+        actor.compute_logprobs = counted  # type: ignore[method-assign]
+        return trainer, trainer.fit(), len(calls)
+
+    (auto, m_auto, auto_calls), (recompute, m_recompute, recompute_calls) = one_step("auto"), one_step("recompute")
+    assert (auto_calls, recompute_calls) == (0, 1)
+    assert m_auto["actor/old_logprobs_from_update"] == 1.0 and m_recompute["actor/old_logprobs_from_update"] == 0.0
+    assert "timing/old_logprobs_s" not in m_auto and "timing/old_logprobs_s" in m_recompute
+    assert m_auto["batch/samples"] == m_recompute["batch/samples"] == 16  # the same rollouts
+    for key in ("actor/entropy", "actor/kl_mean", "mismatch/mismatch_kl_k3", "actor/pg_loss", "actor/grad_norm"):
+        assert m_auto[key] == pytest.approx(m_recompute[key], rel=1e-4, abs=1e-7), key
+    for a, b in zip(auto.parts.actor.model.parameters(), recompute.parts.actor.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_old_logprobs_are_recomputed_when_something_reads_them_before_the_update(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    on_policy = ["actor.ppo_epochs=1", "actor.mini_batch_size=4"]
+    cases = {
+        "two epochs": ["actor.mini_batch_size=4"],  # tiny config: 2 epochs
+        "two mini-batches": ["actor.ppo_epochs=1", "actor.mini_batch_size=2"],
+        "TIS": [*on_policy, "algorithm.tis_cap=2.0"],
+        "KL in reward": [*on_policy, "algorithm.use_kl_in_reward=true"],
+        "adaptive entropy": [*on_policy, "algorithm.adaptive_entropy=true"],
+    }
+    for name, overrides in cases.items():
+        trainer = make_trainer(tiny_model_dir, tmp_path / name.replace(" ", "_"), overrides)
+        batch = TrajectoryBatch.from_trajectories(trainer._collect_scored(PhaseTimer())[0], 0)
+        assert not trainer._update_supplies_old_logprobs(batch), name
+    trainer = make_trainer(tiny_model_dir, tmp_path / "on_policy", on_policy)
+    batch = TrajectoryBatch.from_trajectories(trainer._collect_scored(PhaseTimer())[0], 0)
+    assert trainer._update_supplies_old_logprobs(batch)

@@ -115,6 +115,67 @@ def test_update_is_independent_of_micro_batching_and_packing(tiny_model_dir: Pat
     assert m_whole["actor/pg_clipfrac"] > 0
 
 
+def on_policy_actor(model_dir: Path, **actor_kwargs: object) -> PolicyActor:
+    """One epoch, one mini-batch for random_batch's 7 rows: a single optimizer step, as GRPO configs often take."""
+    model = load_causal_lm(ModelConfig(path=str(model_dir)), str(model_dir), CPU)
+    algo = AlgorithmConfig(loss_agg_mode="token-mean", kl_loss_type="k3")
+    cfg = ActorConfig(lr=1e-3, ppo_epochs=1, mini_batch_size=8, **actor_kwargs)  # type: ignore[arg-type]
+    return PolicyActor(
+        model, actor=cfg, algorithm=algo, total_steps=10, mini_batch_rows=8, max_response_length=9, device=CPU
+    )
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_single_update_without_old_logprobs_matches_the_recomputed_ones(
+    tiny_model_dir: Path, padding_free: bool
+) -> None:
+    """With one optimizer step the old log-probs are the current ones: leaving them out (the update detaches its
+    own) gives the weights a separate forward would, and the same entropy, reference-KL and mismatch figures."""
+    kwargs = {"max_tokens_per_micro_batch": 25, "padding_free": padding_free}
+    recomputing, fused = on_policy_actor(tiny_model_dir, **kwargs), on_policy_actor(tiny_model_dir, **kwargs)
+    batch = random_batch(recomputing.model.config.vocab_size)
+    gen = torch.Generator().manual_seed(1)
+    old, entropy = recomputing.compute_logprobs(batch, temperature=0.7, entropy=True)
+    assert entropy is not None
+    batch["rollout_logprobs"] = (old + 0.02 * torch.randn(old.shape, generator=gen)) * batch.loss_mask
+    batch["ref_logprobs"] = (old - 0.1 * torch.rand(old.shape, generator=gen)) * batch.loss_mask
+    recomputed = batch.select(list(range(batch.batch_size)))
+    recomputed["old_logprobs"] = old
+    m_recomputed = recomputing.update_policy(recomputed, temperature=0.7)
+    m_fused = fused.update_policy(batch, temperature=0.7)
+
+    changed = False
+    initial = dict(AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters())
+    for (name, a), (_, b) in zip(recomputing.model.named_parameters(), fused.model.named_parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        changed |= not torch.equal(a, initial[name])
+    assert changed
+    mask = batch.loss_mask.bool()
+    delta = old - batch["rollout_logprobs"]
+    expected = {
+        "actor/entropy": float(entropy[mask].mean()),
+        "actor/kl_mean": float(
+            (torch.exp(batch["ref_logprobs"] - old) - (batch["ref_logprobs"] - old) - 1)[mask].mean()
+        ),
+        "mismatch/mismatch_kl_k1": float(-delta[mask].mean()),
+        "mismatch/mismatch_abs_logprob_diff_mean": float(delta.abs()[mask].mean()),
+        "mismatch/mismatch_abs_logprob_diff_max": float(delta.abs()[mask].max()),  # a max over micro-batches
+        "mismatch/mismatch_ratio_mean": float(delta.exp()[mask].mean()),
+    }
+    for key, value in expected.items():
+        assert m_fused[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert m_fused["actor/pg_clipfrac"] == 0.0  # ratio exactly 1
+    assert m_fused["actor/grad_norm"] == pytest.approx(m_recomputed["actor/grad_norm"], rel=1e-4)
+
+
+def test_update_without_old_logprobs_is_refused_when_the_weights_move_between_steps(tiny_model_dir: Path) -> None:
+    actor = make_actor(tiny_model_dir)  # 2 epochs over mini-batches of 4 rows: 4 optimizer steps
+    batch = random_batch(actor.model.config.vocab_size)
+    assert not actor.single_update(batch.batch_size)
+    with pytest.raises(KeyError, match="lacks 'old_logprobs'.*compute_logprobs"):
+        actor.update_policy(batch)
+
+
 def test_critic_starts_at_zero_and_learns_returns(tiny_model_dir: Path) -> None:
     cfg = CriticConfig(lr=3e-3, ppo_epochs=4, mini_batch_size=4, value_clip=None, max_tokens_per_micro_batch=40)
     critic = ValueCritic(

@@ -25,6 +25,7 @@ from rlloom.core_rl.algorithms import (
     get_policy_loss,
     kl_penalty,
     masked_mean,
+    mismatch_metrics,
     token_and_seq_counts,
 )
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
@@ -39,6 +40,13 @@ from rlloom.core_rl.optim import (
 )
 
 ADAPTER_DIR = "adapter"
+MAX_METRIC_SUFFIX = "_max"
+"""Update metrics named so are maxima: micro-batches and ranks combine them by max; all others are summed."""
+
+
+def combine_metric(key: str, total: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Fold one micro-batch's metric into the running total: max for `*_max` names, sum otherwise."""
+    return torch.maximum(total, value) if key.endswith(MAX_METRIC_SUFFIX) else total + value
 
 
 def load_causal_lm(
@@ -171,12 +179,21 @@ class PolicyActor:
     def update_policy(
         self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
     ) -> dict[str, float]:
-        """PPO epochs; needs `old_logprobs` and `advantages` (plus `ref_logprobs` with a KL loss). `entropy_coef`
-        overrides `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step)."""
+        """PPO epochs; needs `advantages` (plus `ref_logprobs` with a KL loss) and `old_logprobs`, except when the
+        batch gets a single optimizer step (`single_update`): then the update's own log-probs, detached, are the old
+        ones, and the diagnostics the trainer would take from a separate old-log-prob forward (entropy, KL to the
+        reference, rollout mismatch) come back with the update's metrics. `entropy_coef` overrides
+        `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step)."""
         coef = self.algo.entropy_coef if entropy_coef is None else float(entropy_coef)
-        for key in ("old_logprobs", "advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
+        for key in ("advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
             if key not in batch.tensors:
                 raise KeyError(f"update_policy: the batch lacks {key!r}; compute it before the update")
+        if "old_logprobs" not in batch.tensors and not self.single_update(batch.batch_size):
+            raise KeyError(
+                f"update_policy: the batch lacks 'old_logprobs', which {self.cfg.ppo_epochs} epoch(s) over "
+                f"{batch.batch_size} rows in mini-batches of {self.mini_batch_rows} need (more than one optimizer "
+                "step); compute them with compute_logprobs before the update"
+            )
         self.model.train()
         sums: dict[str, float] = {}
         n_updates = 0
@@ -186,11 +203,16 @@ class PolicyActor:
             for key, value in self._update_minibatch(mini, temperature, coef).items():
                 sums[key] = sums.get(key, 0.0) + value
             n_updates += 1
-        metrics = {f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
+        metrics = {k if "/" in k else f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate these updates used
         self.scheduler.step()
         metrics["actor/optimizer_steps"] = float(n_updates)
         return metrics
+
+    def single_update(self, rows: int) -> bool:
+        """Whether `rows` rows get exactly one optimizer step (one epoch, one mini-batch): the weights cannot move
+        between the old-log-prob forward and the update, so the update's own log-probs can serve as the old ones."""
+        return self.cfg.ppo_epochs == 1 and rows <= self.mini_batch_rows
 
     def _update_minibatch(self, mini: TrajectoryBatch, temperature: float, entropy_coef: float) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
@@ -204,8 +226,8 @@ class PolicyActor:
         for micro, weight in self._training_micro_batches(mini):
             micro = micro.to(self.device)
             for key, value in self._micro_loss(micro, agg, temperature, entropy_coef, weight).items():
-                totals[key] = totals[key] + value if key in totals else value
-        totals = self._sum_over_ranks(totals)
+                totals[key] = combine_metric(key, totals[key], value) if key in totals else value
+        totals = self._reduce_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
@@ -219,7 +241,7 @@ class PolicyActor:
         padded = not self.cfg.padding_free
         return [(micro, 1.0) for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=padded)]
 
-    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Metric totals of the whole mini-batch: here this process saw all of it."""
         return totals
 
@@ -232,15 +254,20 @@ class PolicyActor:
         weight: float = 1.0,
     ) -> dict[str, torch.Tensor]:
         mask = micro.loss_mask
-        need_entropy = entropy_coef > 0
+        on_policy = "old_logprobs" not in micro.tensors  # update_policy checked this is a single optimizer step
         with autocast(self.device, self.bf16):
             logprobs, entropy = response_logprobs(
-                self.model, micro, temperature=temperature, packed=self.cfg.padding_free, entropy=need_entropy
+                self.model,
+                micro,
+                temperature=temperature,
+                packed=self.cfg.padding_free,
+                entropy=entropy_coef > 0 or on_policy,
             )
+        old_logprobs = logprobs.detach() if on_policy else micro["old_logprobs"]
         weights = micro["is_weights"] if "is_weights" in micro.tensors else None
         pg_loss, pg_metrics = self.policy_loss(
             logprobs,
-            micro["old_logprobs"],
+            old_logprobs,
             micro["advantages"],
             mask,
             clip_low=self.algo.clip_low,
@@ -253,7 +280,7 @@ class PolicyActor:
         share = mask.sum() / agg.global_token_count  # type: ignore[operator]
         out: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
         out.update({k: v * share for k, v in pg_metrics.items()})
-        if entropy is not None:
+        if entropy is not None and entropy_coef > 0:
             entropy_loss = aggregate_with(entropy, mask, agg)
             loss = loss - entropy_coef * entropy_loss
             out["entropy_loss"] = entropy_loss.detach()
@@ -263,9 +290,31 @@ class PolicyActor:
             loss = loss + self.algo.kl_loss_coef * kl_loss
             out["kl_loss"] = kl_loss.detach()
             out["kl_mean"] = masked_mean(kl.detach(), mask) * share
+        if on_policy:
+            out.update(self._on_policy_diagnostics(micro, old_logprobs, entropy, share))
         (loss * weight).backward()  # type: ignore[no-untyped-call]
         out["loss"] = loss.detach()
         return {key: value * weight for key, value in out.items()} if weight != 1.0 else out
+
+    def _on_policy_diagnostics(
+        self, micro: TrajectoryBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None, share: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """What the trainer reports from a separate old-log-prob forward, taken here from the update's own
+        (detached) log-probs: entropy, KL to the reference, rollout mismatch. Each mean is this micro-batch's
+        masked mean times its share of the mini-batch's tokens, so the sum over micro-batches is the mini-batch
+        mean; the mismatch maximum is combined by max (`combine_metric`)."""
+        mask = micro.loss_mask
+        out: dict[str, torch.Tensor] = {}
+        if entropy is not None:
+            out["entropy"] = masked_mean(entropy.detach(), mask) * share
+        if "ref_logprobs" in micro.tensors and not self.algo.use_kl_loss:
+            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl_loss_type)
+            out["kl_mean"] = masked_mean(kl, mask) * share
+        if "rollout_logprobs" in micro.tensors:
+            mismatch = mismatch_metrics(logprobs, micro["rollout_logprobs"], mask)
+            for key, value in mismatch.items():
+                out[f"mismatch/{key}"] = value if key.endswith(MAX_METRIC_SUFFIX) else value * share
+        return out
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes this process keeps between steps for parameters and optimizer state: its own shard when the model

@@ -190,6 +190,14 @@ class AlgorithmConfig(_Section):
         description="Truncated importance sampling cap C: weight tokens by min(pi_old/pi_rollout, C) to correct "
         "the engine/trainer mismatch (Yao et al. 2025); None = off. The mismatch KL is logged either way.",
     )
+    old_logprobs: Literal["auto", "recompute"] = Field(
+        default="auto",
+        description="Where the PPO ratio's old log-probs come from. auto: when the step makes exactly one "
+        "optimizer step (actor.ppo_epochs 1, the batch within one mini-batch) and nothing before the update needs "
+        "them (no use_kl_in_reward, tis_cap or adaptive_entropy), the update's own log-probs, detached, are the "
+        "old ones (ratio 1, as TRL's GRPOTrainer does), saving a forward pass per step; otherwise, and with "
+        "recompute, a separate forward computes them before the update.",
+    )
     dynamic_sampling: bool = Field(
         default=False,
         description="DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards all agree and sample more "

@@ -144,7 +144,7 @@ class ValueCritic:
             share = micro.loss_mask.sum() / float(tokens.clamp(min=1))
             for key, value in {"vf_loss": loss.detach(), **{k: v * share for k, v in metrics.items()}}.items():
                 totals[key] = totals[key] + value * weight if key in totals else value * weight
-        totals = self._sum_over_ranks(totals)
+        totals = self._reduce_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
         out["grad_norm"] = float(grad_norm)
@@ -155,7 +155,7 @@ class ValueCritic:
         padded = not self.cfg.padding_free
         return [(micro, 1.0) for _, micro in mini.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=padded)]
 
-    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return totals
 
     def save_pretrained(self, path: str) -> None:

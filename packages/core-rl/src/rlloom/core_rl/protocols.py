@@ -97,7 +97,10 @@ class PolicyWorker(Protocol):
     ) -> dict[str, float]:
         """PPO epochs over mini-batches of `batch` (needs old_logprobs, advantages); returns mean metrics.
         `temperature` is the rollout's, so the new log-probs are of the distribution that was sampled;
-        `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy_coef`)."""
+        `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy_coef`).
+        When the batch gets one optimizer step (`actor.ppo_epochs` 1, one mini-batch), the trainer may leave
+        old_logprobs out (`algorithm.old_logprobs=auto`): the update then uses its own, detached, and returns the
+        `actor/entropy`, `actor/kl_mean` and `mismatch/*` diagnostics a separate forward would have given."""
         ...
 
     def named_weights(self) -> Mapping[str, torch.Tensor]:

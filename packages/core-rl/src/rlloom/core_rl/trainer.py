@@ -211,9 +211,13 @@ class Trainer:
         if metrics.get("dynamic_sampling/skipped_update"):
             return self._step_metrics(batch, metrics, timer)
 
-        with timer("old_logprobs"):
-            old_logprobs, entropy = actor.compute_logprobs(batch, temperature=self.sampling.temperature, entropy=True)
-            batch["old_logprobs"] = old_logprobs
+        on_policy = self._update_supplies_old_logprobs(batch)
+        if not on_policy:
+            with timer("old_logprobs"):
+                old_logprobs, entropy = actor.compute_logprobs(
+                    batch, temperature=self.sampling.temperature, entropy=True
+                )
+                batch["old_logprobs"] = old_logprobs
         if self.parts.reference is not None:
             with timer("ref_logprobs"):
                 batch["ref_logprobs"], _ = self.parts.reference.compute_logprobs(
@@ -222,7 +226,9 @@ class Trainer:
         if self.parts.critic is not None:
             with timer("values"):
                 batch["values"] = self.parts.critic.compute_values(batch)
-        metrics.update(self._policy_diagnostics(batch, entropy))
+        if not on_policy:  # otherwise the update reports these from its own log-probs
+            metrics.update(self._policy_diagnostics(batch, entropy))
+        metrics["actor/old_logprobs_from_update"] = float(on_policy)
         entropy_coef = self._entropy_coef(metrics)
 
         with timer("advantages"):
@@ -337,6 +343,15 @@ class Trainer:
                 metrics["data/filter_skipped"] = 1.0
             self.loader.exclude(self.prompt_filter.retired)
         return self.loader.next_batch_ids()
+
+    def _update_supplies_old_logprobs(self, batch: TrajectoryBatch) -> bool:
+        """`algorithm.old_logprobs=auto`: skip the separate old-log-prob forward when the batch gets one optimizer
+        step and nothing before the update reads the old log-probs (KL in the reward, TIS weights, the entropy
+        adaptive control reacts to); the update then uses its own, detached (ratio 1)."""
+        algo, actor = self.cfg.algorithm, self.cfg.actor
+        if algo.old_logprobs != "auto" or algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy:
+            return False
+        return actor.ppo_epochs == 1 and batch.batch_size <= actor.mini_batch_size * self.cfg.rollout.n
 
     def _entropy_coef(self, metrics: dict[str, float]) -> float:
         """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from rlloom.core_rl.actor import ADAPTER_DIR, PolicyActor, ReferencePolicy, micro_batch_logprobs
+from rlloom.core_rl.actor import ADAPTER_DIR, MAX_METRIC_SUFFIX, PolicyActor, ReferencePolicy, micro_batch_logprobs
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.critic import ValueCritic
 from rlloom.core_rl.distributed.fsdp import (
@@ -57,14 +57,18 @@ class RankContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return int(tensor.item())
 
-    def sum_over_ranks(self, totals: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Sum each named scalar across ranks (one all-reduce; every rank has the same keys)."""
-        keys = sorted(totals)
-        if not keys:
-            return {}
-        stacked = torch.stack([totals[k].detach().float().to(self.device).reshape(()) for k in keys])
-        dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
-        return dict(zip(keys, stacked.cpu().unbind(), strict=True))
+    def reduce_over_ranks(self, totals: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each named scalar across ranks: the max for `*_max` names (`actor.combine_metric`), else the sum; one
+        all-reduce per kind, in the same order on every rank (every rank has the same keys)."""
+        out: dict[str, torch.Tensor] = {}
+        maxima = sorted(k for k in totals if k.endswith(MAX_METRIC_SUFFIX))
+        sums = sorted(k for k in totals if not k.endswith(MAX_METRIC_SUFFIX))
+        for keys, op in ((sums, dist.ReduceOp.SUM), (maxima, dist.ReduceOp.MAX)):
+            if keys:
+                stacked = torch.stack([totals[k].detach().float().to(self.device).reshape(()) for k in keys])
+                dist.all_reduce(stacked, op=op)
+                out.update(zip(keys, stacked.cpu().unbind(), strict=True))
+        return out
 
     def micro_batches(
         self, batch: TrajectoryBatch, *, max_tokens: int, padded: bool
@@ -168,8 +172,8 @@ class _TrainsOnRanks:
         )
         return [(micro, weight) for _, micro, weight in parts]
 
-    def _sum_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.ctx.sum_over_ranks(totals)
+    def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.ctx.reduce_over_ranks(totals)
 
 
 class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
