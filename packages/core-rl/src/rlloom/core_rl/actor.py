@@ -36,6 +36,7 @@ from rlloom.core_rl.optim import (
     clipped_optimizer_step,
     load_training_state,
     ppo_minibatches,
+    single_optimizer_step,
     training_state,
 )
 
@@ -210,9 +211,8 @@ class PolicyActor:
         return metrics
 
     def single_update(self, rows: int) -> bool:
-        """Whether `rows` rows get exactly one optimizer step (one epoch, one mini-batch): the weights cannot move
-        between the old-log-prob forward and the update, so the update's own log-probs can serve as the old ones."""
-        return self.cfg.ppo_epochs == 1 and rows <= self.mini_batch_rows
+        """Whether `rows` rows get exactly one optimizer step here (`optim.single_optimizer_step`)."""
+        return single_optimizer_step(rows, self.mini_batch_rows, epochs=self.cfg.ppo_epochs)
 
     def _update_minibatch(self, mini: TrajectoryBatch, temperature: float, entropy_coef: float) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)

@@ -26,7 +26,7 @@ from torch import nn
 
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.packing import PackedSequences, pack, unpack
+from rlloom.core_rl.packing import pack, unpack
 
 CHUNK_ELEMENTS = 256 * 32_768
 """Logit elements per chunk of the log-prob/entropy reductions (32 MiB in float32): chunking by elements rather
@@ -64,7 +64,17 @@ def keep_logits(model: nn.Module, keep: int | torch.Tensor) -> dict[str, int | t
     under a LoRA wrapper), else no argument; callers slice the logits so both cases give the same columns."""
     unwrap = getattr(model, "get_base_model", None)  # peft's LoRA wrapper forwards **kwargs to the base model
     base = unwrap() if callable(unwrap) else model
-    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    return {"logits_to_keep": keep} if _forward_takes_logits_to_keep(type(base)) else {}
+
+
+_TAKES_LOGITS_TO_KEEP: dict[type[nn.Module], bool] = {}
+
+
+def _forward_takes_logits_to_keep(model_class: type[nn.Module]) -> bool:
+    """Asked once per model class, not on every micro-batch forward."""
+    if model_class not in _TAKES_LOGITS_TO_KEEP:
+        _TAKES_LOGITS_TO_KEEP[model_class] = "logits_to_keep" in inspect.signature(model_class.forward).parameters
+    return _TAKES_LOGITS_TO_KEEP[model_class]
 
 
 def response_logprobs(
@@ -155,8 +165,11 @@ def _batched_logprobs(
         # value that lands on the response column after the last real token, which is padding.
         next_ids = torch.roll(seqs.input_ids[0], -1)[scoring]
         rows = _chunk_rows(logits.shape[-1])
-        logprobs = _scatter_padded(logprobs_from_logits(logits, next_ids, chunk_size=rows), seqs, scoring, width_p)
-        ent = _scatter_padded(entropy_from_logits(logits, chunk_size=rows), seqs, scoring, width_p) if entropy else None
+        logprobs = unpack(logprobs_from_logits(logits, next_ids, chunk_size=rows), seqs, positions=scoring)
+        logprobs = logprobs[:, width_p - 1 : -1]
+        ent = None
+        if entropy:
+            ent = unpack(entropy_from_logits(logits, chunk_size=rows), seqs, positions=scoring)[:, width_p - 1 : -1]
     else:
         keep = batch.response_width + 1  # columns P-1 .. L-1; the last one scores nothing
         out = model(
@@ -175,14 +188,6 @@ def _batched_logprobs(
     if ent is not None:
         ent = torch.where(mask, ent, torch.zeros_like(ent))
     return logprobs, ent
-
-
-def _scatter_padded(values: torch.Tensor, seqs: PackedSequences, scoring: torch.Tensor, width_p: int) -> torch.Tensor:
-    """Per-token values at the stream positions `scoring` -> `[b, R]` response columns (0 elsewhere)."""
-    bsz, length = seqs.padded_shape
-    out = values.new_zeros(bsz * length)
-    out[seqs.indices[scoring]] = values
-    return out.view(bsz, length)[:, width_p - 1 : -1]
 
 
 def response_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:

@@ -50,6 +50,13 @@ def ppo_minibatches(
         yield from batch.select(order).split(rows)
 
 
+def single_optimizer_step(rows: int, mini_batch_rows: int, *, epochs: int) -> bool:
+    """Whether `ppo_minibatches` gives `rows` rows exactly one optimizer step (one epoch, one mini-batch): the
+    weights then cannot move between an old-log-prob forward and the update, so the update's own log-probs, detached,
+    can serve as the old ones."""
+    return epochs == 1 and rows <= mini_batch_rows
+
+
 def clipped_optimizer_step(
     params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float | None
 ) -> torch.Tensor:

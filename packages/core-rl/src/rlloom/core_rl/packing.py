@@ -53,15 +53,19 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> PackedSequenc
     )
 
 
-def unpack(values: torch.Tensor, packed: PackedSequences, fill: float = 0.0) -> torch.Tensor:
-    """Put per-token `values` (`[nnz, ...]` or `[1, nnz, ...]`) back into the padded `[B, L, ...]` layout."""
-    if values.ndim >= 2 and values.shape[0] == 1 and values.shape[1] == packed.indices.numel():
+def unpack(
+    values: torch.Tensor, packed: PackedSequences, fill: float = 0.0, *, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Put per-token `values` (`[nnz, ...]` or `[1, nnz, ...]`) back into the padded `[B, L, ...]` layout.
+    With `positions` (stream indices), `values` hold only those tokens' values and every other cell gets `fill`."""
+    indices = packed.indices if positions is None else packed.indices[positions]
+    if values.ndim >= 2 and values.shape[0] == 1 and values.shape[1] == indices.numel():
         values = values[0]
-    if values.shape[0] != packed.indices.numel():
-        raise ValueError(f"unpack: got {values.shape[0]} values for {packed.indices.numel()} packed tokens")
+    if values.shape[0] != indices.numel():
+        raise ValueError(f"unpack: got {values.shape[0]} values for {indices.numel()} packed tokens")
     bsz, length = packed.padded_shape
     out = values.new_full((bsz * length, *values.shape[1:]), fill)
-    out[packed.indices] = values
+    out[indices] = values
     return out.view(bsz, length, *values.shape[1:])
 
 

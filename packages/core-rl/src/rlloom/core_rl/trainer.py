@@ -39,6 +39,7 @@ from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
+from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_setup import RunParts, build_run
@@ -351,7 +352,8 @@ class Trainer:
         algo, actor = self.cfg.algorithm, self.cfg.actor
         if algo.old_logprobs != "auto" or algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy:
             return False
-        return actor.ppo_epochs == 1 and batch.batch_size <= actor.mini_batch_size * self.cfg.rollout.n
+        mini_batch_rows = actor.mini_batch_size * self.cfg.rollout.n  # as build_run gives the actor
+        return single_optimizer_step(batch.batch_size, mini_batch_rows, epochs=actor.ppo_epochs)
 
     def _entropy_coef(self, metrics: dict[str, float]) -> float:
         """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the
