@@ -1,7 +1,7 @@
 """`search-agent demo`: a tiny model learns from reward to search a synthetic corpus, on CPU, in minutes.
 
 Wiring only, with the real components: a word-level Qwen2 (rlloom.core_rl.tiny) gets a short supervised warm-up
-on demonstration conversations (rlloom.agent's `supervised_warmup`) in which it searches only now and then (see
+on demonstration conversations (rlloom.core_rl's `supervised_train`) in which it searches only now and then (see
 synthetic.py); then GRPO through rlloom.core_rl's trainer, with multi-turn `SearchEnv` rollouts (`AgentLoop` on an
 `HFEngine` built on the actor's own module) against an rlloom-retrieval BM25 index of the corpus, rewarded by
 exact match of the last `<answer>`. Held-out names are validated greedily before and during training. The run
@@ -26,11 +26,12 @@ from rlloom_apps.search_agent.synthetic import ENV_CONFIG, Demonstrator, World, 
 from torch import nn
 from transformers import PreTrainedModel
 
-from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward, supervised_warmup
+from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward
 from rlloom.core_rl.checkpoint import fresh_run_dir
 from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.sft import supervised_train
 from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.retrieval import build_index, load_index
@@ -142,7 +143,7 @@ def run_demo(
         make_env,
         loop.model_copy(update={"sampling": SamplingParams(seed=seed), "compute_reward": False}),
     ).run(world.rows(world.train_names), n=settings.demonstrations_per_name)
-    losses = supervised_warmup(
+    losses = supervised_train(
         model,
         demos,
         pad_token_id=_pad_id(tokenizer),

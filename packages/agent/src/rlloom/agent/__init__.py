@@ -12,7 +12,6 @@ from rlloom.agent.rewards import AgentRubric, EpisodeSummary
 from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
 from rlloom.agent.tools import Tool, ToolError, ToolResult, Toolset
 from rlloom.agent.training import agent_collector, env_reward
-from rlloom.agent.warmup import supervised_warmup, warmup_examples
 
 __all__ = [
     "AgentLoop",
@@ -47,7 +46,5 @@ __all__ = [
     "python_tool",
     "python_toolset",
     "rollout_metrics",
-    "supervised_warmup",
     "to_batch",
-    "warmup_examples",
 ]

@@ -3,7 +3,9 @@
 RL on a tiny or untrained model has no signal until some samples succeed; a little cross-entropy on
 demonstrations gives it a start. The loss goes through `model_forward.response_logprobs`, the forward the policy
 loss uses, so whatever the actor supports, this does too: padded text rows, and vision-language rows with their
-own image inputs and M-RoPE positions (`Trajectory.multimodal`). Only loss-mask-1 response tokens are trained.
+own image inputs and M-RoPE positions (`Trajectory.multimodal`). Only loss-mask-1 response tokens are trained,
+so the same call warms up a single-turn answer (mask all 1) or an agent conversation (observations and template
+glue mask 0), and the prompt's logits are never computed (`logits_to_keep`).
 """
 
 from __future__ import annotations
@@ -48,22 +50,27 @@ def supervised_train(
 ) -> list[float]:
     """AdamW steps on random batches of `trajectories`; returns the losses.
 
-    `stop(step)` is asked every `check_every` steps and ends training when it returns True (e.g. "the model
-    already answers 30% of the training prompts": stopping early leaves RL something to do).
+    Batches are drawn from the trajectories that have a loss-mask-1 token (one with none adds no loss). `stop(step)`
+    is asked every `check_every` steps, with the model in eval mode, and ends training when it returns True (e.g.
+    "the model already answers 30% of the training prompts": stopping early leaves RL something to do).
     """
     if steps < 0 or batch_size < 1 or check_every < 1:
         raise ValueError(
             f"need steps >= 0, batch_size >= 1, check_every >= 1; got {steps}, {batch_size}, {check_every}"
         )
-    if steps and not trajectories:
-        raise ValueError("supervised_train got no trajectories")
+    trainable = [t for t in trajectories if t.num_model_tokens]
+    if steps and not trainable:
+        raise ValueError(
+            f"supervised_train got {len(trajectories)} trajectories and none has a loss-mask-1 token "
+            "(a model-written token) to learn from"
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
     losses: list[float] = []
     model.train()
     bar = tqdm(range(1, steps + 1), desc="warm-up", disable=not progress, mininterval=2.0)
     for step in bar:
-        picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
+        picked = [trainable[rng.randrange(len(trainable))] for _ in range(batch_size)]
         loss = supervised_loss(model, picked, pad_token_id=pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
