@@ -454,6 +454,13 @@ def main() -> None:
             f"{med[name] / med['agent_loop']:.2f}x |"
         )
     print(f"engine: {engine.joins} joins into running batches, peak {engine.peak_batch_rows} rows per forward")
+    # within a repeat the methods run the same conversations, so a repeat's own ratio is a paired measurement
+    for name in ("search_r1", "sync_batch_stop"):
+        paired = sorted(theirs / ours for theirs, ours in zip(times[name], times["agent_loop"], strict=True))
+        print(
+            f"{name} / agent_loop per repeat (paired): median {statistics.median(paired):.2f}x, "
+            f"range {paired[0]:.2f}x-{paired[-1]:.2f}x over {len(paired)} repeats"
+        )
 
 
 if __name__ == "__main__":
