@@ -122,13 +122,18 @@ def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_st
     return made
 
 
+def mini_batch_rows(cfg: RLConfig, prompts: int) -> int:
+    """Rows in a mini-batch of `prompts` prompts: each comes with its `rollout.n` samples."""
+    return prompts * cfg.rollout.n
+
+
 def actor_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:
     """`PolicyActor`'s keyword arguments besides the model (the sharded actor on each rank takes the same)."""
     return {
         "actor": cfg.actor,
         "algorithm": cfg.algorithm,
         "total_steps": total_steps,
-        "mini_batch_rows": cfg.actor.mini_batch_size * cfg.rollout.n,
+        "mini_batch_rows": mini_batch_rows(cfg, cfg.actor.mini_batch_size),
         "max_response_length": cfg.rollout.max_tokens,
         "device": device,
         "bf16": cfg.trainer.bf16_autocast,
@@ -148,7 +153,7 @@ def critic_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> di
         "critic": cfg.critic,
         "loss_agg_mode": cfg.algorithm.loss_agg_mode,
         "total_steps": total_steps,
-        "mini_batch_rows": cfg.critic.mini_batch_size * cfg.rollout.n,
+        "mini_batch_rows": mini_batch_rows(cfg, cfg.critic.mini_batch_size),
         "device": device,
         "bf16": cfg.trainer.bf16_autocast,
         "seed": cfg.trainer.seed,

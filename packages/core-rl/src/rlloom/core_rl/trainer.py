@@ -42,7 +42,7 @@ from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
-from rlloom.core_rl.run_setup import RunParts, build_run
+from rlloom.core_rl.run_setup import RunParts, build_run, mini_batch_rows
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import sync_weights
 
@@ -352,8 +352,8 @@ class Trainer:
         algo, actor = self.cfg.algorithm, self.cfg.actor
         if algo.old_logprobs != "auto" or algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy:
             return False
-        mini_batch_rows = actor.mini_batch_size * self.cfg.rollout.n  # as build_run gives the actor
-        return single_optimizer_step(batch.batch_size, mini_batch_rows, epochs=actor.ppo_epochs)
+        rows = mini_batch_rows(self.cfg, actor.mini_batch_size)
+        return single_optimizer_step(batch.batch_size, rows, epochs=actor.ppo_epochs)
 
     def _entropy_coef(self, metrics: dict[str, float]) -> float:
         """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the
