@@ -1,8 +1,9 @@
 """Developer and CI entry points for the rlloom workspace.
 
-`nox` (no arguments) runs what CI runs: lint, typecheck, build, and every package's tests with its wheel
-installed alone in a fresh virtual environment. `nox -s tests-<package>` runs one package's tests against the
-editable workspace for quick iteration; `nox -s dev` makes `.venv` with everything for local work.
+`nox` (no arguments) runs what CI runs: lint, typecheck, build, every package's tests with its wheel installed
+alone in a fresh virtual environment, the apps' tests, and the READMEs' examples (`docs`). `nox -s
+tests-<package>` runs one package's tests against the editable workspace for quick iteration; `nox -s dev` makes
+`.venv` with everything for local work.
 """
 
 from __future__ import annotations
@@ -142,9 +143,8 @@ for _folder, _module in PACKAGES.items():
     _make_isolated_session(_folder, _module)
 
 
-@nox.session(name="tests-apps", python=PYTHON)
-def tests_apps(session: nox.Session) -> None:
-    """Run the apps' tests with the whole workspace installed."""
+def _install_workspace(session: nox.Session) -> None:
+    """Every package and app, editable, plus the test runner."""
     session.install(
         *[f"-e{ROOT / 'packages' / f}" for f in PACKAGES],
         *[f"-e{ROOT / 'apps' / a}" for a in APPS],
@@ -152,7 +152,20 @@ def tests_apps(session: nox.Session) -> None:
         "pytest-timeout",
         "hypothesis",
     )
+
+
+@nox.session(name="tests-apps", python=PYTHON)
+def tests_apps(session: nox.Session) -> None:
+    """Run the apps' tests with the whole workspace installed."""
+    _install_workspace(session)
     session.run("pytest", *_pytest_args(session, ROOT / "apps"), env=_test_env())
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Run every ```python example of the packages' and apps' READMEs (tests/test_readme_examples.py)."""
+    _install_workspace(session)
+    session.run("pytest", *_pytest_args(session, ROOT / "tests"), env=_test_env())
 
 
 @nox.session(python=PYTHON)

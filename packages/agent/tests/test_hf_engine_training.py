@@ -128,3 +128,21 @@ def test_tool_env_with_real_engine_keeps_exact_tokens(tokenizer: Any, model_and_
         assert sum(traj.loss_mask) == traj.metrics["model_tokens"]
         decoded = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
         assert decoded == traj.response_text
+
+
+def test_default_total_limit_stops_at_the_model_context(tokenizer: Any, fixed_retriever: Any, hit: Any) -> None:
+    """AgentLoopConfig's default max_total_tokens (4096) on a model that takes 128 positions: conversations end
+    with 'length' at 128 (the engine's context window) rather than failing the run with an over-long prompt."""
+    engine = HFEngine(tiny_qwen2(tokenizer, max_position_embeddings=128, seed=1), tokenizer)
+    retriever = fixed_retriever([hit("1", 1.0, "Some passage text.", "T")])
+    env_cfg = SearchEnvConfig(template="Question: {question}\n")
+    sampling = SamplingParams(temperature=1.0, seed=0, ignore_eos=True)  # every turn runs to its budget
+    loop = AgentLoop(
+        engine, tokenizer, lambda: SearchEnv(retriever, AgentRubric(never), env_cfg), AgentLoopConfig(sampling=sampling)
+    )
+    try:
+        trajectories = loop.run([{"question": "q one", "answer": "a"}], n=2)
+    finally:
+        engine.close()
+    assert [t.finish_reason for t in trajectories] == ["length", "length"]
+    assert [len(t.prompt_ids) + len(t.response_ids) for t in trajectories] == [128, 128]

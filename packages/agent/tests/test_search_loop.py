@@ -149,6 +149,21 @@ def test_total_length_limit_gives_finish_length(tokenizer: Any, make_loop: Any, 
     assert len(traj.response_ids) == len(traj.loss_mask) == len(traj.rollout_logprobs or [])
 
 
+def test_engine_context_window_caps_the_conversation(tokenizer: Any, replay_engine: Any, retriever: Any) -> None:
+    """A loop limit above the model's context is capped by it: the conversation ends with 'length' at the window
+    instead of sending the engine a prompt it must refuse (which would fail the whole run)."""
+    engine = replay_engine(tokenizer, lambda context: "<search> q </search>")
+    engine.context_window = 600
+    env_cfg = SearchEnvConfig(top_k=2)
+    rubric = AgentRubric(contains_gold)
+    loop = AgentLoop(engine, tokenizer, lambda: SearchEnv(retriever, rubric, env_cfg), AgentLoopConfig(max_turns=50))
+    assert loop.config.max_total_tokens == 4096 and loop.max_total_tokens == 600
+    [traj] = loop.run([{"question": "q?", "answer": "Paris"}])
+    assert traj.finish_reason == "length"
+    assert len(traj.prompt_ids) + len(traj.response_ids) == 600
+    assert max(len(r.prompt_ids or []) for r in engine.requests) < 600
+
+
 def test_per_turn_cut_by_total_budget_is_length(tokenizer: Any, make_loop: Any, retriever: Any) -> None:
     def script(context: str) -> str:
         return "<think>" + "z" * 1000 + "</think>"

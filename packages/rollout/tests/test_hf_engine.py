@@ -184,6 +184,7 @@ def test_context_limit_ends_with_length(tok: Any) -> None:
     small = tiny_qwen2(tok, max_position_embeddings=16)
     [c] = HFEngine(small, tok).generate([_req(list(range(10, 20)), max_tokens=50, ignore_eos=True)])[0:1][0]
     assert c.finish_reason == "length" and len(c.token_ids) == 6
+    assert HFEngine(small, tok).context_window == 16  # what callers (the agent loop) may plan with
 
 
 def _openmp_threads_reader() -> Any:

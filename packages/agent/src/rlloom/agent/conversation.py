@@ -18,8 +18,9 @@ class ConversationTokens:
     def __init__(self, prompt_ids: Sequence[int], max_total_tokens: int) -> None:
         if len(prompt_ids) >= max_total_tokens:
             raise ValueError(
-                f"prompt has {len(prompt_ids)} tokens but max_total_tokens is {max_total_tokens}; "
-                "raise AgentLoopConfig.max_total_tokens or shorten the prompt"
+                f"prompt has {len(prompt_ids)} tokens but a conversation may hold {max_total_tokens} in all "
+                "(AgentLoopConfig.max_total_tokens, capped by the engine's context window); shorten the prompt, "
+                "or raise the limit if the model takes more"
             )
         self.prompt_ids = list(prompt_ids)
         self.max_total_tokens = max_total_tokens

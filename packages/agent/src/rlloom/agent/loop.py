@@ -38,7 +38,10 @@ class AgentLoopConfig(BaseModel):
     max_turns: int = Field(default=5, ge=1, description="Model turns per conversation at most (finish 'max_turns').")
     max_tokens_per_turn: int = Field(default=500, ge=1, description="New tokens per model turn (Search-R1: 500).")
     max_total_tokens: int = Field(
-        default=4096, ge=2, description="Prompt + response tokens at most; reaching it ends with finish 'length'."
+        default=4096,
+        ge=2,
+        description="Prompt + response tokens at most; reaching it ends with finish 'length'. Never more than the "
+        "engine's `context_window` when it has one (HFEngine: the model's max_position_embeddings).",
     )
     max_obs_tokens: int | None = Field(
         default=500, ge=1, description="Tokens of one observation's content at most (Search-R1: 500); None: no cap."
@@ -70,6 +73,9 @@ class AgentLoop:
         self.make_env = make_env
         self.config = config or AgentLoopConfig()
         self.template = TurnTemplate(tokenizer, getattr(engine, "eos_token_ids", None))
+        window = getattr(engine, "context_window", None)
+        # a conversation that outgrew the model would make the engine refuse its next prompt (and fail the run)
+        self.max_total_tokens = min(self.config.max_total_tokens, window) if window else self.config.max_total_tokens
         self._marker = self.template.encode(self.config.truncation_marker)
         if self.config.max_obs_tokens is not None and len(self._marker) > self.config.max_obs_tokens:
             raise ValueError(
@@ -118,7 +124,7 @@ class AgentLoop:
         start = time.perf_counter()
         env = self.make_env()
         prompt = env.reset(sample)
-        conv = ConversationTokens(self.template.prompt_ids(prompt), cfg.max_total_tokens)
+        conv = ConversationTokens(self.template.prompt_ids(prompt), self.max_total_tokens)
         metrics = {"turns": 0.0, "gen_latency_s": 0.0, "env_latency_s": 0.0, "obs_truncated": 0.0}
         stop = list(dict.fromkeys([*cfg.sampling.stop, *env.stop]))
         finish = "max_turns"

@@ -72,9 +72,12 @@ class HFEngine:
         model_config = getattr(model, "config", None)
         self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens else None
         self._weights_version = self._parameter_versions()
+        positions = getattr(model_config, "max_position_embeddings", None)
+        self.context_window: int | None = int(positions) if positions else None
+        """Prompt + completion tokens the model takes (its max_position_embeddings); None when it names none."""
         self._settings = DecodeSettings(
             pad_token_id=int(pad),
-            max_positions=int(getattr(model_config, "max_position_embeddings", None) or 1 << 30),
+            max_positions=self.context_window or 1 << 30,
             compact_every=self.config.compact_every,
             max_rows=self.config.max_batch_rows,
             admit_every=self.config.admit_every,

@@ -52,6 +52,12 @@ class OpenAIEngineConfig(BaseModel):
     mode: Literal["auto", "chat", "completions"] = Field(
         default="auto", description="auto: token-id prompts use completions, chat messages use chat."
     )
+    context_window: int | None = Field(
+        default=None,
+        ge=2,
+        description="The served model's context length (vLLM's --max-model-len) when known: agent loops then end a "
+        "conversation there with finish 'length' instead of sending a prompt the server would reject.",
+    )
 
 
 class OpenAIEngine:
@@ -60,6 +66,7 @@ class OpenAIEngine:
     def __init__(self, config: OpenAIEngineConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
         self._transport = transport
+        self.context_window = config.context_window
         self._clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()

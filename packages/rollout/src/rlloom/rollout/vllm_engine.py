@@ -85,6 +85,12 @@ def weight_buckets(named_tensors: Mapping[str, torch.Tensor], bucket_bytes: int)
         yield [(name, named_tensors[name].detach()) for name in names]
 
 
+def _max_model_len(llm: Any) -> int | None:
+    """The context length vLLM settled on (config.max_model_len, else the model's own)."""
+    value = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
+    return int(value) if value else None
+
+
 class VLLMEngine:
     """vLLM in this process; implements core-rl's `RolloutEngine` plus `sleep`/`wake_up` for colocation."""
 
@@ -106,6 +112,7 @@ class VLLMEngine:
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_window = _max_model_len(self.llm)
         self.asleep = False
         self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
 
