@@ -43,6 +43,8 @@ def test_bad_values_and_names_are_errors() -> None:
         load_config(None, ["model.path"])
     with pytest.raises(ConfigError, match="is a value, not a section"):
         load_config(None, ["model.path=/m", "model.path.x=1"])
+    with pytest.raises(ValidationError, match=r"data.max_prompt_length is not"):
+        load_config(None, ["model.path=/m", "data.filter_overlong_prompts=true"])
 
 
 def test_every_field_has_a_description() -> None:

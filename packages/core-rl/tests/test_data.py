@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from rlloom.core_rl.data import PromptLoader, generation_request, ground_truth
+from rlloom.core_rl.data import PromptLoader, generation_request, ground_truth, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.tiny import char_tokenizer
 
 ROWS = [{"prompt": f"q{i}", "id": i} for i in range(10)]
 
@@ -77,3 +80,28 @@ def test_rows_to_requests() -> None:
         generation_request({"question": "x"}, sp)
     assert ground_truth({"reward_model": {"ground_truth": "7"}}) == "7"
     assert ground_truth({"ground_truth": 3}) == 3
+
+
+def test_prompt_length_limit_counts_the_prompt_as_the_engine_renders_it(caplog: pytest.LogCaptureFixture) -> None:
+    tok = char_tokenizer()
+    # ChatML around one user message, one token per character: <|im_start|> "user\n" CONTENT <|im_end|> "\n"
+    # <|im_start|> "assistant\n" is 1 + 5 + len(CONTENT) + 1 + 1 + 1 + 10 = 19 + len(CONTENT) tokens
+    rows = [
+        {"prompt": "a" * 5},  # 24
+        {"prompt": "b" * 12},  # 31
+        {"prompt_ids": [7] * 30},  # 30: token ids count as they are
+        {"prompt": [{"role": "user", "content": "c"}]},  # 20
+    ]
+    assert limit_prompt_length(rows, tok, 31, drop=False) == rows
+    with pytest.raises(ValueError, match=r"train row 1: the prompt is 31 tokens, over data.max_prompt_length=30"):
+        limit_prompt_length(rows, tok, 30, drop=False)
+    with caplog.at_level(logging.WARNING):
+        kept = limit_prompt_length(rows, tok, 24, drop=True, split="validation")
+    assert kept == [rows[0], rows[3]]
+    assert "left out 2 of 4 validation rows" in caplog.text
+    with pytest.raises(ValueError, match="every train row"):
+        limit_prompt_length(rows, tok, 19, drop=True)
+    with pytest.raises(ValueError, match="images"):  # their length is known only after image expansion
+        limit_prompt_length([{"prompt": "x", "images": ["a.png"]}], tok, 100, drop=True)
+    with pytest.raises(ValueError, match=r"train row 0: .*AgentLoopConfig.max_total_tokens"):
+        limit_prompt_length([{"question": "rendered by an agent environment"}], tok, 100, drop=True)

@@ -12,6 +12,8 @@ from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.config import ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
+from rlloom.core_rl.data import generation_request
+from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
@@ -35,6 +37,23 @@ def fit(model_dir: Path, out: Path, overrides: list[str]) -> tuple[Trainer, list
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert engine.weight_updates == 1 + trainer.step  # once at start, once per step
     return trainer, lines
+
+
+def test_max_prompt_length_stops_or_filters_before_training(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Rows over data.max_prompt_length stop the run at construction, naming the row, or are left out of training
+    and validation with filter_overlong_prompts (so the steps per epoch count only the rows kept)."""
+    long_row = {"prompt": [{"role": "user", "content": "9" * 40}], "reward_model": {"ground_truth": "0"}}
+    engine = SamplingEngine(tiny_model_dir)  # renders prompts with its own code: the lengths the model will see
+    short, long = (len(engine._prompt_ids(generation_request(r, SamplingParams()))) for r in (sum_rows(1)[0], long_row))
+    assert short <= 30 < long
+    config = tiny_config(tiny_model_dir, tmp_path, ["data.max_prompt_length=30", "trainer.total_steps=null"])
+    rows, val = [*sum_rows(8), long_row], [long_row, *sum_rows(3, seed=5)]
+    with pytest.raises(ValueError, match=rf"train row 8: the prompt is {long} tokens, over data.max_prompt_length=30"):
+        Trainer(config, engine=engine, reward_fn=digit_reward, train_data=rows)
+    config.data.filter_overlong_prompts = True
+    trainer = Trainer(config, engine=engine, reward_fn=digit_reward, train_data=rows, val_data=val)
+    assert trainer.loader.rows == rows[:8] and trainer.val_data == val[1:]
+    assert trainer.total_steps == 2  # one epoch of 8 rows at data.train_batch_size=4
 
 
 def test_ppo_with_critic_kl_in_reward_tis_and_filters(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -58,6 +58,18 @@ class DataConfig(_Section):
     drop_last: bool = Field(
         default=False, description="Skip an epoch's last partial batch instead of training on a smaller one."
     )
+    max_prompt_length: int | None = Field(
+        default=None,
+        ge=1,
+        description="Prompt tokens at most (veRL's data.max_prompt_length), counted as the engine renders the "
+        "prompt (chat template + generation prompt). A longer train or validation row stops the run at start, "
+        "naming it, unless filter_overlong_prompts. None: no limit (the model's context still applies).",
+    )
+    filter_overlong_prompts: bool = Field(
+        default=False,
+        description="Leave rows over max_prompt_length out of training and validation (counted in a warning) "
+        "instead of stopping (veRL/EasyR1's filter_overlong_prompts).",
+    )
     filter_solved: bool = Field(
         default=False,
         description="Online prompt filtering (Skywork-OR1, He et al. 2025): at each epoch start, retire the prompts "
@@ -72,6 +84,15 @@ class DataConfig(_Section):
         description="A sample counts as solved when its reward is >= this; a prompt's accuracy is its solved "
         "fraction (with 0/1 verifier rewards, the pass rate). Lower it for rewards with partial credit or bonuses.",
     )
+
+    @model_validator(mode="after")
+    def _check_prompt_limit(self) -> DataConfig:
+        if self.filter_overlong_prompts and self.max_prompt_length is None:
+            raise ValueError(
+                "data.filter_overlong_prompts is set but data.max_prompt_length is not; give the limit in tokens "
+                "(e.g. data.max_prompt_length=1024)"
+            )
+        return self
 
 
 class MaxTokensStage(_Section):

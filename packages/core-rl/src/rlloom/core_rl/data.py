@@ -9,14 +9,18 @@ prompts in the same order, including across an epoch boundary.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
 
 Row = Mapping[str, Any]
+logger = logging.getLogger(__name__)
 
 
 class PromptLoader:
@@ -128,3 +132,49 @@ def ground_truth(row: Row) -> Any:
     if isinstance(reward_model, Mapping) and "ground_truth" in reward_model:
         return reward_model["ground_truth"]
     return row.get("ground_truth")
+
+
+def limit_prompt_length(
+    rows: Sequence[Row], tokenizer: Any, max_length: int, *, drop: bool, split: str = "train"
+) -> list[Row]:
+    """veRL's `data.max_prompt_length`: the rows whose prompt, rendered as the engine renders it, fits.
+
+    With `drop` (veRL's `filter_overlong_prompts`) longer rows are left out and counted in a warning; without
+    it the first one raises, naming the row, so a run never stops hours in on a prompt the model cannot take.
+    Image rows are measured after image expansion by rlloom-multimodal (`QwenVLProcessing.max_prompt_tokens`),
+    not here: their text alone would undercount them.
+    """
+    kept: list[Row] = []
+    sampling = SamplingParams()
+    for index, row in enumerate(tqdm(rows, desc=f"{split} prompt lengths", disable=len(rows) < 20_000)):
+        if row.get("images"):
+            raise ValueError(
+                f"{split} row {index} has images: data.max_prompt_length counts text prompts only; limit image "
+                "rows after image expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
+            )
+        try:
+            request = generation_request(row, sampling)
+        except ValueError as err:
+            raise ValueError(
+                f"{split} row {index}: {err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an "
+                "agent environment renders (no `prompt`) are limited by AgentLoopConfig.max_total_tokens instead"
+            ) from err
+        length = len(render_prompt(tokenizer, request))
+        if length <= max_length:
+            kept.append(row)
+        elif not drop:
+            raise ValueError(
+                f"{split} row {index}: the prompt is {length} tokens, over data.max_prompt_length={max_length}; "
+                "raise the limit, shorten the prompt, or set data.filter_overlong_prompts=true to leave such rows out"
+            )
+    if len(kept) < len(rows):
+        logger.warning(
+            "left out %d of %d %s rows whose prompt is over data.max_prompt_length=%d tokens",
+            len(rows) - len(kept),
+            len(rows),
+            split,
+            max_length,
+        )
+    if rows and not kept:
+        raise ValueError(f"every {split} row is over data.max_prompt_length={max_length} tokens; raise the limit")
+    return kept

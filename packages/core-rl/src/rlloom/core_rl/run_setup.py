@@ -21,6 +21,12 @@ from rlloom.core_rl.protocols import CriticWorker, PolicyWorker, ReferenceWorker
 from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
 
 
+def load_tokenizer(cfg: RLConfig) -> PreTrainedTokenizerBase:
+    """The run's tokenizer: `model.tokenizer_path`, else the model folder's."""
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    return tokenizer
+
+
 @dataclass
 class RunParts:
     """What the loop talks to, typed by protocol so a distributed backend can stand in for each worker."""
@@ -58,7 +64,7 @@ def build_run(
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.yaml").write_text(cfg.to_yaml())
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    tokenizer = load_tokenizer(cfg)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_token_id is None:
         raise ValueError(f"the tokenizer of {cfg.model.path} has neither a pad nor an eos token; set one")

@@ -36,13 +36,13 @@ from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.checkpoint import latest_checkpoint, load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from rlloom.core_rl.collection import CollectFactory, CollectFn, score, single_turn_collector
 from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.data import PromptLoader, Row
+from rlloom.core_rl.data import PromptLoader, Row, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
-from rlloom.core_rl.run_setup import RunParts, build_run, mini_batch_rows
+from rlloom.core_rl.run_setup import RunParts, build_run, load_tokenizer, mini_batch_rows
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import sync_weights
 
@@ -85,6 +85,11 @@ class Trainer:
         self.cfg = config
         self.reward_fn = reward_fn
         self.val_data = list(val_data or [])
+        if config.data.max_prompt_length is not None:  # before the loader: the limit decides the steps per epoch
+            tokenizer, limit = load_tokenizer(config), config.data.max_prompt_length
+            drop = config.data.filter_overlong_prompts
+            train_data = limit_prompt_length(train_data, tokenizer, limit, drop=drop, split="train")
+            self.val_data = limit_prompt_length(self.val_data, tokenizer, limit, drop=drop, split="validation")
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,

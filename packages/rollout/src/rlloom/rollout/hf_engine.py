@@ -22,10 +22,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
 from rlloom.rollout.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.prefix_cache import PrefixCache
-from rlloom.rollout.prompts import render_prompt
 from rlloom.rollout.stopping import StopStringWatcher, TokenPieces, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
 

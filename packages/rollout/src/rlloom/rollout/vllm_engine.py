@@ -19,9 +19,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, FinishReason, GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.weight_sync import bucket_names
 from rlloom.rollout.batching import AsyncBatcher
-from rlloom.rollout.prompts import render_prompt
 
 SUPPORTED_VLLM = ">=0.10.2,<0.12"
 

@@ -1,8 +1,9 @@
-"""Turning a `GenerationRequest` into prompt token ids, the same way for every in-process engine.
+"""Turning a prompt into token ids, the same way for every in-process engine and for the trainer's length limit.
 
 Chat messages are rendered with the tokenizer's own chat template (with the assistant generation prompt) and
 encoded without extra special tokens, so the ids are exactly what the template says; token-id prompts pass
-through untouched.
+through untouched. The trainer counts prompts with the same function the engines use, so a row that passes
+`data.max_prompt_length` is exactly as long as what the engine will prefill.
 """
 
 from __future__ import annotations
