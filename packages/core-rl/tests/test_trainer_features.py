@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
 from rlloom.core_rl.batch import TrajectoryBatch
@@ -54,6 +55,33 @@ def test_max_prompt_length_stops_or_filters_before_training(tiny_model_dir: Path
     trainer = Trainer(config, engine=engine, reward_fn=digit_reward, train_data=rows, val_data=val)
     assert trainer.loader.rows == rows[:8] and trainer.val_data == val[1:]
     assert trainer.total_steps == 2  # one epoch of 8 rows at data.train_batch_size=4
+
+
+def test_critic_warmup_steps_leave_the_policy_and_the_engine_alone(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = ["algorithm.adv_estimator=gae", "trainer.critic_warmup=2", "trainer.total_steps=3", "critic.lr=1e-3"]
+    engine = SamplingEngine(tiny_model_dir)
+    make_trainer(tiny_model_dir, tmp_path, overrides, engine).fit()
+    assert engine.weight_updates == 2  # at the start, and after step 3: warm-up steps leave the policy as it was
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "reward/mean" in line]
+    assert [line["actor/critic_warmup"] for line in steps] == [1.0, 1.0, 0.0]
+    assert ["actor/pg_loss" in line for line in steps] == [False, False, True]
+    assert all("critic/vf_loss" in line for line in steps)
+
+
+def test_critic_warmup_freezes_the_actor_and_trains_the_critic(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = ["algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "critic.lr=1e-3"]
+    trainer = make_trainer(tiny_model_dir, tmp_path, overrides)
+    actor, critic = trainer.parts.actor.model, trainer.parts.critic.model
+    before = [p.detach().clone() for p in (*actor.parameters(), *critic.parameters())]
+    trainer.step = 1
+    trainer.train_step()
+    after = [p.detach() for p in (*actor.parameters(), *critic.parameters())]
+    changed = [not torch.equal(a, b) for a, b in zip(before, after, strict=True)]
+    n_actor = len(list(actor.parameters()))
+    assert not any(changed[:n_actor]) and any(changed[n_actor:])
+    with pytest.raises(ValueError, match="trains no critic"):
+        tiny_config(tiny_model_dir, tmp_path, ["trainer.critic_warmup=2"])  # GRPO has no critic to warm up
 
 
 def test_ppo_with_critic_kl_in_reward_tis_and_filters(tiny_model_dir: Path, tmp_path: Path) -> None:

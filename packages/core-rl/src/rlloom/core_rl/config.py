@@ -291,6 +291,13 @@ class TrainerConfig(_Section):
     resume: str = Field(
         default="auto", description="auto (latest checkpoint if any), never, or a checkpoint directory."
     )
+    critic_warmup: int = Field(
+        default=0,
+        ge=0,
+        description="The first N steps update only the critic, so its values settle before they steer the policy "
+        "(PPO with GAE). veRL's trainer.critic_warmup=N gives N-1 such steps (it counts steps from 1 and updates "
+        "the actor once critic_warmup <= step).",
+    )
     val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
     val_before_train: bool = Field(default=False, description="Validate once before the first step.")
     seed: int = Field(default=0, description="Seed of python, numpy and torch RNGs and of data shuffling.")
@@ -354,6 +361,11 @@ class RLConfig(_Section):
         probe = torch.zeros(1)
         kl_penalty(probe, probe, self.algorithm.kl_loss_type)
         kl_penalty(probe, probe, self.algorithm.kl_in_reward_type)
+        if self.trainer.critic_warmup and not self.uses_critic:
+            raise ValueError(
+                f"trainer.critic_warmup={self.trainer.critic_warmup} but algorithm.adv_estimator="
+                f"{self.algorithm.adv_estimator} trains no critic; use adv_estimator=gae or set critic_warmup=0"
+            )
         return self
 
     @property

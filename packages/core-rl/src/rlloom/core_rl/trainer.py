@@ -217,7 +217,8 @@ class Trainer:
         if metrics.get("dynamic_sampling/skipped_update"):
             return self._step_metrics(batch, metrics, timer)
 
-        on_policy = self._update_supplies_old_logprobs(batch)
+        warming = self.step <= cfg.trainer.critic_warmup  # critic-only step: the policy stays as it is
+        on_policy = not warming and self._update_supplies_old_logprobs(batch)
         if not on_policy:
             with timer("old_logprobs"):
                 old_logprobs, entropy = actor.compute_logprobs(
@@ -244,13 +245,18 @@ class Trainer:
             truncated = torch.tensor([r == "length" for r in batch.non_tensors["finish_reason"]])
             batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
             metrics["overlong/filtered_frac"] = float(truncated.float().mean())
-        with timer("update_actor"):
-            metrics.update(actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef))
+        if not warming:
+            with timer("update_actor"):
+                metrics.update(
+                    actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef)
+                )
+        metrics["actor/critic_warmup"] = float(warming)
         if self.parts.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.parts.critic.update_critic(batch))
-        with timer("weight_sync"):
-            self._sync_weights()
+        if not warming:  # the engine already has these weights
+            with timer("weight_sync"):
+                self._sync_weights()
         return self._step_metrics(batch, metrics, timer)
 
     def _step_metrics(self, batch: TrajectoryBatch, metrics: dict[str, float], timer: PhaseTimer) -> dict[str, float]:
