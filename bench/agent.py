@@ -52,6 +52,7 @@ from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, SearchEnv, Sea
 from rlloom.agent.envs.search import ThreadedRetriever
 from rlloom.agent.parsers import first_action
 from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
@@ -215,8 +216,7 @@ def sync_batch_loop(
     contexts: list[list[int]] = []
     for row in rows:
         prompt = prompt_env.reset(_sample(row))
-        text = tok.apply_chat_template(prompt.messages, tokenize=False, add_generation_prompt=True)
-        contexts.append(tok(text, add_special_tokens=False)["input_ids"])
+        contexts.append(render_prompt(tok, GenerationRequest(messages=prompt.messages)))
     prompt_lens = [len(c) for c in contexts]
     active = list(range(len(rows)))
     stops = ["</search>", "</answer>"]

@@ -81,7 +81,6 @@ RUNNABLE = [r for r in READMES if any(skip is None for _, skip in python_blocks(
 @pytest.mark.parametrize("readme", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_readme_examples_run(readme: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     name = str(readme.relative_to(ROOT))
     namespace: dict[str, Any] = {"__name__": "__readme__", **SETUP.get(name, lambda _: {})(tmp_path)}
     for index, (code, skip) in enumerate(python_blocks(readme)):

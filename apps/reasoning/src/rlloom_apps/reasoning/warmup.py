@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from rlloom.core_rl.generation import GenerationRequest
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.sft import supervised_train
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -26,8 +28,7 @@ def warmup_trajectories(
         raise ValueError("warm-up: the tokenizer has no eos_token_id; the answer must end with EOS as RL samples it")
     out = []
     for messages, answer in examples:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        prompt = list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+        prompt = render_prompt(tokenizer, GenerationRequest(messages=messages))  # as the engine renders it
         completion = [*tokenizer(answer, add_special_tokens=False)["input_ids"], int(tokenizer.eos_token_id)]
         out.append(Trajectory(prompt_ids=prompt, response_ids=completion, loss_mask=[1] * len(completion)))
     return out

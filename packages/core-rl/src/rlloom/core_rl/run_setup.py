@@ -57,14 +57,16 @@ def build_run(
     output_dir: Path,
     start_step: int,
     trackers: Sequence[Tracker] | None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> RunParts:
-    """Everything `Trainer` needs; weights come from `resume_from` when resuming, else from `model.path`."""
+    """Everything `Trainer` needs; weights come from `resume_from` when resuming, else from `model.path`
+    (`tokenizer`: the run's, when the caller has already loaded it)."""
     torch.use_deterministic_algorithms(cfg.trainer.deterministic)
     device = resolve_device(cfg.trainer.device)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.yaml").write_text(cfg.to_yaml())
 
-    tokenizer = load_tokenizer(cfg)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_token_id is None:
         raise ValueError(f"the tokenizer of {cfg.model.path} has neither a pad nor an eos token; set one")

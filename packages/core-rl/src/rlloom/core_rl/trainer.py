@@ -85,6 +85,7 @@ class Trainer:
         self.cfg = config
         self.reward_fn = reward_fn
         self.val_data = list(val_data or [])
+        tokenizer = None
         if config.data.max_prompt_length is not None:  # before the loader: the limit decides the steps per epoch
             tokenizer, limit = load_tokenizer(config), config.data.max_prompt_length
             drop = config.data.filter_overlong_prompts
@@ -116,6 +117,7 @@ class Trainer:
             output_dir=self.output_dir,
             start_step=self.step,
             trackers=trackers,
+            tokenizer=tokenizer,
         )
         self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
         if collect_factory is not None:
