@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.kv_cache import cache_keyword
 
 
 def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:
@@ -216,3 +218,19 @@ def test_worker_thread_uses_the_process_thread_setting(engine: HFEngine, encode:
         del engine.model.forward
     assert torch.get_num_threads() == 1  # the autouse fixture's setting
     assert seen and set(seen) == {1}
+
+
+def test_generation_passes_the_cache_under_the_name_the_model_declares(engine: HFEngine, encode: Any) -> None:
+    import warnings
+
+    class OldStyle(torch.nn.Module):
+        def forward(self, input_ids: Any = None, past_key_values: Any = None) -> None: ...
+
+    assert cache_keyword(OldStyle()) == "past_key_values"
+    assert cache_keyword(engine.model) in inspect.signature(type(engine.model).forward).parameters
+    request = GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(max_tokens=6, seed=1))
+    with warnings.catch_warnings(record=True) as caught:  # the filters are process-wide: the decode thread's too
+        warnings.simplefilter("always")
+        [[completion]] = engine.generate([request])
+    assert completion.token_ids
+    assert not [w for w in caught if "past_key_values" in str(w.message)]

@@ -85,6 +85,44 @@ def test_unreachable_server_gives_up_after_retries(encode: Any) -> None:
         OpenAIEngine(cfg).generate([GenerationRequest(prompt_ids=encode("x"))])
 
 
+def test_context_window_is_read_from_the_server_once(served: Any, model: Any) -> None:
+    remote = _remote(served)
+    assert remote.context_window == model.config.max_position_embeddings
+    served.server.should_exit = True  # a second read must not go back to the server
+    served.thread.join(timeout=10)
+    assert remote.context_window == model.config.max_position_embeddings
+
+
+def test_context_window_set_or_turned_off_never_asks(encode: Any) -> None:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+
+    base = {"base_url": "http://server/v1", "model": "m"}
+    transport = httpx.MockTransport(handler)
+    assert OpenAIEngine(OpenAIEngineConfig(**base, context_window=300), transport).context_window == 300
+    assert OpenAIEngine(OpenAIEngineConfig(**base, context_window=None), transport).context_window is None
+    assert asked == []
+    assert OpenAIEngine(OpenAIEngineConfig(**base), transport).context_window == 4096
+    assert asked == ["/v1/models"]
+    with pytest.raises(ValueError, match="context_window must be at least 2"):
+        OpenAIEngineConfig(**base, context_window=1)
+
+
+def test_context_window_unknown_when_the_server_does_not_say() -> None:
+    hosted = httpx.MockTransport(lambda r: httpx.Response(200, json={"data": [{"id": "m", "object": "model"}]}))
+    cfg = OpenAIEngineConfig(base_url="http://server/v1", model="m")
+    assert OpenAIEngine(cfg, hosted).context_window is None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = OpenAIEngine(OpenAIEngineConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m"))
+    with pytest.warns(UserWarning, match="set OpenAIEngineConfig.context_window"):
+        assert gone.context_window is None
+
+
 def test_update_weights_pushes_to_the_server(served: Any, tok: Any, encode: Any, peaked_state: Any) -> None:
     remote = _remote(served)
     req = GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(seed=2, max_tokens=12, ignore_eos=True))

@@ -24,6 +24,11 @@ def test_models_lists_the_served_name(served: Any) -> None:
     assert [m.id for m in _client(served).models.list()] == ["tiny"]
 
 
+def test_models_report_the_context_length_as_vllm_does(served: Any, model: torch.nn.Module) -> None:
+    [card] = httpx.get(f"{served.base_url}/models").json()["data"]
+    assert card["max_model_len"] == model.config.max_position_embeddings
+
+
 def test_chat_completion_matches_the_engine(served: Any, engine: HFEngine) -> None:
     messages = [{"role": "user", "content": "hello"}]
     resp = _client(served).chat.completions.create(

@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from rlloom.core_rl.generation import FinishReason, SamplingParams
-from rlloom.rollout.kv_cache import dynamic_layers, merge_caches, mergeable, trim_left_cache, write_rows
+from rlloom.rollout.kv_cache import cache_keyword, dynamic_layers, merge_caches, mergeable, trim_left_cache, write_rows
 from rlloom.rollout.prefix_cache import PrefixCache, PrefixHit
 from rlloom.rollout.sampling import RowSampling, sample_next
 from rlloom.rollout.stopping import StopStringWatcher
@@ -156,9 +156,8 @@ class RunningBatch:
             kwargs["position_ids"], last_pos = _rope_prefill_positions(settings.rope_positions, ids, reused)
         elif settings.explicit_positions:
             kwargs["position_ids"] = positions[:, -ids.shape[1] :]
-        out = model(
-            input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
-        )
+        kwargs[cache_keyword(model)] = cache
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kwargs)
         if stats is not None:
             stats.reused_tokens += sum(reused)
             stats.prefill_tokens += sum(len(p) for p in prompts) - sum(reused)
@@ -255,13 +254,8 @@ class RunningBatch:
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=-1)
         self.last_pos = self.last_pos + 1
         step_kwargs: dict[str, Any] = {"position_ids": self.last_pos} if settings.explicit_positions else {}
-        out = model(
-            input_ids=self.tokens.unsqueeze(-1),
-            attention_mask=self.mask,
-            past_key_values=self.cache,
-            use_cache=True,
-            **step_kwargs,
-        )
+        step_kwargs[cache_keyword(model)] = self.cache
+        out = model(input_ids=self.tokens.unsqueeze(-1), attention_mask=self.mask, use_cache=True, **step_kwargs)
         self.logits = out.logits[:, -1, :]
         self.tokens = None
 

@@ -11,9 +11,29 @@ rolling window whose start differs per call, so callers must check `mergeable` f
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward argument that takes the KV cache: `cache` from transformers 5.2x on, `past_key_values` before.
+
+    Newer releases still accept the old name but warn that it goes away, so each model gets the name it declares.
+    """
+    model_type = type(model)
+    if model_type not in _CACHE_KEYWORDS:
+        try:
+            names = set(inspect.signature(model_type.forward).parameters)
+        except (TypeError, ValueError):
+            names = set()
+        _CACHE_KEYWORDS[model_type] = "cache" if "cache" in names else "past_key_values"
+    return _CACHE_KEYWORDS[model_type]
+
+
+_CACHE_KEYWORDS: dict[type, str] = {}
 
 
 def mergeable(cache: DynamicCache) -> bool:

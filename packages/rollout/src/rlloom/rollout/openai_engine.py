@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import httpx
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlloom.core_rl.generation import Completion, FinishReason, GenerationRequest, SamplingParams
 
@@ -52,12 +53,20 @@ class OpenAIEngineConfig(BaseModel):
     mode: Literal["auto", "chat", "completions"] = Field(
         default="auto", description="auto: token-id prompts use completions, chat messages use chat."
     )
-    context_window: int | None = Field(
-        default=None,
-        ge=2,
-        description="The served model's context length (vLLM's --max-model-len) when known: agent loops then end a "
-        "conversation there with finish 'length' instead of sending a prompt the server would reject.",
+    context_window: int | Literal["auto"] | None = Field(
+        default="auto",
+        description="The served model's context length (vLLM's --max-model-len): agent loops end a conversation "
+        "there with finish 'length' instead of sending a prompt the server would reject. 'auto' reads "
+        "`max_model_len` from the server's /v1/models on first use (vLLM and `rlloom-rollout serve` report it; "
+        "hosted APIs do not, which leaves it unknown); None never asks.",
     )
+
+    @field_validator("context_window")
+    @classmethod
+    def _positive_window(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 2:
+            raise ValueError(f"context_window must be at least 2 tokens, 'auto' or None; got {value}")
+        return value
 
 
 class OpenAIEngine:
@@ -66,7 +75,8 @@ class OpenAIEngine:
     def __init__(self, config: OpenAIEngineConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
         self._transport = transport
-        self.context_window = config.context_window
+        self._context_window: int | None = None if config.context_window == "auto" else config.context_window
+        self._window_asked = config.context_window != "auto"
         self._clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
@@ -85,6 +95,37 @@ class OpenAIEngine:
             )
             self._clients[loop] = (client, asyncio.Semaphore(self.config.max_concurrency))
         return self._clients[loop]
+
+    @property
+    def context_window(self) -> int | None:
+        """The served model's context length: the configured one, or (with 'auto') the server's, asked once."""
+        if not self._window_asked:
+            self._window_asked = True
+            self._context_window = self._served_context_window()
+        return self._context_window
+
+    def _served_context_window(self) -> int | None:
+        """`max_model_len` of our model in GET /models; None (with a warning) when the server does not say."""
+        url = self.config.base_url.rstrip("/") + "/models"
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        sync_transport = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
+        try:
+            with httpx.Client(timeout=min(self.config.timeout_s, 30.0), transport=sync_transport) as client:
+                r = client.get(url, headers=headers)
+            r.raise_for_status()
+            cards = r.json().get("data") or []
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            warnings.warn(
+                f"OpenAIEngine: could not read the context length from {url} ({type(exc).__name__}: {exc}); "
+                "set OpenAIEngineConfig.context_window to cap agent conversations",
+                stacklevel=3,
+            )
+            return None
+        for card in cards:
+            if isinstance(card, dict) and card.get("id") == self.config.model:
+                length = card.get("max_model_len")
+                return int(length) if isinstance(length, int) and length >= 2 else None
+        return None
 
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:

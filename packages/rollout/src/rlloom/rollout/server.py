@@ -74,6 +74,9 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         entry = {"id": model_name, "object": "model", "created": created, "owned_by": "rlloom"}
+        window = getattr(engine, "context_window", None)
+        if window:
+            entry["max_model_len"] = window  # vLLM's field: clients cap prompts by it
         return {"object": "list", "data": [entry]}
 
     @app.post("/v1/chat/completions", response_model=None)
