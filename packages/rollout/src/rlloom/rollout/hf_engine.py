@@ -97,13 +97,12 @@ class HFEngine:
         config: HFEngineConfig | None = None,
     ) -> HFEngine:
         """Load a model folder; on CUDA defaults to bf16 and SDPA attention, on CPU to fp32."""
-        from transformers import AutoTokenizer
-
         from rlloom.core_rl.actor import model_class
+        from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = load_pretrained_tokenizer(path)
         tokenizer.padding_side = "left"
         # a vision-language checkpoint (Qwen2.5-VL) loads as its image-text-to-text class
         model = model_class(str(path)).from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
