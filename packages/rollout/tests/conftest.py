@@ -92,6 +92,12 @@ class ServerThread:
 
 
 @pytest.fixture
+def server_thread() -> type[ServerThread]:
+    """`server_thread(app)`: a `ServerThread` (context manager) for an app other than `served`'s."""
+    return ServerThread
+
+
+@pytest.fixture
 def served(engine: HFEngine, tok: Any) -> Iterator[ServerThread]:
     from rlloom.rollout.server import create_app
 

@@ -2,37 +2,133 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
+import torch
 
-from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.core_rl.tiny import SavedTinyModel, char_tokenizer, save_tiny_model
 
 
-def test_missing_model_folder_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> SavedTinyModel:
+    """What `save_tiny_model` writes: the model in DIR/model (no tokenizer there), the tokenizer in DIR/tokenizer."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run `rlloom-rollout` expecting an argparse refusal; its `error:` line."""
     from rlloom.rollout.cli import main
 
-    with pytest.raises(SystemExit, match="not a folder"):
-        main(["serve", "--model", str(tmp_path / "nope")])
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--port", "99999"], "--port: 99999 is out of range; give 1..65535"),
+        (["--port", "-1"], "--port: -1 is out of range; give 1..65535"),
+        (["--port", "0"], "--port: 0 is out of range; give 1..65535"),
+        (["--max-tokens", "0"], "--max-tokens: 0 is out of range; give 1 or more"),
+        (["--max-batch-rows", "0"], "--max-batch-rows: 0 is out of range; give 1 or more"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization: 1.5 is out of range"),
+        (["--device", "tpu"], "--device tpu: not a torch device; use cpu, cuda or cuda:N"),
+    ],
+)
+def test_bad_flags_are_refused_before_loading(
+    saved: SavedTinyModel, flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer), *flags]
+    line = _refused(argv, capsys)
+    assert line.startswith("rlloom-rollout serve: error: ") and says in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_device_without_cuda_is_refused(saved: SavedTinyModel, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(
+        ["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer), "--device", "cuda"], capsys
+    )
+    assert "--device cuda: this machine has no CUDA GPU" in line and "--device cpu" in line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_vllm_engine_without_vllm_is_refused(saved: SavedTinyModel, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(
+        ["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer), "--engine", "vllm"], capsys
+    )
+    assert "--engine vllm: vLLM is not installed" in line and "rlloom-rollout[vllm]" in line
+
+
+def test_folders_that_cannot_serve_are_refused(
+    saved: SavedTinyModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _refused(["serve", "--model", str(tmp_path / "nope")], capsys)
+    assert f"--model {tmp_path / 'nope'} is not a folder" in line
+    line = _refused(["serve", "--model", str(tmp_path)], capsys)
+    assert f"--model {tmp_path} has no config.json; give a saved HF model folder" in line
+    line = _refused(["serve", "--model", str(saved.model)], capsys)  # the tokenizer is in a sibling folder
+    assert f"no tokenizer in {saved.model}; pass --tokenizer DIR" in line
+    line = _refused(["serve", "--model", str(saved.model), "--tokenizer", str(tmp_path)], capsys)
+    assert f"--tokenizer {tmp_path}: no tokenizer there" in line
+
+
+def test_tokenizer_flag_gives_a_working_tokenizer(saved: SavedTinyModel) -> None:
+    from rlloom.rollout.cli import _parser, _spec
+    from rlloom.rollout.policy_spec import build_engine, close_engine
+
+    parser, _ = _parser()
+    args = parser.parse_args(["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer)])
+    engine, tokenizer = build_engine(_spec(args))
+    try:
+        assert tokenizer("hi", add_special_tokens=False)["input_ids"] == char_tokenizer()("hi")["input_ids"]
+        assert tokenizer.chat_template is not None
+    finally:
+        close_engine(engine)
+
+
+def test_served_name_is_the_resolved_folder_name(saved: SavedTinyModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlloom.rollout.cli import served_name
+
+    monkeypatch.chdir(saved.model)
+    assert served_name(Path("."), None) == "model"
+    assert served_name(Path("."), "policy") == "policy"
+
+
+def test_help_describes_every_flag_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    from rlloom.rollout.cli import _parser
+
+    _, serve = _parser()
+    undescribed = [a.dest for a in serve._actions if not a.help]
+    assert undescribed == []
+    with pytest.raises(SystemExit):
+        serve.parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 8000)", "(default: 256)", "(default: 64)", "(default: hf)", "(default: 127.0.0.1)"):
+        assert default in shown
+    assert "(default: None)" not in shown  # flags defaulting to None say what None means instead
 
 
 @pytest.mark.slow
-def test_serve_answers_the_openai_client(tok: Any, tmp_path: Path) -> None:
-    folder = tmp_path / "tiny-model"
-    tiny_qwen2(tok).save_pretrained(folder)
-    tok.save_pretrained(folder)
+def test_serve_answers_the_openai_client(tmp_path: Path) -> None:
+    saved = save_tiny_model(tmp_path)  # the tokenizer in its own folder, as the tiny model keeps it
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "rlloom.rollout.cli", "serve", "--model", str(folder), "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    serve = ["serve", "--model", ".", "--tokenizer", str(saved.tokenizer), "--port", str(port)]
+    cmd = [sys.executable, "-m", "rlloom.rollout.cli", *serve]
+    proc = subprocess.Popen(cmd, cwd=saved.model, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 300  # generous: CI machines are shared
         while True:
@@ -45,11 +141,13 @@ def test_serve_answers_the_openai_client(tok: Any, tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "server did not come up in 300 s"
             time.sleep(0.3)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-        assert [m.id for m in client.models.list()] == ["tiny-model"]
+        assert [m.id for m in client.models.list()] == ["model"]  # `--model .` is named after the folder
         chat = client.chat.completions.create(
-            model="tiny-model", messages=[{"role": "user", "content": "hi"}], max_tokens=8, seed=0
+            model="model", messages=[{"role": "user", "content": "hi"}], max_tokens=8, seed=0
         )
         assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens <= 8
+        text = client.completions.create(model="model", prompt="hi there", max_tokens=2)
+        assert (text.model_extra or {})["prompt_token_ids"] == char_tokenizer()("hi there")["input_ids"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

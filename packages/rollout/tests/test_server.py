@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import httpx
@@ -106,3 +107,172 @@ def test_weight_update_endpoint_changes_outputs(served: Any, tok: Any, tmp_path:
     buf = io.BytesIO(save({"model.norm.weight": torch.zeros(3)}))
     bad = httpx.post(served.base_url + "/update_weights", content=buf.getvalue(), timeout=60)
     assert bad.status_code == 400 and "model.norm.weight" in bad.json()["error"]["message"]
+
+
+_USER = {"role": "user", "content": "x"}
+
+
+class _FailingChatEngine:
+    """The tiny engine, except that chat requests fail inside the engine (a bug, an OOM, a dead GPU)."""
+
+    def __init__(self, engine: HFEngine) -> None:
+        self.engine = engine
+        self.context_window = engine.context_window
+
+    async def agenerate(self, request: GenerationRequest) -> list[Any]:
+        if request.messages is not None:
+            raise RuntimeError("boom")
+        return await self.engine.agenerate(request)
+
+
+def test_engine_failure_is_a_500_and_the_connection_stays_open(
+    engine: HFEngine, tok: Any, server_thread: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rlloom.rollout.server import create_app
+
+    app = create_app(_FailingChatEngine(engine), "tiny", tok, default_max_tokens=4)  # type: ignore[arg-type]
+    with server_thread(app) as srv, httpx.Client(base_url=srv.base_url, timeout=60) as http:
+        failed = http.post("/chat/completions", json={"model": "tiny", "messages": [_USER]})
+        failed_port = failed.extensions["network_stream"].get_extra_info("client_addr")
+        time.sleep(0.3)  # time for the server to drop the connection, if it does
+        answered = http.post("/completions", json={"model": "tiny", "prompt": "abc", "max_tokens": 2})
+        answered_port = answered.extensions["network_stream"].get_extra_info("client_addr")
+    assert failed.status_code == 500
+    assert failed.json()["error"] == {
+        "message": "the engine failed on this request: RuntimeError: boom",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    assert answered.status_code == 200 and len(answered.json()["choices"][0]["token_ids"]) == 2
+    assert answered_port == failed_port  # the keep-alive connection was reused, not reopened
+    logged = [r for r in caplog.records if "boom" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is None  # one line, no traceback
+
+
+def test_chat_text_parts_are_joined_as_vllm_does(served: Any) -> None:
+    client = _client(served)
+
+    def ask(content: Any) -> Any:
+        return client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": content}], max_tokens=6, seed=2
+        )
+
+    parts = ask([{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}])
+    joined = ask("hel\nlo")
+    assert (parts.model_extra or {})["prompt_token_ids"] == (joined.model_extra or {})["prompt_token_ids"]
+    assert parts.choices[0].message.content == joined.choices[0].message.content
+    # an assistant turn that only called tools may leave its content null, as OpenAI allows
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    r = httpx.post(f"{served.base_url}/chat/completions", json={"model": "tiny", "messages": history}, timeout=60)
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("message", "param", "says"),
+    [
+        ({"role": "user", "content": None}, "messages[0].content", "null"),
+        ({"role": "user"}, "messages[0].content", "missing"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "messages[0].content",
+         "images are not supported by this server"),
+        ({"role": "user", "content": [{"type": "text"}]}, "messages[0].content", "not a text part"),
+        ({"role": "wizard", "content": "x"}, "messages[0].role", "use one of system, user, assistant, tool"),
+    ],
+)  # fmt: skip
+def test_bad_messages_are_400s_naming_the_field(served: Any, message: dict[str, Any], param: str, says: str) -> None:
+    body = {"model": "tiny", "messages": [message]}
+    r = httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == param and says in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param", "says"),
+    [
+        ("/completions", {"stream": True}, "stream", "send stream=false"),
+        ("/completions", {"echo": True}, "echo", "send echo=false"),
+        ("/completions", {"presence_penalty": 1.0}, "presence_penalty", "leave it at 0"),
+        ("/completions", {"stop": [""]}, "stop", "empty stop strings"),
+        ("/completions", {"stop": ""}, "stop", "empty stop strings"),
+        ("/completions", {"logprobs": 5}, "logprobs", "only the sampled token's logprob is returned"),
+        ("/chat/completions", {"top_logprobs": 2}, "top_logprobs", "only the sampled token's logprob is returned"),
+        ("/completions", {"prompt": 5}, "prompt", "a list of token ids"),
+        ("/completions", {"temperature": "hot"}, "temperature", "valid number"),
+        ("/completions", {"bogus": 1}, "bogus", "not a field this server accepts"),
+    ],
+)
+def test_unsupported_values_name_their_field(
+    served: Any, path: str, extra: dict[str, Any], param: str, says: str
+) -> None:
+    base = {"model": "tiny", "prompt": "x"} if path == "/completions" else {"model": "tiny", "messages": [_USER]}
+    r = httpx.post(f"{served.base_url}{path}", json={**base, **extra}, timeout=60)
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == param and says in error["message"]
+    assert error["message"].startswith(f"`{param}`: ") and "Value error" not in error["message"]
+    assert "errors.pydantic.dev" not in r.text
+
+
+def test_every_error_has_openai_shape(served: Any) -> None:
+    with httpx.Client(base_url=served.base_url, timeout=60) as http:
+        bad_json = http.post("/completions", content=b"{", headers={"content-type": "application/json"})
+        no_route = http.get("/nope")
+        wrong_method = http.get("/completions")
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["param"] is None
+    assert "not valid JSON" in bad_json.json()["error"]["message"]
+    assert no_route.status_code == 404 and "/v1/chat/completions" in no_route.json()["error"]["message"]
+    assert wrong_method.status_code == 405 and "use POST" in wrong_method.json()["error"]["message"]
+    for r in (bad_json, no_route, wrong_method):
+        assert set(r.json()) == {"error"} and set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_models_retrieve_returns_the_card_or_404(served: Any) -> None:
+    client = _client(served)
+    card = client.models.retrieve("tiny")
+    assert card.id == "tiny" and (card.model_extra or {})["max_model_len"] == 1024
+    with pytest.raises(openai.NotFoundError, match="use `tiny`"):
+        client.models.retrieve("other")
+
+
+def test_prompt_over_the_context_names_the_openai_field(served: Any, engine: HFEngine) -> None:
+    window = engine.context_window
+    assert window == 1024
+    client = _client(served)
+    with pytest.raises(openai.BadRequestError, match="1024 tokens, but the model's context is 1024") as info:
+        client.completions.create(model="tiny", prompt=[5] * window, max_tokens=1)
+    assert info.value.body["param"] == "prompt" and "prompt_ids" not in info.value.message  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "a" * window}])
+    assert info.value.body["param"] == "messages" and "request" not in info.value.message  # type: ignore[index]
+    # prompt + max_tokens over the context: the completion is capped at the room left (README)
+    capped = client.completions.create(
+        model="tiny", prompt=[5] * (window - 3), max_tokens=50, extra_body={"ignore_eos": True}
+    )
+    assert capped.choices[0].finish_reason == "length" and capped.usage.completion_tokens == 3
+
+
+def test_chat_without_a_template_says_what_to_do(engine: HFEngine, tok: Any, server_thread: Any) -> None:
+    import copy
+
+    from rlloom.rollout.server import create_app
+
+    plain = copy.deepcopy(tok)
+    plain.chat_template = None
+    with server_thread(create_app(engine, "tiny", plain)) as srv:
+        r = httpx.post(f"{srv.base_url}/chat/completions", json={"model": "tiny", "messages": [_USER]}, timeout=60)
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "messages"
+    assert "--tokenizer" in error["message"] and "prompt_ids" not in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [({}, "required"), ({"path": 5}, "valid string"), ({"path": "GARBAGE"}, "is not a safetensors file")],
+)
+def test_update_weights_json_errors_name_path(served: Any, tmp_path: Any, body: dict[str, Any], says: str) -> None:
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"not safetensors at all")
+    body = {k: str(garbage) if v == "GARBAGE" else v for k, v in body.items()}
+    r = httpx.post(f"{served.base_url}/update_weights", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "path" and says in r.json()["error"]["message"]
+    assert "errors.pydantic.dev" not in r.text

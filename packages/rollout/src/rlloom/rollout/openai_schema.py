@@ -3,16 +3,30 @@
 Field names follow OpenAI's API plus vLLM's extensions (`top_k`, `min_p`, `stop_token_ids`, `ignore_eos`,
 `include_stop_str_in_output`), so the same client code talks to vLLM, SGLang and this server. Unknown fields
 are rejected rather than silently ignored, and knobs we cannot honour (penalties, top logprobs) must be left
-at their neutral values; the error names the field.
+at their neutral values. Validators raise `FieldError`, so the server's 400 names the field (`stream`,
+`messages[2].content`), not the body.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlloom.core_rl.generation import SamplingParams
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+TOP_LOGPROBS_UNSUPPORTED = (
+    "only the sampled token's logprob is returned (top_logprobs / logprobs > 1 are not supported)"
+)
+
+
+class FieldError(ValueError):
+    """A request value the server refuses; `field` is the OpenAI error's `param`."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"`{field}`: {message}")
+        self.field = field
 
 
 class _SamplingFields(BaseModel):
@@ -24,7 +38,7 @@ class _SamplingFields(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=-1, description="vLLM extension; 0 or -1 disables.")
     min_p: float = Field(default=0.0, ge=0.0, le=1.0, description="vLLM extension.")
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="Capped at the context the prompt leaves.")
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = Field(default=None, description="vLLM extension.")
     ignore_eos: bool = Field(default=False, description="vLLM extension.")
@@ -41,10 +55,18 @@ class _SamplingFields(BaseModel):
     def _neutral_unsupported(self) -> _SamplingFields:
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) != 0.0:
-                raise ValueError(f"`{name}` is not supported by this server; leave it at 0")
+                raise FieldError(name, "not supported by this server; leave it at 0")
         if self.stream:
-            raise ValueError("`stream` is not supported by this server; send stream=false")
+            raise FieldError("stream", "streaming is not supported by this server; send stream=false")
         return self
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        # "" matches at once, so the sample would end after one token (vLLM refuses it too)
+        if stop == "" or (isinstance(stop, list) and "" in stop):
+            raise FieldError("stop", "empty stop strings are not allowed (they match at once); remove them")
+        return stop
 
     def sampling(self, logprobs: bool, default_max_tokens: int) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -64,37 +86,88 @@ class _SamplingFields(BaseModel):
         )
 
 
+def _content_text(field: str, content: Any) -> str:
+    """A message's content as one string: text parts joined by newlines (as vLLM does for text-only models)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise FieldError(field, "give a string or a list of {'type': 'text', 'text': ...} parts")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_image", "image"):
+            raise FieldError(field, f"part {j} is an image; images are not supported by this server (text only)")
+        else:
+            raise FieldError(field, f"part {j} is not a text part; send {{'type': 'text', 'text': ...}} parts only")
+    return "\n".join(texts)
+
+
+def chat_message(i: int, message: Any) -> dict[str, Any]:
+    """`messages[i]` checked and with its content as a string, ready for the chat template."""
+    if not isinstance(message, dict):
+        raise FieldError(f"messages[{i}]", "give an object with `role` and `content`")
+    role = message.get("role")
+    if role not in CHAT_ROLES:
+        raise FieldError(f"messages[{i}].role", f"unknown role {role!r}; use one of {', '.join(CHAT_ROLES)}")
+    content = message.get("content")
+    if content is None:
+        # OpenAI lets an assistant turn that only calls tools leave its content out
+        if role == "assistant" and message.get("tool_calls"):
+            return {**message, "content": ""}
+        raise FieldError(f"messages[{i}].content", "missing or null; give a string or a list of text parts")
+    return {**message, "content": _content_text(f"messages[{i}].content", content)}
+
+
 class ChatCompletionBody(_SamplingFields):
     """POST /v1/chat/completions."""
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, le=0, description="Only 0/None: we return sampled tokens only.")
+    top_logprobs: int | None = Field(default=None, ge=0, description="Only 0/None: we return sampled tokens only.")
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
-    def _messages_have_roles(self) -> ChatCompletionBody:
-        for i, m in enumerate(self.messages):
-            if "role" not in m or "content" not in m:
-                raise ValueError(f"messages[{i}] needs `role` and `content`")
+    def _messages_as_text(self) -> ChatCompletionBody:
+        self.messages = [chat_message(i, m) for i, m in enumerate(self.messages)]
+        if self.top_logprobs:
+            raise FieldError("top_logprobs", f"{TOP_LOGPROBS_UNSUPPORTED}; send 0 or leave it out")
         if self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
         return self
+
+
+def _is_ids(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
 
 
 class CompletionBody(_SamplingFields):
     """POST /v1/completions; `prompt` may be text, token ids, or a list of either (one choice set each)."""
 
     prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = Field(default=None, ge=0, le=1, description="0 or 1: the sampled token's logprob.")
+    logprobs: int | None = Field(default=None, ge=0, description="0 or 1: the sampled token's logprob.")
     echo: bool = False
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, prompt: Any) -> Any:
+        # checked by hand: the union's own error lists every member it tried
+        if isinstance(prompt, list) and not prompt:
+            raise FieldError("prompt", "is empty; give text or token ids")
+        ok = isinstance(prompt, str) or _is_ids(prompt)
+        if isinstance(prompt, list):
+            ok = ok or all(isinstance(p, str) for p in prompt) or all(_is_ids(p) for p in prompt)
+        if not ok:
+            raise FieldError("prompt", "give a string, a list of token ids, or a list of strings or of id lists")
+        return prompt
 
     @model_validator(mode="after")
     def _no_echo(self) -> CompletionBody:
         if self.echo:
-            raise ValueError("`echo` is not supported by this server; send echo=false")
-        if isinstance(self.prompt, list) and len(self.prompt) == 0:
-            raise ValueError("`prompt` is empty")
+            raise FieldError("echo", "not supported by this server; send echo=false")
+        if self.logprobs is not None and self.logprobs > 1:
+            raise FieldError("logprobs", f"{TOP_LOGPROBS_UNSUPPORTED}; send 0 or 1")
         return self
 
     def prompts(self) -> list[str | list[int]]:
@@ -112,4 +185,4 @@ class WeightsFromPath(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str
+    path: str = Field(description="A .safetensors file, or a folder of them, on the server's disk.")

@@ -9,6 +9,7 @@ error messages name the command-line flags the apps give these fields (`--model`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -18,6 +19,9 @@ import torch
 from rlloom.core_rl.generation import SamplingParams
 
 EngineKind = Literal["hf", "vllm"]
+
+TOKENIZER_FILE_PREFIXES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece")
+"""Names a tokenizer folder's files start with (tokenizer.json, vocab.json, spiece.model, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,8 @@ class PolicySpec:
     dtype: str = "auto"  # hf: bf16 on CUDA, fp32 on CPU
     max_batch_rows: int = 64
     prefix_cache_tokens: int = 1 << 16  # hf: finished turns' keys/values kept for the next turn (0: off)
+    tensor_parallel_size: int = 1  # vllm: GPUs per replica
+    gpu_memory_utilization: float = 0.5  # vllm: leave room for training
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> PolicySpec:
@@ -60,6 +66,57 @@ class PolicySpec:
         if self.url is not None and self.tokenizer is None:
             raise ValueError("--engine-url needs --tokenizer DIR: the agent loop sends token ids, not text")
 
+    def check_loadable(self) -> None:
+        """Refuse, before loading anything, a folder that is not a model, a missing tokenizer, or a runtime
+        this machine lacks (no vLLM, no CUDA), naming the flag that fixes it."""
+        if self.model is not None and not (self.model / "config.json").is_file():
+            raise ValueError(f"--model {self.model} has no config.json; give a saved HF model folder")
+        if self.tokenizer is not None and not _has_tokenizer_files(self.tokenizer):
+            raise ValueError(f"--tokenizer {self.tokenizer}: no tokenizer there; give a saved tokenizer's folder")
+        if self.tokenizer is None and self.model is not None and not _has_tokenizer_files(self.model):
+            raise ValueError(f"no tokenizer in {self.model}; pass --tokenizer DIR (a saved tokenizer's folder)")
+        if self.url is not None:
+            return
+        if self.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "--engine vllm: vLLM is not installed; pip install 'rlloom-rollout[vllm]' on a CUDA machine, "
+                "or use --engine hf"
+            )
+        if self.engine == "hf" and self.device is not None:
+            check_device(self.device)
+
+
+def _has_tokenizer_files(folder: Path) -> bool:
+    # AutoTokenizer on a model folder without them builds an empty tokenizer that encodes everything to nothing
+    return any(f.name.startswith(TOKENIZER_FILE_PREFIXES) or f.suffix == ".tiktoken" for f in folder.iterdir())
+
+
+def check_device(device: str) -> None:
+    """Refuse a `--device` torch cannot use on this machine."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device}: not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this machine has no CUDA GPU (or torch lacks CUDA); use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices; use cuda:0..")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {device}: the hf engine runs on cpu, cuda or mps")
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The tokenizer saved in `folder`, refused when it cannot encode text (no vocabulary)."""
+    from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+
+    try:
+        tokenizer = load_pretrained_tokenizer(folder)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"no usable tokenizer in {folder} ({exc}); pass --tokenizer DIR") from exc
+    if len(tokenizer) <= 1:
+        raise ValueError(f"no tokenizer in {folder} (it has no vocabulary); pass --tokenizer DIR")
+    return tokenizer
+
 
 def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "a saved model folder") -> None:
     """The flags of a `PolicySpec`, as one argument group: `--model` or `--engine-url`, and how to run it."""
@@ -83,10 +140,11 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "
 
 def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     """(engine, tokenizer) for the spec; the caller closes the engine when it has one."""
-    from transformers import AutoTokenizer
-
     spec.check()
-    tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer or spec.model))
+    spec.check_loadable()
+    folder = spec.tokenizer or spec.model
+    assert folder is not None  # check(): a url comes with a tokenizer
+    tokenizer = load_tokenizer(folder)
     if spec.url is not None:
         from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
@@ -98,8 +156,14 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     if spec.engine == "vllm":
         from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
-        engine = VLLMEngine(VLLMEngineConfig(model=str(spec.model), dtype=spec.dtype))
-        return engine, tokenizer
+        vllm_config = VLLMEngineConfig(
+            model=str(spec.model),
+            tokenizer=str(folder),
+            dtype=spec.dtype,
+            tensor_parallel_size=spec.tensor_parallel_size,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+        )
+        return VLLMEngine(vllm_config), tokenizer
     from rlloom.core_rl.actor import model_class
     from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 

@@ -4,40 +4,28 @@ Judge rewards, agents and eval tools already speak the OpenAI API, so exposing t
 use a local model unchanged; a trainer pushes new weights with POST /v1/update_weights (a safetensors payload
 or a path). Each choice also carries `token_ids` and the response `prompt_token_ids` (as vLLM does with
 `return_token_ids`), so `OpenAIEngine` gets exact tokens back. Bad requests get a 400 naming the field;
-an engine error becomes a 500 for that request only, and the server keeps serving.
+an engine error becomes a 500 for that request only, and the server keeps serving (`openai_errors.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.protocols import RolloutEngine
-from rlloom.rollout.openai_schema import ChatCompletionBody, CompletionBody, WeightsFromPath
+from rlloom.rollout.openai_errors import error_response, install_error_handlers, validation_message
+from rlloom.rollout.openai_schema import ChatCompletionBody, CompletionBody, FieldError, WeightsFromPath
 from rlloom.rollout.weights import read_safetensors
-
-
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param}})
-
-
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    parts, first = [], None
-    for err in exc.errors():
-        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
-        field = ".".join(loc) or "body"
-        first = first or field
-        parts.append(f"{field}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts), first
 
 
 def _tokens_text(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -46,25 +34,25 @@ def _tokens_text(tokenizer: Any, ids: list[int]) -> list[str]:
 
 def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, default_max_tokens: int = 256) -> FastAPI:
     """The FastAPI app serving `engine` under `model_name`; `tokenizer` renders text prompts and token strings."""
+    if not model_name:
+        raise ValueError("create_app: model_name is empty; give the name clients pass as `model`")
+    if default_max_tokens < 1:
+        raise ValueError(f"create_app: default_max_tokens is {default_max_tokens}; give 1 or more")
     app = FastAPI(title="rlloom-rollout", version="1")
+    install_error_handlers(app)
     created = int(time.time())
+    window: int | None = getattr(engine, "context_window", None)
 
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, field = _validation_message(exc)
-        return _error(400, message, field)
-
-    @app.exception_handler(ValueError)
-    async def _bad_value(_: Request, exc: ValueError) -> JSONResponse:
-        return _error(400, str(exc))
-
-    @app.exception_handler(Exception)
-    async def _engine_failed(_: Request, exc: Exception) -> JSONResponse:
-        return _error(500, f"{type(exc).__name__}: {exc}")
+    def card() -> dict[str, Any]:
+        entry: dict[str, Any] = {"id": model_name, "object": "model", "created": created, "owned_by": "rlloom"}
+        if window:
+            entry["max_model_len"] = window  # vLLM's field: clients cap prompts by it
+        return entry
 
     def check_model(name: str) -> JSONResponse | None:
         if name != model_name:
-            return _error(404, f"model `{name}` is not served here; use `{model_name}`", "model")
+            message = f"model `{name}` is not served here; use `{model_name}`"
+            return error_response(404, message, "model", code="model_not_found")
         return None
 
     @app.get("/health")
@@ -73,37 +61,21 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        entry = {"id": model_name, "object": "model", "created": created, "owned_by": "rlloom"}
-        window = getattr(engine, "context_window", None)
-        if window:
-            entry["max_model_len"] = window  # vLLM's field: clients cap prompts by it
-        return {"object": "list", "data": [entry]}
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model_id:path}", response_model=None)
+    async def model_card(model_id: str) -> JSONResponse | dict[str, Any]:
+        return check_model(model_id) or card()
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionBody) -> JSONResponse | dict[str, Any]:
         if (bad := check_model(body.model)) is not None:
             return bad
-        sampling = body.sampling(True, default_max_tokens)
-        completions = await engine.agenerate(GenerationRequest(messages=body.messages, sampling=sampling))
-        choices = []
-        for c in completions:
-            choice: dict[str, Any] = {
-                "index": c.sample_index,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-                "token_ids": c.token_ids,
-                "logprobs": None,
-            }
-            if body.logprobs and c.logprobs is not None:
-                tokens = _tokens_text(tokenizer, c.token_ids)
-                choice["logprobs"] = {
-                    "content": [
-                        {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                        for t, lp in zip(tokens, c.logprobs, strict=True)
-                    ]
-                }
-            choices.append(choice)
+        request = GenerationRequest(messages=body.messages, sampling=body.sampling(True, default_max_tokens))
+        if tokenizer is not None:
+            _check_fits(len(_render_chat(tokenizer, request)), window, "messages")
+        completions = await engine.agenerate(request)
+        choices = [_chat_choice(c, tokenizer, body.logprobs) for c in completions]
         return _envelope("chat.completion", body.model, completions, choices)
 
     @app.post("/v1/completions", response_model=None)
@@ -111,28 +83,12 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
         if (bad := check_model(body.model)) is not None:
             return bad
         sampling = body.sampling(True, default_max_tokens)
-        requests = [_prompt_request(p, sampling, tokenizer) for p in body.prompts()]
+        requests = [_prompt_request(p, sampling, tokenizer, window) for p in body.prompts()]
         results = await asyncio.gather(*(engine.agenerate(r) for r in requests))
         choices, flat = [], []
         for prompt_index, completions in enumerate(results):
             for c in completions:
-                choice: dict[str, Any] = {
-                    "index": prompt_index * body.n + c.sample_index,
-                    "text": c.text,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": c.stop_reason,
-                    "token_ids": c.token_ids,
-                    "prompt_token_ids": c.prompt_ids,
-                    "logprobs": None,
-                }
-                if body.logprobs is not None and c.logprobs is not None:
-                    choice["logprobs"] = {
-                        "tokens": _tokens_text(tokenizer, c.token_ids),
-                        "token_logprobs": c.logprobs,
-                        "top_logprobs": None,
-                        "text_offset": None,
-                    }
-                choices.append(choice)
+                choices.append(_text_choice(c, prompt_index * body.n, tokenizer, body.logprobs is not None))
                 flat.append(c)
         return _envelope("text_completion", body.model, flat, choices)
 
@@ -140,40 +96,115 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
     async def update_weights(request: Request) -> JSONResponse | dict[str, Any]:
         """Body: raw safetensors bytes (Content-Type application/octet-stream) or JSON {"path": ...}."""
         started = time.perf_counter()
-        if request.headers.get("content-type", "").startswith("application/json"):
-            target = WeightsFromPath.model_validate(await request.json())
-            try:
-                tensors = read_safetensors(target.path)
-            except FileNotFoundError as exc:
-                return _error(400, str(exc), "path")
-        else:
-            from safetensors.torch import load as load_safetensors
-
-            payload = await request.body()
-            if not payload:
-                raise ValueError("update_weights: empty body; send safetensors bytes or JSON {'path': ...}")
-            try:
-                tensors = load_safetensors(payload)
-            except Exception as exc:
-                raise ValueError(f"update_weights: body is not a safetensors payload ({exc})") from exc
+        tensors = await _read_weights(request)
         try:
             await run_in_threadpool(engine.update_weights, tensors)
         except (KeyError, ValueError) as exc:  # names or shapes that do not fit the served model
-            return _error(400, str(exc).strip("'\""))
+            return error_response(400, str(exc).strip("'\""))
         return {"updated": len(tensors), "seconds": round(time.perf_counter() - started, 4)}
 
     return app
 
 
-def _prompt_request(prompt: str | list[int], sampling: SamplingParams, tokenizer: Any) -> GenerationRequest:
+def _check_fits(prompt_tokens: int, window: int | None, field: str) -> None:
+    """Refuse a prompt that leaves no room in the context (a longer completion is cut to `length`)."""
+    if window and prompt_tokens >= window:
+        raise FieldError(field, f"{prompt_tokens} tokens, but the model's context is {window} tokens; shorten it")
+
+
+def _render_chat(tokenizer: Any, request: GenerationRequest) -> list[int]:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise FieldError(
+            "messages",
+            "this server's tokenizer has no chat template, so it cannot render messages; send a text `prompt` "
+            "to /v1/completions, or restart the server with --tokenizer DIR holding a chat template",
+        )
+    return render_prompt(tokenizer, request)
+
+
+def _prompt_request(
+    prompt: str | list[int], sampling: SamplingParams, tokenizer: Any, window: int | None
+) -> GenerationRequest:
     if isinstance(prompt, str):
         if tokenizer is None:
-            raise ValueError("`prompt` is text but this server has no tokenizer; send token ids")
+            raise FieldError("prompt", "is text but this server has no tokenizer; send token ids")
         ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         if not ids:
-            raise ValueError("`prompt` tokenized to nothing")
-        return GenerationRequest(prompt_ids=ids, sampling=sampling)
+            raise FieldError("prompt", "tokenized to nothing; send non-empty text")
+        prompt = ids
+    if not prompt:
+        raise FieldError("prompt", "holds an empty list of token ids; send at least one")
+    _check_fits(len(prompt), window, "prompt")
     return GenerationRequest(prompt_ids=prompt, sampling=sampling)
+
+
+async def _read_weights(request: Request) -> dict[str, Any]:
+    """The tensors of an update_weights request: a JSON {"path": ...} on the server's disk, or raw bytes."""
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            target = WeightsFromPath.model_validate(json.loads(await request.body()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"update_weights: the body is not valid JSON ({exc}); send {{'path': ...}}") from exc
+        except ValidationError as exc:
+            problem = validation_message(exc.errors())[0]
+            raise FieldError(
+                "path", f"send {{'path': a .safetensors file or folder on the server}} ({problem})"
+            ) from exc
+        try:
+            return await run_in_threadpool(read_safetensors, target.path)
+        except FileNotFoundError as exc:
+            raise FieldError("path", str(exc)) from exc
+        except Exception as exc:  # safetensors' own error for a file in another format
+            raise FieldError("path", f"{target.path} is not a safetensors file ({exc}); give one") from exc
+    from safetensors.torch import load as load_safetensors
+
+    payload = await request.body()
+    if not payload:
+        raise ValueError("update_weights: empty body; send safetensors bytes or JSON {'path': ...}")
+    try:
+        return load_safetensors(payload)
+    except Exception as exc:
+        raise ValueError(f"update_weights: the body is not a safetensors payload ({exc}); send one") from exc
+
+
+def _chat_choice(c: Completion, tokenizer: Any, logprobs: bool) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": c.sample_index,
+        "message": {"role": "assistant", "content": c.text},
+        "finish_reason": c.finish_reason,
+        "stop_reason": c.stop_reason,
+        "token_ids": c.token_ids,
+        "logprobs": None,
+    }
+    if logprobs and c.logprobs is not None:
+        tokens = _tokens_text(tokenizer, c.token_ids)
+        choice["logprobs"] = {
+            "content": [
+                {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                for t, lp in zip(tokens, c.logprobs, strict=True)
+            ]
+        }
+    return choice
+
+
+def _text_choice(c: Completion, first_index: int, tokenizer: Any, logprobs: bool) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": first_index + c.sample_index,
+        "text": c.text,
+        "finish_reason": c.finish_reason,
+        "stop_reason": c.stop_reason,
+        "token_ids": c.token_ids,
+        "prompt_token_ids": c.prompt_ids,
+        "logprobs": None,
+    }
+    if logprobs and c.logprobs is not None:
+        choice["logprobs"] = {
+            "tokens": _tokens_text(tokenizer, c.token_ids),
+            "token_logprobs": c.logprobs,
+            "top_logprobs": None,
+            "text_offset": None,
+        }
+    return choice
 
 
 def _envelope(kind: str, model: str, completions: list[Completion], choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class VLLMEngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="HF model folder or name vLLM loads at start.")
+    tokenizer: str | None = Field(default=None, description="Tokenizer folder or name (default: the model's).")
     tensor_parallel_size: int = Field(default=1, ge=1)
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1, description="Leave room for training.")
     dtype: str = Field(default="auto")
@@ -100,6 +101,7 @@ class VLLMEngine:
         self._vllm = vllm
         self.llm = vllm.LLM(
             model=config.model,
+            tokenizer=config.tokenizer,
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             dtype=config.dtype,
