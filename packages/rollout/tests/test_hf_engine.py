@@ -234,3 +234,21 @@ def test_generation_passes_the_cache_under_the_name_the_model_declares(engine: H
         [[completion]] = engine.generate([request])
     assert completion.token_ids
     assert not [w for w in caught if "past_key_values" in str(w.message)]
+
+
+def test_a_checkpoint_folder_loads_its_own_tokenizer_as_saved(tmp_path: Any, tok: Any, model: Any) -> None:
+    """A trainer checkpoint keeps the tiny char tokenizer beside the Qwen2 config; both loaders must keep it."""
+    from rlloom.rollout.policy_spec import PolicySpec, build_engine
+
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    text = "reverse 482\nanswer: 284"
+    expected = tok(text, add_special_tokens=False)["input_ids"]
+    loaded = HFEngine.from_pretrained(tmp_path, device="cpu")
+    spec_engine, spec_tokenizer = build_engine(PolicySpec(model=tmp_path, device="cpu"))
+    try:
+        for tokenizer in (loaded.tokenizer, spec_tokenizer):
+            assert tokenizer(text, add_special_tokens=False)["input_ids"] == expected
+    finally:
+        loaded.close()
+        spec_engine.close()
