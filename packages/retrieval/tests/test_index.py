@@ -100,3 +100,67 @@ def test_empty_corpus_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="holds no passages"):
         build_index(empty, tmp_path / "idx")
     assert not (tmp_path / "idx").exists()
+
+
+def test_build_refuses_a_folder_that_is_not_an_index(tmp_path: Path, search_r1_corpus: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "notes.txt").write_text("precious")
+    with pytest.raises(FileExistsError, match=r"out_dir .*scratch is a folder that holds other files.*new or empty"):
+        build_index(search_r1_corpus, scratch)
+    assert [p.name for p in scratch.iterdir()] == ["notes.txt"]
+    assert (scratch / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]  # no temp folder left behind
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("keep")
+    with pytest.raises(FileExistsError, match="is an existing file"):
+        build_index(search_r1_corpus, a_file)
+    assert a_file.read_text() == "keep"
+
+
+def test_build_into_an_empty_folder(tmp_path: Path, search_r1_corpus: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert load_index(build_index(search_r1_corpus, tmp_path / "empty")).manifest.doc_count == 10
+
+
+def test_build_time_options_are_refused_at_load(built: Path) -> None:
+    with pytest.raises(ValueError, match=r"^k1 is fixed when the index is built \(.* has k1=0.9\).*--opt k1=3"):
+        load_index(built, k1=3)
+    with pytest.raises(ValueError, match=r"method, stemmer are fixed when the index is built"):
+        load_index(built, method="atire", stemmer="english")
+    with pytest.raises(ValueError, match="unknown option 'k_one'"):
+        load_index(built, k_one=1.0)
+    # a query-time field still applies, and changes nothing about the scores
+    query = ["Genentech lobbyist Evan Morris"]
+    assert load_index(built, n_threads=1).search(query, 3) == load_index(built).search(query, 3)
+
+
+def test_unknown_stemmer_is_a_one_line_error_listing_the_valid_ones(tmp_path: Path, search_r1_corpus: Path) -> None:
+    with pytest.raises(ValueError) as err:
+        build_index(search_r1_corpus, tmp_path / "x", stemmer="klingon")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "stemmer='klingon'" in message and "english" in message and "porter" in message
+    assert not (tmp_path / "x").exists()
+
+
+def test_dense_model_must_be_a_local_folder(tmp_path: Path, search_r1_corpus: Path) -> None:
+    # refused while validating options, before any encoder (or network) is touched
+    with pytest.raises(ValueError, match=r"all-MiniLM-L6-v2' is not a folder; models load from a local path"):
+        build_index(search_r1_corpus, tmp_path / "x", backend="dense", model="sentence-transformers/all-MiniLM-L6-v2")
+    with pytest.raises(ValueError, match=r"hybrid part 'second': .*not a folder"):
+        build_index(
+            search_r1_corpus,
+            tmp_path / "x",
+            backend="hybrid",
+            first={"backend": "bm25"},
+            second={"backend": "dense", "model": "intfloat/e5-base-v2"},
+        )
+    with pytest.raises(ValueError, match="has no config.json"):
+        build_index(search_r1_corpus, tmp_path / "x", backend="dense", model=str(tmp_path))
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_corpus_folder_points_at_the_file_inside(tmp_path: Path, hotpot: Path) -> None:
+    with pytest.raises(IsADirectoryError, match=r"is a folder; give the corpus file .*e\.g\. .*corpus\.jsonl"):
+        build_index(hotpot, tmp_path / "x")

@@ -54,7 +54,8 @@ def test_native_search_and_health(live_server: Any, hotpot_bm25: IndexRetriever,
         ("/retrieve", {"queries": ["q"], "topk": 21}, "topk"),
         ("/retrieve", {"queries": ["q"], "topk": 0}, "topk"),
         ("/search", {"queries": ["q"], "k": -1}, "k"),
-        ("/search", {"queries": ["x" * 201], "k": 3}, "queries[0]"),
+        ("/search", {"queries": ["q", "x" * 201], "k": 3}, "queries.1"),
+        ("/retrieve", {"queries": ["q", 7], "topk": 3}, "queries.1"),
         ("/retrieve", {"topk": 3}, "queries"),
         ("/retrieve", {"queries": [1, 2], "topk": 3}, "queries"),
         ("/retrieve", {"queries": "one string", "topk": 3}, "queries"),
@@ -66,6 +67,40 @@ def test_bad_requests_get_422_naming_the_field(live_server: Any, path: str, payl
     assert response.status_code == 422
     locs = [".".join(str(p) for p in d["loc"]) for d in response.json()["detail"]]
     assert any(loc == f"body.{field}" or loc.startswith(f"body.{field}.") for loc in locs), locs
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "loc", "msg"),
+    [
+        ("/retrieve", {"queries": ["q"], "tpok": 3}, "tpok", "unknown field 'tpok'; the body takes queries, topk"),
+        ("/search", {"queries": ["q"], "topk": 2}, "topk", "unknown field 'topk'; this route calls it 'k'"),
+        ("/retrieve", {"queries": ["q"], "k": 2}, "k", "unknown field 'k'; this route calls it 'topk'"),
+        ("/retrieve", {"queries": ["q"], "topk": True}, "topk", "valid integer"),
+        ("/search", {"queries": ["q"], "k": True}, "k", "valid integer"),
+        ("/retrieve", {"queries": ["q"], "topk": "3"}, "topk", "valid integer"),
+        ("/retrieve", {"queries": ["q"], "return_scores": "yes"}, "return_scores", "valid boolean"),
+    ],
+)
+def test_unknown_fields_and_non_integers_are_refused(
+    live_server: Any, path: str, payload: dict, loc: str, msg: str
+) -> None:
+    response = httpx.post(f"{live_server.url}{path}", json=payload)
+    assert response.status_code == 422
+    (detail,) = response.json()["detail"]
+    assert detail["loc"] == ["body", loc] and msg in detail["msg"]
+
+
+def test_too_long_query_loc_has_the_shape_of_a_type_error(live_server: Any) -> None:
+    too_long = httpx.post(f"{live_server.url}/search", json={"queries": ["q", "x" * 201], "k": 3}).json()
+    wrong_type = httpx.post(f"{live_server.url}/search", json={"queries": ["q", 7], "k": 3}).json()
+    assert too_long["detail"][0]["loc"] == wrong_type["detail"][0]["loc"] == ["body", "queries", 1]
+
+
+def test_search_r1_client_payload_is_accepted(live_server: Any, hotpot: Path) -> None:
+    """Search-R1's generation.py `_batch_search` posts exactly these three fields."""
+    payload = {"queries": _queries(hotpot)[:2], "topk": 3, "return_scores": True}
+    response = httpx.post(f"{live_server.url}/retrieve", json=payload)
+    assert response.status_code == 200 and [len(r) for r in response.json()["result"]] == [3, 3]
 
 
 def test_malformed_json_gets_422_and_the_server_lives_on(live_server: Any, hotpot: Path) -> None:

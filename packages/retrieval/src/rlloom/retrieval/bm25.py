@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import bm25s
 import numpy as np
@@ -18,7 +18,7 @@ import scipy.sparse as sp
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 from bm25s.tokenization import Tokenized
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tqdm.auto import tqdm
 
 from rlloom.retrieval.ranking import EMPTY, Ranking
@@ -31,6 +31,8 @@ class BM25Config(BaseModel):
     """How passages and queries are tokenized and scored."""
 
     model_config = ConfigDict(extra="forbid")
+    # everything else is baked into the stored term scores or must tokenize queries as passages were
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"n_threads"})
 
     k1: float = Field(default=1.5, gt=0, description="Term-frequency saturation; Anserini uses 0.9, bm25s 1.5.")
     b: float = Field(default=0.75, ge=0, le=1, description="Length normalisation; Anserini uses 0.4, bm25s 0.75.")
@@ -50,6 +52,16 @@ class BM25Config(BaseModel):
         default=r"(?u)\b\w\w+\b", description="Regex whose matches are the tokens (bm25s default)."
     )
     n_threads: int = Field(default=0, ge=-1, description="Threads for batched queries; 0 = one thread, -1 = all cores.")
+
+    @field_validator("stemmer")
+    @classmethod
+    def _known_stemmer(cls, value: str | None) -> str | None:
+        if value is not None and value not in Stemmer.algorithms():
+            raise ValueError(
+                f"{value!r} is not a PyStemmer algorithm; choose one of {', '.join(Stemmer.algorithms())}, "
+                "or null for no stemming"
+            )
+        return value
 
 
 class Analyzer:

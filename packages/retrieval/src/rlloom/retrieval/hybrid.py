@@ -6,10 +6,10 @@ The fusion functions are pure: rankings in, ranking out, so they are tested agai
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlloom.retrieval.ranking import Ranking, RankingBackend
 
@@ -29,6 +29,10 @@ class HybridConfig(BaseModel):
     """How two backends are combined."""
 
     model_config = ConfigDict(extra="forbid")
+    # fusion and re-ranking happen per query; only the parts themselves are built
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset(
+        {"fusion", "rrf_k", "weights", "depth", "rerank_model", "rerank_depth"}
+    )
 
     first: PartSpec = Field(description="First backend (typically bm25).")
     second: PartSpec = Field(description="Second backend (typically dense).")
@@ -38,6 +42,13 @@ class HybridConfig(BaseModel):
     depth: int = Field(default=100, gt=0, description="Candidates taken from each part before fusing.")
     rerank_model: str | None = Field(default=None, description="Local cross-encoder folder; re-scores the fused top.")
     rerank_depth: int = Field(default=20, gt=0, description="Fused candidates the cross-encoder re-scores.")
+
+    @field_validator("rerank_model")
+    @classmethod
+    def _local_model(cls, value: str | None) -> str | None:
+        from rlloom.retrieval.dense import local_model_folder  # dense.py imports no torch at module level
+
+        return None if value is None else local_model_folder(value)
 
     @model_validator(mode="after")
     def _weights_valid(self) -> HybridConfig:

@@ -7,16 +7,24 @@ the manifest and returns an `IndexRetriever`, which implements `Retriever`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from rlloom.retrieval.bm25 import BM25Backend, BM25Config
-from rlloom.retrieval.corpus import file_checksum, read_corpus
+from rlloom.retrieval.corpus import check_corpus_file, file_checksum, read_corpus
 from rlloom.retrieval.docstore import DocStore, write_docstore
 from rlloom.retrieval.hybrid import HybridBackend, HybridConfig
-from rlloom.retrieval.manifest import Manifest, atomic_folder, package_versions, read_manifest, write_manifest
+from rlloom.retrieval.manifest import (
+    Manifest,
+    atomic_folder,
+    check_output_folder,
+    package_versions,
+    read_manifest,
+    write_manifest,
+)
 from rlloom.retrieval.ranking import Ranking, RankingBackend
 from rlloom.retrieval.types import Hit, IndexLoadError
 
@@ -24,24 +32,74 @@ BACKENDS = ("bm25", "dense", "lucene", "hybrid")
 _LIBRARIES = ("bm25s", "PyStemmer", "numpy", "faiss-cpu", "faiss-gpu-cu12", "sentence-transformers", "pyserini")
 
 
-def backend_config(backend: str, options: dict[str, Any]) -> BaseModel:
-    """Validate a backend's options into its config model (unknown options are an error naming them)."""
-    try:
-        if backend == "bm25":
-            return BM25Config(**options)
-        if backend == "dense":
-            from rlloom.retrieval.dense import DenseConfig
+def config_class(backend: str) -> type[BaseModel]:
+    """The config model of a backend (its fields are the `build_index` options)."""
+    if backend == "bm25":
+        return BM25Config
+    if backend == "dense":
+        from rlloom.retrieval.dense import DenseConfig
 
-            return DenseConfig(**options)
-        if backend == "lucene":
-            from rlloom.retrieval.lucene import LuceneConfig
+        return DenseConfig
+    if backend == "lucene":
+        from rlloom.retrieval.lucene import LuceneConfig
 
-            return LuceneConfig(**options)
-        if backend == "hybrid":
-            return HybridConfig(**options)
-    except ValidationError as err:
-        raise ValueError(f"invalid options for the {backend!r} backend:\n{err}") from None
+        return LuceneConfig
+    if backend == "hybrid":
+        return HybridConfig
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def backend_config(backend: str, options: dict[str, Any]) -> BaseModel:
+    """Validate a backend's options into its config model; any error is one line naming the option and the fix."""
+    model = config_class(backend)
+    try:
+        config = model(**options)
+    except ValidationError as err:
+        raise ValueError(f"{backend} backend: {_one_line(err, model)}") from None
+    if isinstance(config, HybridConfig):  # check the parts now, not after the passage store is written
+        for name, spec in (("first", config.first), ("second", config.second)):
+            try:
+                backend_config(spec.backend, spec.options())
+            except ValueError as err:
+                raise ValueError(f"hybrid part {name!r}: {err}") from None
+    return config
+
+
+def _one_line(err: ValidationError, model: type[BaseModel]) -> str:
+    parts = []
+    for e in err.errors(include_url=False):
+        name = ".".join(str(p) for p in e["loc"]) or "options"
+        if e["type"] == "extra_forbidden":
+            parts.append(f"unknown option {name!r}; valid options: {', '.join(model.model_fields)}")
+        elif e["type"] == "missing":
+            parts.append(f"option {name!r} is required")
+        else:
+            message = str(e["msg"]).removeprefix("Value error, ")
+            parts.append(f"option {name}={e['input']!r}: {message}")
+    return "; ".join(parts)
+
+
+def check_load_options(path: Path, manifest: Manifest, overrides: dict[str, Any]) -> None:
+    """Refuse overrides of build-time fields: they would be accepted and silently ignored by the stored index."""
+    model = config_class(manifest.backend)
+    query_time: frozenset[str] = getattr(model, "QUERY_TIME", frozenset())
+    fixed = [name for name in overrides if name in model.model_fields and name not in query_time]
+    if not fixed:
+        return
+    built = ", ".join(f"{name}={manifest.params.get(name)!r}" for name in fixed)
+    wanted = " ".join(f"--opt {name}={_cli_value(overrides[name])}" for name in fixed)
+    one = len(fixed) == 1
+    raise ValueError(
+        f"{', '.join(fixed)} {'is' if one else 'are'} fixed when the index is built ({path} has {built}) and cannot "
+        f"change at load; to change {'it' if one else 'them'}, rebuild: `rlloom-retrieval build-index --corpus "
+        f"{manifest.corpus_path} --out {path} --backend {manifest.backend} {wanted}` (plus the index's other "
+        f"options), or drop {'it' if one else 'them'}. Options that apply at load: "
+        f"{', '.join(sorted(query_time)) or 'none'}"
+    )
+
+
+def _cli_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _build_backend(
@@ -106,11 +164,12 @@ def build_index(corpus: str | Path, out_dir: str | Path, backend: str = "bm25", 
     """Build a `backend` index of `corpus` (Search-R1 or BEIR JSONL, optionally gzip) into `out_dir`; return it.
 
     Options are the backend's config fields (`BM25Config`, `DenseConfig`, `LuceneConfig`, `HybridConfig`).
-    An existing index at `out_dir` is replaced only once the new one is complete.
+    `out_dir` must be new, an empty folder or an existing rlloom index (anything else raises `FileExistsError`,
+    since the folder is replaced as a whole); an existing index is replaced only once the new one is complete.
     """
     corpus, out_dir = Path(corpus), Path(out_dir)
-    if not corpus.is_file():
-        raise FileNotFoundError(f"corpus file {corpus} does not exist; pass a Search-R1 or BEIR JSONL(.gz) file")
+    check_corpus_file(corpus)
+    check_output_folder(out_dir)
     config = backend_config(backend, options)
     checksum = file_checksum(corpus)
     with atomic_folder(out_dir) as tmp:
@@ -148,6 +207,13 @@ class IndexRetriever:
             out.append(Hit(doc_id=doc.doc_id, score=score, text=doc.text, title=doc.title))
         return out
 
+    def has_document(self, doc_id: str) -> bool:
+        try:
+            self.store.row_of(doc_id)
+        except KeyError:
+            return False
+        return True
+
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -157,11 +223,12 @@ class IndexRetriever:
 def load_index(path: str | Path, corpus: str | Path | None = None, **overrides: Any) -> IndexRetriever:
     """Load an index folder. With `corpus`, also check it was built from that exact file.
 
-    `overrides` change query-time settings without rebuilding (e.g. `n_threads=-1` for bm25, `hnsw_ef_search`,
-    `device` for dense); build-time fields cannot be overridden.
+    `overrides` change query-time settings without rebuilding (the config's `QUERY_TIME` fields: `n_threads` for
+    bm25, `hnsw_ef_search`, `device`, ... for dense); a build-time field raises `ValueError` naming it.
     """
     path = Path(path)
     manifest = read_manifest(path)
+    check_load_options(path, manifest, overrides)
     if corpus is not None:
         actual = file_checksum(corpus)
         if actual != manifest.corpus_sha256:

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +29,8 @@ class LuceneConfig(BaseModel):
     """pyserini's defaults are Anserini's (k1 0.9, b 0.4)."""
 
     model_config = ConfigDict(extra="forbid")
+    # Lucene scores BM25 at query time (`set_bm25`), so every field applies at load
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k1", "b", "threads"})
 
     k1: float = Field(default=0.9, gt=0, description="BM25 k1 (Anserini default 0.9).")
     b: float = Field(default=0.4, ge=0, le=1, description="BM25 b (Anserini default 0.4).")

@@ -96,14 +96,34 @@ def read_manifest(folder: str | Path, expect_backend: str | None = None) -> Mani
     return manifest
 
 
+def check_output_folder(out_dir: Path, name: str = "out_dir") -> None:
+    """Refuse to build into anything but a new path, an empty folder or an existing rlloom index.
+
+    A build replaces the whole folder, so pointing it at a folder of other files would delete them; `name` is
+    how the caller knows the path (`out_dir` in Python, `--out` on the command line).
+    """
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if not out_dir.is_dir():
+        raise FileExistsError(f"{name} {out_dir} is an existing file, not an index folder; pass a new folder as {name}")
+    if (out_dir / MANIFEST).is_file() or not any(out_dir.iterdir()):
+        return
+    raise FileExistsError(
+        f"{name} {out_dir} is a folder that holds other files and no rlloom index ({MANIFEST}); building there "
+        f"would replace the folder and delete them. Pass a new or empty folder as {name}, e.g. {out_dir / 'index'}"
+    )
+
+
 @contextlib.contextmanager
-def atomic_folder(out_dir: Path) -> Iterator[Path]:
+def atomic_folder(out_dir: Path, name: str = "out_dir") -> Iterator[Path]:
     """Yield a fresh temporary folder next to `out_dir`; on success swap it into place, on error delete it.
 
-    The old index stays untouched until the new one is complete; the swap is two renames on one filesystem,
-    so a crash at any point leaves either the old or the new index (in the short window between the renames,
-    the old one sits at `<out_dir>.old-<id>`).
+    `out_dir` may be new, an empty folder or an existing rlloom index (`check_output_folder`), checked before
+    and again just before the swap. The old index stays untouched until the new one is complete; the swap is two
+    renames on one filesystem, so a crash at any point leaves either the old or the new index (in the short
+    window between the renames, the old one sits at `<out_dir>.old-<id>`).
     """
+    check_output_folder(out_dir, name)
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:8]
@@ -111,14 +131,12 @@ def atomic_folder(out_dir: Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        check_output_folder(out_dir, name)  # files may have appeared there during a long build
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = out_dir.with_name(f".{out_dir.name}.old-{token}")
     if out_dir.exists():
-        if not out_dir.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(f"{out_dir} exists and is not a folder; choose another output path")
         os.replace(out_dir, old)
     os.replace(tmp, out_dir)
     shutil.rmtree(old, ignore_errors=True)

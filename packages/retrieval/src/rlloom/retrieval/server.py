@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -49,7 +50,10 @@ class ServerLimits(BaseModel):
 
 
 class RetrieveRequest(BaseModel):
-    """Search-R1's request body."""
+    """Search-R1's request body (Search-R1's own client sends exactly these three fields)."""
+
+    # strict: `topk: true` or `"3"` is a client bug, not 1 or 3; unknown fields (a typo like `tpok`) are refused
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     queries: list[str]
     topk: int | None = None
@@ -59,8 +63,14 @@ class RetrieveRequest(BaseModel):
 class SearchRequest(BaseModel):
     """The native request body."""
 
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     queries: list[str]
     k: int = 10
+
+
+# the other route's name for the same field, so a mixed-up request is told which name this route uses
+_RENAMED = {RetrieveRequest: {"k": "topk"}, SearchRequest: {"topk": "k"}}
 
 
 class LatencyWindow:
@@ -85,21 +95,21 @@ class LatencyWindow:
         }
 
 
-def _invalid(field: str, message: str) -> Response:
+def _invalid(loc: tuple[str | int, ...], message: str) -> Response:
     """422 in FastAPI's own validation-error shape, so clients parse limit errors and schema errors alike."""
-    return _json({"detail": [{"loc": ["body", field], "msg": message, "type": "value_error"}]}, 422)
+    return _json({"detail": [{"loc": ["body", *loc], "msg": message, "type": "value_error"}]}, 422)
 
 
 def _check(queries: list[str], k: int, k_field: str, limits: ServerLimits) -> Response | None:
     if not queries:
-        return _invalid("queries", "must hold at least one query")
+        return _invalid(("queries",), "must hold at least one query")
     if len(queries) > limits.max_queries:
-        return _invalid("queries", f"{len(queries)} queries exceed the limit of {limits.max_queries} per request")
+        return _invalid(("queries",), f"{len(queries)} queries exceed the limit of {limits.max_queries} per request")
     if k < 1 or k > limits.max_topk:
-        return _invalid(k_field, f"must be between 1 and {limits.max_topk}, got {k}")
+        return _invalid((k_field,), f"must be between 1 and {limits.max_topk}, got {k}")
     for i, query in enumerate(queries):
-        if len(query) > limits.max_query_chars:
-            return _invalid(f"queries[{i}]", f"{len(query)} characters exceed the limit of {limits.max_query_chars}")
+        if len(query) > limits.max_query_chars:  # same loc shape as pydantic's: ["body", "queries", i]
+            return _invalid(("queries", i), f"{len(query)} characters exceed the limit of {limits.max_query_chars}")
     return None
 
 
@@ -107,12 +117,18 @@ def _trim(hits: list[Hit], k: int) -> list[Hit]:
     return hits[:k]
 
 
-def _schema_error(err: ValidationError) -> Response:
+def _schema_error(err: ValidationError, model: type[BaseModel]) -> Response:
     """A body that is not valid JSON or does not fit the schema: 422 in FastAPI's shape, locations under `body`."""
-    detail = [
-        {"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in err.errors(include_url=False, include_context=False, include_input=False)
-    ]
+    detail = []
+    for e in err.errors(include_url=False, include_context=False, include_input=False):
+        msg = e.get("msg", "")
+        if e.get("type") == "extra_forbidden":
+            name = str(e["loc"][-1])
+            renamed = _RENAMED[model].get(name)
+            msg = f"unknown field {name!r}; " + (
+                f"this route calls it {renamed!r}" if renamed else f"the body takes {', '.join(model.model_fields)}"
+            )
+        detail.append({"loc": ["body", *e.get("loc", ())], "msg": msg, "type": e.get("type", "")})
     return _json({"detail": detail}, 422)
 
 
@@ -197,7 +213,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
             body = RetrieveRequest.model_validate_json(raw)
         except ValidationError as err:
             counters["invalid_422"] += 1
-            return _schema_error(err)
+            return _schema_error(err, RetrieveRequest)
         k = body.topk if body.topk is not None else limits.default_topk
         results = await run(body.queries, k, "topk")
         return results if isinstance(results, Response) else _json(_search_r1_body(results, body.return_scores))
@@ -207,7 +223,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
             body = SearchRequest.model_validate_json(raw)
         except ValidationError as err:
             counters["invalid_422"] += 1
-            return _schema_error(err)
+            return _schema_error(err, SearchRequest)
         results = await run(body.queries, body.k, "k")
         return results if isinstance(results, Response) else _json(_native_body(results))
 
@@ -273,6 +289,26 @@ def app_from_environment() -> FastAPI:
     return app_for_index(index, limits, **json.loads(os.environ.get(_ENV_OVERRIDES, "{}")))
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail in one line, before the index loads, when uvicorn could not bind `host:port` (in use, or not allowed).
+
+    Binds with SO_REUSEADDR like uvicorn, so a port in TIME_WAIT from a stopped server still counts as free.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise OSError(f"--host {host} does not resolve ({err.strerror}); pass an address such as 127.0.0.1") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise OSError(
+                f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); stop whatever holds the port "
+                "or pass another --port"
+            ) from None
+
+
 def serve(
     index: str | Path,
     *,
@@ -283,16 +319,31 @@ def serve(
     log_level: str = "warning",
     **overrides: Any,
 ) -> None:
-    """Run the server until interrupted; with workers > 1 each uvicorn worker process loads the index itself."""
+    """Run the server until interrupted; with workers > 1 each uvicorn worker process loads the index itself.
+
+    Checks the port and the overrides first and prints `serving ... on http://host:port` only once the index
+    is loaded and the port is free, right before uvicorn binds it.
+    """
     import uvicorn
 
+    from rlloom.retrieval.index import check_load_options
+    from rlloom.retrieval.manifest import read_manifest
+
     limits = limits or ServerLimits()
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    check_port(host, port)
+    check_load_options(Path(index), read_manifest(index), overrides)
+    announce = f"serving {index} on http://{host}:{port} ({workers} worker(s))"
     if workers == 1:
-        uvicorn.run(app_for_index(index, limits, **overrides), host=host, port=port, log_level=log_level)
+        app = app_for_index(index, limits, **overrides)
+        print(announce, flush=True)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
         return
     os.environ[_ENV_INDEX] = str(Path(index).resolve())
     os.environ[_ENV_LIMITS] = limits.model_dump_json()
     os.environ[_ENV_OVERRIDES] = json.dumps(overrides)
+    print(announce, flush=True)
     uvicorn.run(
         "rlloom.retrieval.server:app_from_environment",
         factory=True,
