@@ -9,10 +9,16 @@ refuses results that are not plain data: a candidate cannot pass `assert f(x) ==
 from __future__ import annotations
 
 import ast
+import threading
 from types import CodeType
 
 GATE = "__rlloom_call__"
 Unit = tuple[str, CodeType]  # ("setup" | "test", code)
+
+_AST_LOCK = threading.Lock()
+"""CPython 3.11/3.12 keep the AST validator's recursion depth in shared state: `ast.parse` or compiling an AST in
+two threads at once (the batch pool's workers) can fail with "SystemError: AST constructor recursion depth
+mismatch" (python/cpython#106905). Test text is short, so parsing one at a time costs nothing."""
 
 
 class _GateCalls(ast.NodeTransformer):
@@ -26,12 +32,14 @@ def _compile(statements: list[ast.stmt], gate: bool, filename: str) -> CodeType:
     module = ast.Module(body=statements, type_ignores=[])
     if gate:
         module = _GateCalls().visit(module)
-    return compile(ast.fix_missing_locations(module), filename, "exec")
+    with _AST_LOCK:
+        return compile(ast.fix_missing_locations(module), filename, "exec")
 
 
 def _parse(source: str, what: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        with _AST_LOCK:
+            return ast.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"{what} is not valid Python ({exc.msg}, line {exc.lineno}); fix the data set row") from exc
 
@@ -41,7 +49,8 @@ def imported_modules(*sources: str) -> list[str]:
     names: list[str] = []
     for source in sources:
         try:
-            tree = ast.parse(source)
+            with _AST_LOCK:
+                tree = ast.parse(source)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
