@@ -44,6 +44,7 @@ def small(tiny: dict[str, Path], out: Path, algorithm: str) -> list[str]:
     buffer = ["algorithm.overlong_buffer=3"] if published.get("overlong_buffer") else []  # within 6 tokens
     return [
         *buffer,
+        "actor.warmup_steps=0",  # a published warm-up (DAPO's 10 steps) is longer than this one-step run
         f"model.path={tiny['model']}",
         f"model.tokenizer_path={tiny['tokenizer']}",
         "model.dtype=float32",

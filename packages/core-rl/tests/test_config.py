@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from tiny_run import CONFIG
 
 from rlloom.core_rl.config import ConfigError, RLConfig, config_from_dict, load_config
@@ -35,15 +35,17 @@ def test_unknown_key_names_the_nearest_valid_one() -> None:
 
 
 def test_bad_values_and_names_are_errors() -> None:
-    with pytest.raises(ValidationError, match="clip_low"):
+    with pytest.raises(ConfigError, match=r"^algorithm.clip_low: input should be less than 1 \(got 1.5\)$"):
         load_config(None, ["model.path=/m", "algorithm.clip_low=1.5"])
-    with pytest.raises(ValidationError, match="Did you mean .grpo."):
+    with pytest.raises(
+        ConfigError, match="^algorithm.adv_estimator: unknown advantage estimator 'grpoo'; did you mean"
+    ):
         load_config(None, ["model.path=/m", "algorithm.adv_estimator=grpoo"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["model.path"])
     with pytest.raises(ConfigError, match="is a value, not a section"):
         load_config(None, ["model.path=/m", "model.path.x=1"])
-    with pytest.raises(ValidationError, match=r"data.max_prompt_length is not"):
+    with pytest.raises(ConfigError, match=r"^data.filter_overlong_prompts: set but data.max_prompt_length is not"):
         load_config(None, ["model.path=/m", "data.filter_overlong_prompts=true"])
 
 
@@ -64,6 +66,8 @@ def test_every_field_has_a_description() -> None:
 def test_config_saved_in_output_dir(tiny_model_dir: Path, tmp_path: Path) -> None:
     from tiny_run import run
 
-    run(tiny_model_dir, tmp_path / "o", ["trainer.total_steps=1", "algorithm.use_kl_loss=false"])
+    run(
+        tiny_model_dir, tmp_path / "o", ["trainer.total_steps=1", "actor.warmup_steps=0", "algorithm.use_kl_loss=false"]
+    )
     saved = load_config(tmp_path / "o" / "config.yaml")
     assert saved.trainer.total_steps == 1 and saved.model.path == str(tiny_model_dir)

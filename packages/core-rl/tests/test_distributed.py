@@ -18,11 +18,12 @@ import torch
 from test_trainer_engine_factory import SharedModuleEngine
 from test_workers import random_batch
 from tiny_run import SamplingEngine, digit_reward, run, sum_rows, tiny_config
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import Trainer
 
 ray = pytest.importorskip("ray")
@@ -44,7 +45,9 @@ def worker_config(model_dir: Path, ranks: int) -> RLConfig:
         {
             "model": {"path": str(model_dir)},
             "rollout": {"n": 1, "max_tokens": 9},
-            "algorithm": {"entropy_coef": 0.01, "loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28},
+            # one sample per prompt: an estimator without groups (the config refuses GRPO with rollout.n=1)
+            "algorithm": {"adv_estimator": "reinforce_plus_plus", "entropy_coef": 0.01,
+                          "loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28},
             "actor": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20,
                       "grad_clip": 0.5},
             "critic": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20},
@@ -246,7 +249,7 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
     run(tiny_model_dir, tmp_path / "one", steps)
     expected = read_metrics(tmp_path / "one")
     # the engine comes from engine_factory: with a sharded actor it samples from its own synced copy
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = load_pretrained_tokenizer(tiny_model_dir)
     trainer = Trainer(
         tiny_config(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks]),
         engine_factory=lambda module: SharedModuleEngine(module, tokenizer),

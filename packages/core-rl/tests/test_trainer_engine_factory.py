@@ -14,9 +14,10 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from rlloom.core_rl.actor import PolicyActor
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import Trainer
 
 OVERRIDES = ["trainer.total_steps=2", "trainer.save_every=0"]
@@ -37,7 +38,7 @@ def _rewards(out: Path) -> list[float]:
 
 
 def test_engine_on_the_actor_module_trains_like_a_synced_copy(tiny_model_dir: Path, tmp_path: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = load_pretrained_tokenizer(tiny_model_dir)
     modules: list[nn.Module] = []
 
     def factory(module: nn.Module) -> SharedModuleEngine:

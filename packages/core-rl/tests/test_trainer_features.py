@@ -233,7 +233,7 @@ def test_single_update_steps_take_old_logprobs_from_the_update(tiny_model_dir: P
     step ends with the weights and diagnostics that `recompute` (the forward, then the update) gives."""
     import torch
 
-    overrides = ["trainer.total_steps=1", "actor.ppo_epochs=1", "actor.mini_batch_size=4"]
+    overrides = ["trainer.total_steps=1", "actor.warmup_steps=0", "actor.ppo_epochs=1", "actor.mini_batch_size=4"]
 
     def one_step(mode: str) -> tuple[Trainer, dict[str, float], int]:
         """The trainer, its step's metrics, and how many old-log-prob forwards the actor ran."""

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from rlloom.core_rl.config import RLConfig, load_config
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trajectory import Trajectory
 
 CONFIG = Path(__file__).parent / "data" / "tiny_grpo.yaml"
@@ -30,7 +31,7 @@ class SamplingEngine:
     """`model.generate` over left-padded prompts, n samples each, with per-token sampling log-probs."""
 
     def __init__(self, model_dir: str | Path) -> None:
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer: PreTrainedTokenizerBase = load_pretrained_tokenizer(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.weight_updates = 0
 

@@ -68,6 +68,7 @@ def test_vlm_rows_on_two_ranks_match_the_in_process_actor(tok: Any, noise_image:
         {
             "model": {"path": str(saved.model), "tokenizer_path": str(saved.tokenizer)},
             "rollout": {"n": 1, "max_tokens": 8},
+            "algorithm": {"adv_estimator": "reinforce_plus_plus"},  # one sample per prompt: no groups
             "actor": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 400},
             "trainer": {"device": "cpu"},
             "distributed": {"num_ranks": 2, "cpus_per_rank": 0.5, "timeout_s": 120},

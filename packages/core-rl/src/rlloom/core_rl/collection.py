@@ -6,9 +6,11 @@ trajectories; the trainer does not care which produced them.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 
-from rlloom.core_rl.data import Row, generation_request, ground_truth
+from rlloom.core_rl.data import DataError, Row, generation_request, ground_truth
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
@@ -20,6 +22,8 @@ CollectFn = Callable[[Sequence[Row], SamplingParams, str], list[Trajectory]]
 CollectFactory = Callable[[RolloutEngine], CollectFn]
 """Builds a `CollectFn` on the trainer's engine: for collectors that need the engine an `EngineFactory` builds
 inside the `Trainer` (e.g. rlloom.agent's multi-turn `agent_collector`)."""
+
+logger = logging.getLogger(__name__)
 
 
 def single_turn_collector(engine: RolloutEngine) -> CollectFn:
@@ -63,13 +67,58 @@ def sample_trajectories(
     return trajectories
 
 
-def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> None:
-    """Fill `reward` and `reward_components` of each trajectory in place."""
+def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> list[str | None]:
+    """Fill `reward` and `reward_components` of each trajectory in place; returns each one's scoring error."""
     outputs = reward_fn(trajectories)
     if len(outputs) != len(trajectories):
         raise RuntimeError(f"reward function returned {len(outputs)} rewards for {len(trajectories)} trajectories")
+    errors: list[str | None] = []
     for traj, out in zip(trajectories, outputs, strict=True):
         traj.reward = float(out.score)
         traj.reward_components = dict(out.components)
         if out.error:
             traj.metrics["reward_error"] = 1.0
+        errors.append(str(out.error) if out.error else None)
+    return errors
+
+
+class RewardErrorReport:
+    """Scoring errors on the console, not only as `rollout/reward_error/mean` in metrics.jsonl.
+
+    Each distinct error message is logged once (a warning, with how many rewards it hit in that step): a row
+    whose `data_source` has no scorer, or that has no ground truth, scores 0 and would otherwise train silently
+    on no signal. If every reward of the first step checked failed, the run stops with a `DataError`.
+    """
+
+    SHOWN_PER_STEP = 5
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.first_step_checked = False
+
+    def report(self, errors: Sequence[str | None], *, step: int, split: str = "train") -> None:
+        failed = Counter(error for error in errors if error)
+        total = sum(failed.values())
+        first = split == "train" and not self.first_step_checked
+        if split == "train":
+            self.first_step_checked = True
+        if first and errors and total == len(errors):
+            listed = "; ".join(f"{message} (x{count})" for message, count in failed.most_common(self.SHOWN_PER_STEP))
+            raise DataError(
+                f"every reward of the first training step failed ({total} of {len(errors)}): {listed}. Check the "
+                "rows' data_source (it picks the scorer) and reward_model.ground_truth, or the reward function"
+            )
+        new = [(message, count) for message, count in failed.most_common() if message not in self.seen]
+        for message, count in new[: self.SHOWN_PER_STEP]:
+            logger.warning(
+                "%s step %d: %d of %d rewards failed (scored 0): %s [each distinct error is shown once; "
+                "rollout/reward_error/mean counts them every step]",
+                split,
+                step,
+                count,
+                len(errors),
+                message,
+            )
+        if len(new) > self.SHOWN_PER_STEP:
+            logger.warning("%s step %d: %d more distinct reward errors", split, step, len(new) - self.SHOWN_PER_STEP)
+        self.seen.update(failed)

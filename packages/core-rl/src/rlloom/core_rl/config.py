@@ -8,7 +8,6 @@ to divide another: remainders become a smaller last mini-batch or micro-batch.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +15,39 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlloom.core_rl.config_keys import (
+    ConfigError,
+    KeyedValueError,
+    check_keys,
+    check_override_key,
+    hydra_prefix_error,
+    validation_message,
+)
+
+__all__ = [
+    "ActorConfig",
+    "AlgorithmConfig",
+    "ConfigError",
+    "CriticConfig",
+    "DataConfig",
+    "DistributedConfig",
+    "KeyedValueError",
+    "MaxTokensStage",
+    "ModelConfig",
+    "RLConfig",
+    "RolloutConfig",
+    "TrackerName",
+    "TrainerConfig",
+    "apply_overrides",
+    "bundled_config",
+    "check_warmup",
+    "config_from_dict",
+    "demo_overrides",
+    "load_config",
+    "load_config_with_section",
+    "unknown_name",
+]
 
 TrackerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 
@@ -88,9 +120,9 @@ class DataConfig(_Section):
     @model_validator(mode="after")
     def _check_prompt_limit(self) -> DataConfig:
         if self.filter_overlong_prompts and self.max_prompt_length is None:
-            raise ValueError(
-                "data.filter_overlong_prompts is set but data.max_prompt_length is not; give the limit in tokens "
-                "(e.g. data.max_prompt_length=1024)"
+            raise KeyedValueError(
+                "data.filter_overlong_prompts",
+                "set but data.max_prompt_length is not; give the limit in tokens (e.g. data.max_prompt_length=1024)",
             )
         return self
 
@@ -125,9 +157,10 @@ class RolloutConfig(_Section):
     def _check_schedule(self) -> RolloutConfig:
         steps = [stage.step for stage in self.max_tokens_schedule]
         if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
-            raise ValueError(
-                f"rollout.max_tokens_schedule: stage steps must strictly increase, got {steps}; list the stages in "
-                "training-step order, one per step (e.g. [{step: 200, max_tokens: 16384}, {step: 600, ...}])"
+            raise KeyedValueError(
+                "rollout.max_tokens_schedule",
+                f"stage steps must strictly increase, got {steps}; list the stages in "
+                "training-step order, one per step (e.g. [{step: 200, max_tokens: 16384}, {step: 600, ...}])",
             )
         return self
 
@@ -247,10 +280,11 @@ class AlgorithmConfig(_Section):
     @model_validator(mode="after")
     def _check_entropy_control(self) -> AlgorithmConfig:
         if self.adaptive_entropy and self.entropy_coef > self.max_entropy_coef:
-            raise ValueError(
-                f"algorithm.entropy_coef={self.entropy_coef} is the starting coefficient of adaptive entropy control "
+            raise KeyedValueError(
+                "algorithm.entropy_coef",
+                f"{self.entropy_coef} is the starting coefficient of adaptive entropy control "
                 f"and must not exceed algorithm.max_entropy_coef={self.max_entropy_coef}; lower the one or raise the "
-                "other"
+                "other",
             )
         return self
 
@@ -259,7 +293,16 @@ class ActorConfig(_Section):
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW peak learning rate.")
     weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
-    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up, in training steps.")
+    warmup_steps: int = Field(
+        default=0, ge=0, description="Linear warm-up from lr 0, in training steps; below trainer.total_steps."
+    )
+    warmup_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        lt=1.0,
+        description="Warm-up as a fraction of the run's training steps (veRL's lr_warmup_steps_ratio): "
+        "int(ratio x total steps) steps, so it follows trainer.total_steps. Exclusive with warmup_steps.",
+    )
     lr_schedule: Literal["constant", "cosine"] = Field(default="constant", description="Schedule after warm-up.")
     min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Cosine floor as a fraction of lr.")
     grad_clip: float | None = Field(default=1.0, gt=0.0, description="Max global grad norm; None = no clipping.")
@@ -274,6 +317,12 @@ class ActorConfig(_Section):
         default=False, description="Pack sequences without padding (varlen attention) in training forwards."
     )
     shuffle: bool = Field(default=True, description="Shuffle rows before splitting into mini-batches.")
+
+    def warmup_steps_for(self, total_steps: int) -> int:
+        """Warm-up steps of a run of `total_steps` training steps: `warmup_ratio` of them, else `warmup_steps`."""
+        if self.warmup_ratio is not None:
+            return int(self.warmup_ratio * total_steps)
+        return self.warmup_steps
 
 
 class CriticConfig(ActorConfig):
@@ -354,18 +403,61 @@ class RLConfig(_Section):
     def _check_names(self) -> RLConfig:
         from rlloom.core_rl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, kl_penalty
 
-        ADVANTAGE_ESTIMATORS.get(self.algorithm.adv_estimator)  # raises with the nearest valid name
-        POLICY_LOSSES.get(self.algorithm.policy_loss)
+        algo = self.algorithm
+        for key, registry in (("adv_estimator", ADVANTAGE_ESTIMATORS), ("policy_loss", POLICY_LOSSES)):
+            name = getattr(algo, key)
+            if name not in registry:
+                raise KeyedValueError(f"algorithm.{key}", unknown_name(registry.kind, name, registry.names()))
         import torch
 
         probe = torch.zeros(1)
-        kl_penalty(probe, probe, self.algorithm.kl_loss_type)
-        kl_penalty(probe, probe, self.algorithm.kl_in_reward_type)
-        if self.trainer.critic_warmup and not self.uses_critic:
-            raise ValueError(
-                f"trainer.critic_warmup={self.trainer.critic_warmup} but algorithm.adv_estimator="
-                f"{self.algorithm.adv_estimator} trains no critic; use adv_estimator=gae or set critic_warmup=0"
+        for key in ("kl_loss_type", "kl_in_reward_type"):
+            try:
+                kl_penalty(probe, probe, getattr(algo, key))
+            except ValueError as err:
+                raise KeyedValueError(f"algorithm.{key}", str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> RLConfig:
+        """Settings that cannot work together, refused here rather than after the model loaded."""
+        from rlloom.core_rl.algorithms import GROUP_RELATIVE_ESTIMATORS
+
+        algo, rollout, trainer = self.algorithm, self.rollout, self.trainer
+        if trainer.critic_warmup and not self.uses_critic:
+            raise KeyedValueError(
+                "trainer.critic_warmup",
+                f"{trainer.critic_warmup} but algorithm.adv_estimator={algo.adv_estimator} trains no critic; use "
+                "algorithm.adv_estimator=gae or set trainer.critic_warmup=0",
             )
+        if algo.adv_estimator in GROUP_RELATIVE_ESTIMATORS and rollout.n < 2:
+            raise KeyedValueError(
+                "rollout.n",
+                f"{rollout.n} sample per prompt, but algorithm.adv_estimator={algo.adv_estimator} compares each "
+                "sample with the others of its prompt's group, so every advantage would be 0; set rollout.n=2 or more "
+                "(GRPO papers use 8-16), or use an estimator without groups (reinforce_plus_plus, remax, gae)",
+            )
+        limits = [("rollout.max_tokens", rollout.max_tokens)]
+        limits += [(f"rollout.max_tokens_schedule[{i}].max_tokens", s.max_tokens) for i, s in enumerate(
+            rollout.max_tokens_schedule)]  # fmt: skip
+        for key, limit in limits:
+            if algo.overlong_buffer > limit:
+                raise KeyedValueError(
+                    "algorithm.overlong_buffer",
+                    f"{algo.overlong_buffer} tokens exceeds the response limit {key}={limit}; make the buffer a part "
+                    "of the limit (DAPO: 4096 of 20480) or set algorithm.overlong_buffer=0",
+                )
+        _check_policy_loss(algo)
+        for section in ("actor", "critic") if self.uses_critic else ("actor",):
+            optim: ActorConfig = getattr(self, section)
+            if optim.warmup_ratio is not None and optim.warmup_steps:
+                raise KeyedValueError(
+                    f"{section}.warmup_ratio",
+                    f"{optim.warmup_ratio} and {section}.warmup_steps={optim.warmup_steps} are both set; give the "
+                    f"warm-up one way: {section}.warmup_steps=0 or {section}.warmup_ratio=null",
+                )
+        if trainer.total_steps is not None:
+            check_warmup(self, trainer.total_steps)
         return self
 
     @property
@@ -380,8 +472,55 @@ class RLConfig(_Section):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-class ConfigError(ValueError):
-    """A config key or value that cannot be used; the message names the key and a fix."""
+def check_warmup(cfg: RLConfig, total_steps: int) -> None:
+    """Refuse a warm-up as long as the run: every step would train below the peak lr (the first at lr 0)."""
+    for section in ("actor", "critic") if cfg.uses_critic else ("actor",):
+        optim: ActorConfig = getattr(cfg, section)
+        warmup = optim.warmup_steps_for(total_steps)
+        if optim.warmup_ratio is None and warmup >= total_steps:
+            raise KeyedValueError(
+                f"{section}.warmup_steps",
+                f"{warmup} warm-up steps but the run has {total_steps} training steps (trainer.total_steps), so the "
+                f"lr never reaches {section}.lr and the first step trains at lr 0; lower {section}.warmup_steps "
+                f"below {total_steps}, or give it as a fraction of the run: {section}.warmup_steps=0 "
+                f"{section}.warmup_ratio=0.1",
+            )
+
+
+# policy losses that refuse some options in their first update; refused here at config load instead
+_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo")
+_SEQUENCE_LEVEL = ("gmpo", "geo_mean")
+
+
+def _check_policy_loss(algo: AlgorithmConfig) -> None:
+    loss = algo.policy_loss
+    if loss in _NO_DUAL_CLIP and algo.dual_clip is not None:
+        raise KeyedValueError(
+            "algorithm.dual_clip",
+            f"algorithm.policy_loss={loss} has no dual clip (its ratio is already bounded); set "
+            "algorithm.dual_clip=null",
+        )
+    if loss in _SEQUENCE_LEVEL and algo.loss_agg_mode != "seq-mean-token-mean":
+        raise KeyedValueError(
+            "algorithm.loss_agg_mode",
+            f"{algo.loss_agg_mode} but algorithm.policy_loss={loss} has one loss term per sequence; set "
+            "algorithm.loss_agg_mode=seq-mean-token-mean",
+        )
+    if loss in _SEQUENCE_LEVEL and algo.tis_cap is not None:
+        raise KeyedValueError(
+            "algorithm.tis_cap",
+            f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights; set "
+            "algorithm.tis_cap=null or use algorithm.policy_loss=ppo with TIS",
+        )
+
+
+def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:
+    """`unknown <kind> 'x'; did you mean 'y'? Valid names: ...`."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}{hint} Valid names: {', '.join(sorted(valid))}."
 
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -395,16 +534,14 @@ def load_config_with_section(
     Dotted overrides reach both (`vision.max_pixels=12544`, `actor.lr=1e-6`); each part is validated, and an
     error in the app section names its key and the valid ones.
     """
-    loaded = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    loaded = _read_yaml(path)
+    _check_sources(loaded, overrides, source=str(path), extra={section: model})
     apply_overrides(loaded, overrides)
     try:
         extra = model.model_validate(loaded.pop(section, None) or {})
     except ValidationError as err:
-        problems = "; ".join(f"{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"{path}: {problems} (valid: {', '.join(model.model_fields)})") from err
-    return config_from_dict(loaded, source=str(path)), extra
+        raise ConfigError(validation_message(err, prefix=f"{section}.")) from None
+    return _validate(loaded), extra
 
 
 def demo_overrides(
@@ -433,14 +570,10 @@ def bundled_config(name: str, folder: Path, names: Sequence[str]) -> Path:
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RLConfig:
     """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text())
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
-        raw = loaded or {}
+    raw = _read_yaml(path) if path is not None else {}
+    _check_sources(raw, overrides, source=str(path) if path is not None else "config")
     apply_overrides(raw, overrides)
-    return config_from_dict(raw, source=str(path) if path else "config")
+    return _validate(raw)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -449,17 +582,70 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off.
     """
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=200)")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value)
     return raw
 
 
 def config_from_dict(raw: Mapping[str, Any], *, source: str = "config") -> RLConfig:
-    """Validate a nested dict, reporting unknown keys with the nearest valid name."""
-    _check_keys(raw, RLConfig, prefix="", source=source)
-    return RLConfig.model_validate(raw)
+    """Validate a nested dict, reporting unknown keys with the nearest valid name (`ConfigError`, one line per
+    problem, each naming its dotted key)."""
+    check_keys(raw, RLConfig, prefix="", source=source)
+    return _validate(raw)
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(Path(path).read_text())
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    return loaded or {}
+
+
+def _check_sources(
+    file_raw: Mapping[str, Any],
+    overrides: Sequence[str],
+    *,
+    source: str,
+    extra: Mapping[str, type[BaseModel]] | None = None,
+) -> None:
+    """Unknown keys, blamed on where they were typed: the YAML file, or the command-line override."""
+    extra = extra or {}
+    check_keys(file_raw, RLConfig, prefix="", source=source, extra_sections=tuple(extra))
+    strict = {name: model for name, model in extra.items() if model.model_config.get("extra") == "forbid"}
+    for name, model in strict.items():
+        if isinstance(file_raw.get(name), Mapping):
+            check_keys(file_raw[name], model, prefix=f"{name}.", source=source)
+    for item in overrides:
+        key, value = _parse_override(item)
+        head, _, rest = key.partition(".")
+        where = f"command-line override {item!r}"
+        if head in extra and rest:
+            if head in strict:
+                check_override_key(rest, value, strict[head], source=where, extra=(), root=f"{head}.")
+        else:
+            check_override_key(key, value, RLConfig, source=where, extra=tuple(extra))
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    hydra = hydra_prefix_error(item)
+    if hydra is not None:
+        raise hydra
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=200)")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as err:
+        problem = " ".join(str(err).split())
+        raise ConfigError(f"command-line override {item!r}: the value is not valid YAML ({problem})") from None
+    return key.strip(), parsed
+
+
+def _validate(raw: Mapping[str, Any]) -> RLConfig:
+    try:
+        return RLConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(validation_message(err)) from None
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
@@ -471,17 +657,3 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
             raise ConfigError(f"override {key!r}: {part!r} is a value, not a section")
         node = child
     node[parts[-1]] = value
-
-
-def _check_keys(raw: Mapping[str, Any], model: type[BaseModel], *, prefix: str, source: str) -> None:
-    fields = model.model_fields
-    for key, value in raw.items():
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
-            hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
-            raise ConfigError(
-                f"{source}: unknown key '{prefix}{key}'{hint} Valid keys here: {', '.join(sorted(fields))}"
-            )
-        annotation = fields[key].annotation
-        if isinstance(value, Mapping) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            _check_keys(value, annotation, prefix=f"{prefix}{key}.", source=source)

@@ -9,18 +9,102 @@ prompts in the same order, including across an epoch boundary.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from rlloom.core_rl.config_keys import ConfigError
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
 
 Row = Mapping[str, Any]
 logger = logging.getLogger(__name__)
+
+
+class DataError(ConfigError):
+    """Training or validation rows that cannot be used (or whose rewards all fail); the message names the row
+    (file:line when known) and the field. A `ConfigError`, so the apps report it as one line."""
+
+
+class JsonlRows(list[dict[str, Any]]):
+    """Rows read from a JSONL file that remember their line, so errors about a row can say `file:line`."""
+
+    def __init__(self, path: Path, rows: Sequence[dict[str, Any]], lines: Sequence[int]) -> None:
+        super().__init__(rows)
+        self.path = path
+        self.lines = list(lines)
+
+    def where(self, index: int) -> str:
+        return f"{self.path}:{self.lines[index]}"
+
+
+def read_jsonl(path: str | Path) -> JsonlRows:
+    """The rows of a JSONL file (blank lines skipped); a line that is not a JSON object raises naming file:line."""
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{number}: not valid JSON ({err.msg}); one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
+            rows.append(row)
+            lines.append(number)
+    return JsonlRows(path, rows, lines)
+
+
+def check_rows(rows: Sequence[Any], *, split: str, agent_rows: bool = False) -> None:
+    """Refuse rows the collector cannot turn into a prompt, before any model loads.
+
+    Single-turn sampling (the trainer's default collector) needs `prompt` (chat messages or a string) or
+    `prompt_ids`; a collector of its own (an agent environment, image rows) also takes `question` (rows the
+    environment renders). The error names the first bad row (`file:line` for `read_jsonl` rows, else its
+    1-based position) and how many more there are.
+    """
+    bad = [(i, problem) for i, row in enumerate(rows) if (problem := _row_problem(row, agent_rows)) is not None]
+    if not bad:
+        return
+    index, problem = bad[0]
+    where = rows.where(index) if isinstance(rows, JsonlRows) else f"{split} row {index + 1} of {len(rows)}"
+    more = f" ({len(bad) - 1} more {split} rows have problems)" if len(bad) > 1 else ""
+    fields = "`prompt` (chat messages or a string) or `prompt_ids`" + (" or `question`" if agent_rows else "")
+    raise DataError(
+        f"{where}: {problem}{more}; each {split} row needs {fields}, in the veRL row shape (make rows with the "
+        "app's prepare-data command)"
+    )
+
+
+def _row_problem(row: Any, agent_rows: bool) -> str | None:
+    if not isinstance(row, Mapping):
+        return f"the row is a {type(row).__name__}, not a mapping of fields"
+    if "prompt_ids" in row:
+        ids = row["prompt_ids"]
+        ok = isinstance(ids, Sequence) and not isinstance(ids, str) and len(ids) > 0
+        return None if ok else "`prompt_ids` is not a non-empty list of token ids"
+    prompt = row.get("prompt")
+    if prompt is None:
+        if agent_rows and row.get("question") is not None:
+            return None
+        wanted = "'prompt' nor 'question'" if agent_rows else "'prompt'"
+        return f"the row has no {wanted} (its fields: {', '.join(sorted(map(str, row))) or 'none'})"
+    if isinstance(prompt, str):
+        return None if prompt else "`prompt` is an empty string"
+    if not isinstance(prompt, Mapping) and hasattr(prompt, "__len__") and hasattr(prompt, "__iter__") and len(prompt):
+        for message in prompt:  # a list, or the numpy object array parquet gives
+            if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+                return f"`prompt` holds {message!r}, not a chat message with 'role' and 'content'"
+        return None
+    return f"`prompt` is {type(prompt).__name__} {prompt!r}, not chat messages or a string"
 
 
 class PromptLoader:
@@ -107,7 +191,7 @@ class PromptLoader:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
             raise ValueError(
                 f"PromptLoader: the checkpoint was taken over {state['num_rows']} rows but the data now has "
-                f"{len(self.rows)}; resume with the same training data or start a new run (trainer.resume=never)"
+                f"{len(self.rows)}; resume with the same training data or start a new run in a new trainer.output_dir"
             )
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])

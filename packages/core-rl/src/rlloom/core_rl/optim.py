@@ -2,7 +2,8 @@
 
 Schedules come from transformers (well kept, and their state is a plain LambdaLR step count, so checkpoints
 restore them exactly). The scheduler steps once per training step, not per optimizer step, so `warmup_steps`
-and `total_steps` mean what a user reads in the config whatever the mini-batch count.
+(or `warmup_ratio` of the run) and `total_steps` mean what a user reads in the config whatever the mini-batch
+count.
 """
 
 from __future__ import annotations
@@ -29,15 +30,16 @@ def build_optimizer(
     if not trainable:
         raise ValueError("build_optimizer: the model has no trainable parameters (all requires_grad=False)")
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=True)
+    warmup = cfg.warmup_steps_for(total_steps)  # `warmup_ratio` of the run, else `warmup_steps`
     if cfg.lr_schedule == "cosine":
         scheduler = get_cosine_with_min_lr_schedule_with_warmup(
             optimizer,
-            num_warmup_steps=cfg.warmup_steps,
-            num_training_steps=max(total_steps, cfg.warmup_steps + 1),
+            num_warmup_steps=warmup,
+            num_training_steps=max(total_steps, warmup + 1),
             min_lr_rate=cfg.min_lr_ratio,
         )
     else:
-        scheduler = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=cfg.warmup_steps)
+        scheduler = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     return optimizer, scheduler
 
 

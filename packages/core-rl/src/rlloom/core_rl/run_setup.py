@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from rlloom.core_rl.actor import PolicyActor, ReferencePolicy, load_causal_lm
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
 from rlloom.core_rl.protocols import CriticWorker, PolicyWorker, ReferenceWorker, Tracker
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
 
 
 def load_tokenizer(cfg: RLConfig) -> PreTrainedTokenizerBase:
     """The run's tokenizer: `model.tokenizer_path`, else the model folder's."""
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
-    return tokenizer
+    return load_pretrained_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
 
 
 @dataclass
@@ -63,8 +63,7 @@ def build_run(
     (`tokenizer`: the run's, when the caller has already loaded it)."""
     torch.use_deterministic_algorithms(cfg.trainer.deterministic)
     device = resolve_device(cfg.trainer.device)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(cfg.to_yaml())
+    output_dir.mkdir(parents=True, exist_ok=True)  # config.yaml is written by run_folder.record_config
 
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -33,15 +33,16 @@ from rlloom.core_rl.algorithms import (
     tis_weights,
 )
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.checkpoint import latest_checkpoint, load_trainer_state, rng_state, save_checkpoint, set_rng_state
-from rlloom.core_rl.collection import CollectFactory, CollectFn, score, single_turn_collector
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.data import PromptLoader, Row, limit_prompt_length
+from rlloom.core_rl.checkpoint import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from rlloom.core_rl.collection import CollectFactory, CollectFn, RewardErrorReport, score, single_turn_collector
+from rlloom.core_rl.config import ConfigError, KeyedValueError, RLConfig, check_warmup
+from rlloom.core_rl.data import PromptLoader, Row, check_rows, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
+from rlloom.core_rl.run_folder import record_config, resume_checkpoint
 from rlloom.core_rl.run_setup import RunParts, build_run, load_tokenizer, mini_batch_rows
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import sync_weights
@@ -84,7 +85,13 @@ class Trainer:
             )
         self.cfg = config
         self.reward_fn = reward_fn
+        # every row checked before anything loads: a bad row otherwise fails at its first rollout
+        own_collector = collect is not None or collect_factory is not None
+        check_rows(train_data, split="train", agent_rows=own_collector)
+        check_rows(val_data or [], split="validation", agent_rows=own_collector)
         self.val_data = list(val_data or [])
+        self.output_dir = Path(config.trainer.output_dir)
+        self.resume_from = resume_checkpoint(config, self.output_dir)
         tokenizer = None
         if config.data.max_prompt_length is not None:  # before the loader: the limit decides the steps per epoch
             tokenizer, limit = load_tokenizer(config), config.data.max_prompt_length
@@ -99,9 +106,11 @@ class Trainer:
             drop_last=config.data.drop_last,
         )
         self.total_steps = config.trainer.total_steps or config.trainer.total_epochs * self.loader.batches_per_epoch
-        self.output_dir = Path(config.trainer.output_dir)
+        try:  # validated at load when trainer.total_steps is set; here for steps counted from epochs
+            check_warmup(config, self.total_steps)
+        except KeyedValueError as err:
+            raise ConfigError(f"{err.key}: {err}") from None
         self.checkpoint_dir = self.output_dir / "checkpoints"
-        self.resume_from = self._resume_path()
         state = load_trainer_state(self.resume_from) if self.resume_from else None
         self.step = int(state["step"]) if state else 0
         if self.step >= self.total_steps:
@@ -110,6 +119,8 @@ class Trainer:
                 f"{self.step} of trainer.total_steps={self.total_steps}. Ask for more steps "
                 f"(trainer.total_steps={self.total_steps + 100}) or use a new trainer.output_dir."
             )
+        record_config(config, self.output_dir, resume_from=self.resume_from, step=self.step)
+        self.reward_errors = RewardErrorReport()
         self.parts: RunParts = build_run(
             config,
             total_steps=self.total_steps,
@@ -284,6 +295,7 @@ class Trainer:
         rounds = 0
         seen_groups = 0
         metrics: dict[str, float] = {}
+        errors: list[str | None] = []
         while True:
             rounds += 1
             prefix = f"s{self.step}r{rounds}"
@@ -292,16 +304,17 @@ class Trainer:
             with timer("rollout"):
                 trajectories = self.collect(rows, self.sampling, prefix)
             with timer("reward"):
-                score(trajectories, self.reward_fn)
+                errors += score(trajectories, self.reward_fn)
                 if algo.overlong_buffer:
                     metrics.update(self._punish_overlong(trajectories))
                 if algo.adv_estimator == "remax":
-                    self._greedy_baselines(rows, trajectories, prefix)
+                    errors += self._greedy_baselines(rows, trajectories, prefix)
             if self.prompt_filter is not None:
                 self.prompt_filter.record(
                     prompt_ids_of(trajectories, row_ids, prefix), [t.reward or 0.0 for t in trajectories]
                 )
             if not algo.dynamic_sampling:
+                self.reward_errors.report(errors, step=self.step)
                 return trajectories, metrics
             # groups are judged by the task score, as DAPO filters on accuracy: a length penalty alone is no signal
             task = [(t.reward or 0.0) - t.reward_components.get("overlong_penalty", 0.0) for t in trajectories]
@@ -315,6 +328,7 @@ class Trainer:
                     kept.append(traj)
             if len(groups) >= want or rounds >= algo.max_sampling_rounds:
                 break
+        self.reward_errors.report(errors, step=self.step)
         metrics["dynamic_sampling/rounds"] = float(rounds)
         metrics["dynamic_sampling/kept_group_frac"] = len(groups) / max(seen_groups, 1)
         if not kept:
@@ -327,13 +341,9 @@ class Trainer:
         return [t for t in kept if t.group_id in wanted], metrics
 
     def _punish_overlong(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component."""
+        """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component
+        (the config refuses a buffer longer than any stage's response limit)."""
         algo, limit = self.cfg.algorithm, self.sampling.max_tokens
-        if algo.overlong_buffer > limit:
-            raise ValueError(
-                f"algorithm.overlong_buffer={algo.overlong_buffer} exceeds this step's response limit of {limit} "
-                "tokens; make the buffer a part of rollout.max_tokens (DAPO: 4096 of 20480)"
-            )
         lengths = torch.tensor([len(t.response_ids) for t in trajectories])
         penalties = overlong_reward_penalty(
             lengths, max_length=limit, buffer_length=algo.overlong_buffer, penalty_factor=algo.overlong_penalty_factor
@@ -385,14 +395,16 @@ class Trainer:
         self.entropy_ctrl.update(entropy)
         return applied
 
-    def _greedy_baselines(self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str) -> None:
-        """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples."""
+    def _greedy_baselines(self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str) -> list[str | None]:
+        """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples.
+        Returns the baselines' scoring errors."""
         greedy = self.sampling.model_copy(update={"n": 1, "temperature": 0.0})
         baselines = self.collect(rows, greedy, prefix)
-        score(baselines, self.reward_fn)
+        errors = score(baselines, self.reward_fn)
         by_group = {t.group_id: t.reward for t in baselines}
         for traj in trajectories:
             traj.extra_info["remax_baseline"] = by_group[traj.group_id]
+        return errors
 
     def _policy_diagnostics(self, batch: TrajectoryBatch, entropy: torch.Tensor | None) -> dict[str, float]:
         """Entropy, KL to the reference, and the rollout/trainer mismatch (TIS weights when enabled)."""
@@ -452,9 +464,10 @@ class Trainer:
         py_state, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):
             trajectories = self.collect(self.val_data, sampling, f"val{self.step}")
-            score(trajectories, self.reward_fn)
+            errors = score(trajectories, self.reward_fn)
         random.setstate(py_state)
         np.random.set_state(np_state)
+        self.reward_errors.report(errors, step=self.step, split="validation")
         rewards = torch.tensor([t.reward or 0.0 for t in trajectories])
         out = {"val/reward/mean": float(rewards.mean())}
         for source in sorted({t.data_source for t in trajectories}):
@@ -492,17 +505,6 @@ class Trainer:
             config_yaml=self.cfg.to_yaml(),
             keep_last=self.cfg.trainer.keep_last,
         )
-
-    def _resume_path(self) -> Path | None:
-        resume = self.cfg.trainer.resume
-        if resume == "never":
-            return None
-        if resume == "auto":
-            return latest_checkpoint(self.checkpoint_dir)
-        path = Path(resume)
-        if not path.is_dir():
-            raise FileNotFoundError(f"trainer.resume={resume!r}: no such checkpoint directory (or use auto/never)")
-        return path
 
     def _restore(self, state: Mapping[str, Any]) -> None:
         self.parts.actor.load_state_dict(state["actor"])

@@ -34,6 +34,7 @@ from rlloom.core_rl.algorithms.entropy_control import (
 )
 from rlloom.core_rl.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
+    GROUP_RELATIVE_ESTIMATORS,
     AdvantageEstimator,
     AdvantageInputs,
     get_advantage_estimator,
@@ -72,6 +73,7 @@ from rlloom.core_rl.algorithms.value_loss import value_loss
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGG_MODES",
+    "GROUP_RELATIVE_ESTIMATORS",
     "KL_KINDS",
     "POLICY_LOSSES",
     "AdaptiveEntropyController",

@@ -73,11 +73,21 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimat
 _EstT = TypeVar("_EstT", bound=AdvantageEstimator)
 
 
-def register_advantage(name: str) -> Callable[[_EstT], _EstT]:
-    """Decorator: make an estimator selectable as `adv_estimator=<name>` (the function is returned unchanged)."""
+GROUP_RELATIVE_ESTIMATORS: set[str] = set()
+"""Estimators whose baseline is the prompt's own group: with one sample per prompt every advantage is 0, so the
+config refuses them with `rollout.n=1` (TRL likewise refuses `num_generations < 2`)."""
+
+
+def register_advantage(name: str, *, group_relative: bool = False) -> Callable[[_EstT], _EstT]:
+    """Decorator: make an estimator selectable as `adv_estimator=<name>` (the function is returned unchanged).
+
+    `group_relative`: the advantage compares a sample with the other samples of its prompt (needs `rollout.n` ≥ 2).
+    """
 
     def decorator(fn: _EstT) -> _EstT:
         ADVANTAGE_ESTIMATORS.register(name)(fn)
+        if group_relative:
+            GROUP_RELATIVE_ESTIMATORS.add(name)
         return fn
 
     return decorator
@@ -101,7 +111,7 @@ def gae_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return gae_advantages(inputs.token_rewards, inputs.values, inputs.mask, gamma=inputs.gamma, lam=inputs.lam)
 
 
-@register_advantage("grpo")
+@register_advantage("grpo", group_relative=True)
 def grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """GRPO (`grpo_advantages`); `norm_by_std=False` gives Dr.GRPO."""
     adv = grpo_advantages(
@@ -111,7 +121,7 @@ def grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return tokens, tokens
 
 
-@register_advantage("dr_grpo")
+@register_advantage("dr_grpo", group_relative=True)
 def dr_grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """Dr.GRPO: GRPO without the std division, whatever `norm_by_std` says (Liu et al. 2025)."""
     adv = grpo_advantages(inputs.scores(), inputs.require_group_ids("dr_grpo"), norm_by_std=False)
@@ -119,7 +129,7 @@ def dr_grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return tokens, tokens
 
 
-@register_advantage("grpo_passk")
+@register_advantage("grpo_passk", group_relative=True)
 def grpo_passk_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """Pass@k GRPO (`grpo_passk_advantages`): only the best response of each group is reinforced."""
     adv = grpo_passk_advantages(
@@ -129,14 +139,14 @@ def grpo_passk_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return tokens, tokens
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", group_relative=True)
 def rloo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """RLOO leave-one-out baseline (`rloo_advantages`)."""
     tokens = _broadcast(rloo_advantages(inputs.scores(), inputs.require_group_ids("rloo")), inputs.mask)
     return tokens, tokens
 
 
-@register_advantage("opo")
+@register_advantage("opo", group_relative=True)
 def opo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """OPO length-weighted group baseline (`opo_advantages`), lengths = valid tokens per response."""
     lengths = inputs.mask.bool().sum(-1)
@@ -166,7 +176,7 @@ def reinforce_pp_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return reinforce_pp_advantages(inputs.token_rewards, inputs.mask, gamma=inputs.gamma)
 
 
-@register_advantage("reinforce_plus_plus_baseline")
+@register_advantage("reinforce_plus_plus_baseline", group_relative=True)
 def reinforce_pp_baseline_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """REINFORCE++-baseline (`reinforce_pp_baseline_advantages`)."""
     adv = reinforce_pp_baseline_advantages(

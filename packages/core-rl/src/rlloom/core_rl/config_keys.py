@@ -1,0 +1,216 @@
+"""Config errors as a user reads them: the dotted key, what is wrong and the fix, one line per problem.
+
+Unknown keys name the nearest valid one (inside list items too), say whether they came from the YAML file or a
+command-line override, and turn veRL's names into ours (`data.max_response_length` → `rollout.max_tokens`) as a
+hint only: nothing is aliased silently. Pydantic's errors lose their input dump and URL and keep the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+class ConfigError(ValueError):
+    """A config key or value that cannot be used; the message names the key and a fix."""
+
+
+class KeyedValueError(ValueError):
+    """Raised by a validator about one key: the error line names `key` (dotted, as the user types it)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# veRL's name → ours (or what to do instead); a hint in the unknown-key error, never an alias
+VERL_NAMES: dict[str, str] = {
+    "data.max_response_length": "rollout.max_tokens",
+    "data.train_files": "the app's --train-data flag",
+    "data.val_files": "the app's --val-data flag",
+    "trainer.total_training_steps": "trainer.total_steps",
+    "trainer.default_local_dir": "trainer.output_dir",
+    "trainer.save_freq": "trainer.save_every",
+    "trainer.test_freq": "trainer.val_every",
+    "trainer.logger": "trainer.trackers",
+    "trainer.project_name": "trainer.project",
+    "trainer.experiment_name": "trainer.run_name",
+    "trainer.resume_mode": "trainer.resume",
+    "trainer.n_gpus_per_node": "distributed.num_ranks",
+    "algorithm.kl_ctrl.kl_coef": "algorithm.kl_coef",
+    "algorithm.kl_ctrl.type": "algorithm.kl_controller",
+    "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
+    "critic.optim.lr": "critic.lr",
+    "actor_rollout_ref.model.path": "model.path",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "model.gradient_checkpointing",
+    "actor_rollout_ref.actor.optim.lr": "actor.lr",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": "actor.warmup_steps",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.warmup_ratio",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "actor.mini_batch_size",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "actor.max_tokens_per_micro_batch",
+    "actor_rollout_ref.actor.use_kl_loss": "algorithm.use_kl_loss",
+    "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_coef",
+    "actor_rollout_ref.actor.kl_loss_type": "algorithm.kl_loss_type",
+    "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_coef",
+    "actor_rollout_ref.actor.clip_ratio_low": "algorithm.clip_low",
+    "actor_rollout_ref.actor.clip_ratio_high": "algorithm.clip_high",
+    "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
+    "actor_rollout_ref.rollout.response_length": "rollout.max_tokens",
+}
+_VERL_SECTIONS = {
+    "actor_rollout_ref": "veRL's actor_rollout_ref is split here into model, actor and rollout (loss settings such "
+    "as use_kl_loss and clip ratios live in algorithm)",
+    "reward_model": "rewards are a plain function given to train(reward_fn=...); DAPO's overlong buffer is "
+    "algorithm.overlong_buffer",
+    "custom_reward_function": "rewards are a plain function given to train(reward_fn=...)",
+}
+
+
+def check_keys(
+    raw: Mapping[str, Any],
+    model: type[BaseModel],
+    *,
+    prefix: str,
+    source: str,
+    extra_sections: Sequence[str] = (),
+) -> None:
+    """Raise `ConfigError` for the first key of `raw` (nested) that `model` does not have, naming the nearest one.
+
+    `extra_sections`: top-level keys an app adds (`search`, `vision`), valid here and listed among the valid keys.
+    """
+    fields = model.model_fields
+    for key, value in raw.items():
+        if key in extra_sections:
+            continue
+        if key not in fields:
+            leaves = _leaf_keys(f"{prefix}{key}", value)
+            message = unknown_key_message(prefix, str(key), model, extra_sections, full_keys=leaves)
+            raise ConfigError(f"{source}: {message}")
+        check_value(value, fields[key].annotation, prefix=f"{prefix}{key}", source=source)
+
+
+def check_value(value: Any, annotation: Any, *, prefix: str, source: str) -> None:
+    """Check the keys inside `value` when the field holds a section or a list of them (`max_tokens_schedule`)."""
+    if isinstance(value, Mapping) and _is_model(annotation):
+        check_keys(value, annotation, prefix=f"{prefix}.", source=source)
+    elif isinstance(value, list) and typing.get_origin(annotation) is list:
+        (item_type,) = typing.get_args(annotation) or (None,)
+        if _is_model(item_type):
+            for index, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    check_keys(item, item_type, prefix=f"{prefix}[{index}].", source=source)
+
+
+def unknown_key_message(
+    prefix: str,
+    key: str,
+    model: type[BaseModel],
+    extra_sections: Sequence[str] = (),
+    *,
+    full_keys: Sequence[str] = (),
+) -> str:
+    """`unknown key 'a.b'; did you mean 'a.c'? Valid keys here: ...` (or veRL's name translated).
+
+    `full_keys`: the dotted keys the user set under the unknown one, matched against veRL's names.
+    """
+    full = f"{prefix}{key}"
+    valid = sorted([*model.model_fields, *extra_sections])
+    verl = [(k, h) for k in [*full_keys, full] if (h := verl_hint(k)) is not None]
+    if verl:
+        full, hint = verl[0][0], verl[0][1]
+        return f"unknown key '{full}'; {hint} Valid keys here: {', '.join(valid)}"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+    return f"unknown key '{full}'{hint} Valid keys here: {', '.join(valid)}"
+
+
+def verl_hint(key: str) -> str | None:
+    """The hint for a veRL key (full dotted name, or any key under a veRL-only section), else None."""
+    for verl, ours in VERL_NAMES.items():
+        if key == verl or key.startswith(f"{verl}."):
+            return f"that is veRL's name; here it is {ours}."
+    section = key.split(".", 1)[0]
+    if section in _VERL_SECTIONS:
+        return f"{_VERL_SECTIONS[section]}."
+    return None
+
+
+def check_override_key(
+    key: str, value: Any, model: type[BaseModel], *, source: str, extra: Sequence[str], root: str = ""
+) -> None:
+    """Check the dotted key of one override (and the keys inside its value) against `model` (found at `root`)."""
+    node: type[BaseModel] = model
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        prefix = root + "".join(f"{p}." for p in parts[:depth])
+        if depth == 0 and part in extra:
+            return  # the app section validates its own keys
+        if part not in node.model_fields:
+            leaves = _leaf_keys(root + key, value)
+            message = unknown_key_message(prefix, part, node, extra if depth == 0 else (), full_keys=leaves)
+            raise ConfigError(f"{source}: {message}")
+        annotation = node.model_fields[part].annotation
+        if depth == len(parts) - 1:
+            check_value(value, annotation, prefix=root + key, source=source)
+        elif _is_model(annotation):
+            node = annotation
+        else:
+            raise ConfigError(f"{source}: '{prefix}{part}' is a value, not a section")
+
+
+def hydra_prefix_error(item: str) -> ConfigError | None:
+    """veRL's Hydra overrides `+key=v` (append), `++key=v` (force) and `~key` (delete) have no meaning here."""
+    if not item.startswith(("+", "~")):
+        return None
+    bare = item.lstrip("+~")
+    return ConfigError(
+        f"command-line override {item!r}: the leading '{item[: len(item) - len(bare)]}' is Hydra syntax (veRL), not "
+        f"needed here: every key exists with its default and is set as key=value (e.g. {bare}); an unknown key "
+        "is an error, never appended"
+    )
+
+
+def validation_message(err: ValidationError, *, prefix: str = "") -> str:
+    """Pydantic's errors as `dotted.key: message` lines, without the input dump and the documentation URL."""
+    lines = []
+    for problem in err.errors():
+        cause = (problem.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyedValueError):
+            lines.append(f"{cause.key}: {str(cause).replace('. Did you mean', '; did you mean')}")
+            continue
+        key = prefix + _dotted(problem["loc"])
+        message = str(cause) if isinstance(cause, BaseException) else problem["msg"]
+        message = message.replace(". Did you mean", "; did you mean")
+        value = problem.get("input")
+        shown = "" if isinstance(cause, BaseException) or isinstance(value, Mapping | list) else f" (got {value!r})"
+        if problem["type"] == "missing":
+            message = f"missing; set it in the YAML or as an override ({key}=...)"
+            shown = ""
+        lines.append(f"{key or 'config'}: {_lower_first(message)}{shown}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _leaf_keys(key: str, value: Any) -> list[str]:
+    """The dotted keys of the values set at or under `key` (`a: {b: 1}` → ['a.b'])."""
+    if not isinstance(value, Mapping) or not value:
+        return [key]
+    return [leaf for k, v in value.items() for leaf in _leaf_keys(f"{key}.{k}", v)]
+
+
+def _dotted(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+
+
+def _is_model(annotation: Any) -> typing.TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
