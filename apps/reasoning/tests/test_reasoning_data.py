@@ -48,3 +48,72 @@ def test_cli_writes_rows(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["2", "\\frac{1}{2}"]
     assert [r["extra_info"]["index"] for r in rows] == [0, 1]
+
+
+def test_prepared_aime_rows_are_scored_by_the_math_checker(tmp_path: Path) -> None:
+    from rlloom.rewards.batch import score_batch
+
+    source = tmp_path / "aime24_gkv.jsonl"  # the layout of shared/data/aime24/aime24_gkv.jsonl: question/answer
+    source.write_text("".join(json.dumps({"question": f"Problem {n}?", "answer": str(n)}) + "\n" for n in (70, 588)))
+    for dataset in ("aime24", "aime25"):
+        out = tmp_path / f"{dataset}.jsonl"
+        main(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)])
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        items = [
+            {"response": f"so \\boxed{{{r['reward_model']['ground_truth']}}}", "data_source": r["data_source"],
+             "ground_truth": r["reward_model"]["ground_truth"]}
+            for r in rows
+        ]  # fmt: skip
+        assert [(r.score, r.error) for r in score_batch(items, workers=0)] == [(1.0, None)] * 2
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2  # usage + one error line
+    return err.strip().splitlines()[-1]
+
+
+def test_prepare_data_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    math500 = tmp_path / "math500.jsonl"
+    math500.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n{oops\n")
+    out = tmp_path / "rows.jsonl"
+
+    def prep(*extra: str) -> list[str]:
+        return ["prepare-data", "--out", str(out), *extra]
+
+    line = _refused(prep("--dataset", "gsm8k", "--input", str(math500)), capsys)
+    assert str(math500) in line and "no field 'question'" in line and "'question' and 'answer'" in line
+    assert str(broken) + ":2" in _refused(prep("--dataset", "gsm8k", "--input", str(broken)), capsys)
+    assert "is a folder; give the file" in _refused(prep("--dataset", "gsm8k", "--input", str(tmp_path)), capsys)
+    assert "--limit must be 0 or more" in _refused(
+        prep("--dataset", "math500", "--input", str(math500), "--limit", "-1"), capsys
+    )
+    assert not out.exists()  # no partial or empty output was left behind by any failure
+    assert list(tmp_path.glob(".rows.jsonl.*")) == []
+    line = _refused(["prepare-data", "--dataset", "math500", "--input", str(math500), "--out", str(tmp_path)], capsys)
+    assert line.endswith(f"--out {tmp_path} is a folder; give a file path, e.g. {tmp_path / 'math500.jsonl'}")
+
+
+def test_prepare_data_reads_gzip(tmp_path: Path) -> None:
+    import gzip
+
+    source = tmp_path / "test.jsonl.gz"
+    with gzip.open(source, "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"question": "Two apples and one more?", "answer": "2 + 1 = 3\n#### 3"}) + "\n")
+    out = tmp_path / "rows.jsonl"
+    main(["prepare-data", "--dataset", "gsm8k", "--input", str(source), "--out", str(out)])
+    assert json.loads(out.read_text())["reward_model"]["ground_truth"] == "3"
+
+
+def test_a_failure_keeps_the_previous_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.jsonl"
+    out.write_text("earlier rows\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "x"}) + "\n")
+    _refused(["prepare-data", "--dataset", "math500", "--input", str(bad), "--out", str(out)], capsys)
+    assert out.read_text() == "earlier rows\n"

@@ -42,3 +42,67 @@ def test_cli_reads_json_list_and_jsonl(tmp_path: Path) -> None:
         main(["prepare-data", "--data-source", name, "--input", str(source), "--out", str(out)])
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == 1 and rows[0]["data_source"] == name
+
+
+def test_beir_queries_and_ircot_records_are_read(tmp_path: Path) -> None:
+    # the two layouts of shared/data/hotpotqa (beir_style_from_ircot500/queries.jsonl, the IRCoT jsonl), by hand
+    beir = {"_id": "5a8c", "text": "Who was Chief of Protocol", "metadata": {"answers": ["Shirley Temple"]}}
+    ircot = {"question_id": "5a8c", "question_text": "Who was Chief of Protocol?",
+             "answers_objects": [{"number": "", "spans": ["Shirley Temple", "Shirley Temple Black"]}]}  # fmt: skip
+    for name, record, golds in (
+        ("beir", beir, ["Shirley Temple"]),
+        ("ircot", ircot, ["Shirley Temple", "Shirley Temple Black"]),
+    ):
+        source = tmp_path / f"{name}.jsonl"
+        source.write_text(json.dumps(record) + "\n")
+        out = tmp_path / f"{name}_rows.jsonl"
+        main(["prepare-data", "--data-source", "hotpotqa", "--input", str(source), "--out", str(out)])
+        row = json.loads(out.read_text())
+        assert row["reward_model"]["ground_truth"] == {"target": golds}
+        assert row["extra_info"]["question"].rstrip("?") == "Who was Chief of Protocol"
+        assert row["prompt"][0]["content"].rstrip().endswith("Question: Who was Chief of Protocol?")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"query": "q", "answer": "a"}\n', "has no question: expected 'question'"),
+        ('{"question": "q"}\n', "has no answer"),
+        ('{"question": "q", "answer": "a"}\n{broken\n', "in.jsonl:2: not valid JSON"),
+        ('[{"question": "q", "answer": "a"},\n oops]\n', "in.jsonl:2: not valid JSON"),
+    ],
+)
+def test_prepare_data_mistakes_are_one_line_errors(
+    tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, out = tmp_path / "in.jsonl", tmp_path / "rows.jsonl"
+    source.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare-data", "--data-source", "nq", "--input", str(source), "--out", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_prepare_data_refuses_folders_and_negative_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"question": "q", "answer": "a"}\n')
+    for argv, message in (
+        (["--input", str(tmp_path), "--out", str(tmp_path / "o.jsonl")], "is a folder; give the file"),
+        (["--input", str(source), "--out", str(tmp_path)], "--out"),
+        (["--input", str(source), "--out", str(tmp_path / "o.jsonl"), "--limit", "-2"], "--limit must be 0 or more"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["prepare-data", "--data-source", "nq", *argv])
+        assert message in capsys.readouterr().err
+
+
+def test_prepare_data_reads_gzip(tmp_path: Path) -> None:
+    import gzip
+
+    source = tmp_path / "in.jsonl.gz"
+    with gzip.open(source, "wt", encoding="utf-8") as handle:
+        handle.write('{"question": "who wrote hamlet", "answer": ["Shakespeare"]}\n')
+    main(["prepare-data", "--data-source", "nq", "--input", str(source), "--out", str(tmp_path / "o.jsonl")])
+    assert json.loads((tmp_path / "o.jsonl").read_text())["reward_model"]["ground_truth"] == {"target": ["Shakespeare"]}

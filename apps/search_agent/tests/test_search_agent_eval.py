@@ -263,7 +263,18 @@ def test_infer_command_prints_each_conversation(
         (["eval", "--data", "{nq}", "--method", "search"], "needs --index DIR or --retrieval-url URL"),
         (["eval", "--data", "{nq}", "--method", "direct"], "give exactly one of --model DIR"),
         (["eval", "--data", "{raw}", "--method", "direct", "--model", "{root}"], "is not a prepare-data row"),
-        (["eval", "--data", "{nq}", "--index", "{root}/nope", "--model", "{root}"], "is not a folder"),
+        (["eval", "--data", "{nq}", "--index", "{root}/nope", "--model", "{root}"], "nope does not exist"),
+        (["eval", "--data", "{nq}", "--index", "{root}", "--model", "{root}"], "not an rlloom index"),
+        (
+            ["eval", "--data", "{nq}", "--retrieval-url", "http://127.0.0.1:9", "--model", "{root}"],
+            "--retrieval-url http://127.0.0.1:9 is unreachable",
+        ),
+        (
+            ["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--top-k", "0"],
+            "--top-k 0: input should be greater than or equal to 1",
+        ),
+        (["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--max-turns", "0"], "--max-turns 0:"),
+        (["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--limit", "-1"], "--limit must be 0"),
         (["eval", "--data", "{nq}", "--method", "direct", "--engine-url", "http://x"], "needs --tokenizer DIR"),
         (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
     ],
@@ -272,6 +283,55 @@ def test_bad_invocations_are_refused_by_name(
     corpus: dict[str, Path], args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     filled = [a.format(nq=corpus["nq"], raw=corpus["root"] / "nq_raw.jsonl", root=corpus["root"]) for a in args]
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         main(filled)
-    assert message in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "pydantic.dev" not in err
+
+
+def test_an_overlong_prompt_is_a_scored_row_not_an_abort(corpus: dict[str, Path]) -> None:
+    from rlloom_apps.search_agent.data import to_row
+
+    tok = char_tokenizer()
+    long_question = "what is the capital of italy " + "and of nowhere " * 150  # ~2,300 characters
+    rows = [*rows_of(corpus["nq"]), to_row("hotpotqa", {"question": long_question, "answer": "Rome"}, 7, "test")]
+    # the character tokenizer spends about a token per character: the short rows' prompts (~600) fit 1,500
+    settings = EvalSettings(progress=False, max_total_tokens=1500)
+    for method in ("rag", "search"):
+        engine = ScriptedAgent(tok)
+        found = asyncio.run(evaluate(engine, tok, rows, method, settings, retriever=load_index(corpus["index"])))  # type: ignore[arg-type]
+        assert [r.finish_reason for r in found][2] == "overlong_prompt"
+        assert [r.prediction for r in found] == ["Paris", "Berlin", None]  # the others still ran and scored
+        assert (found[2].em, found[2].index, found[2].golds, found[2].data_source) == (0.0, 7, ["Rome"], "hotpotqa")
+        assert not any("and of nowhere" in p for p in engine.prompts)  # never sent to the engine
+        scores = source_scores(found)
+        assert scores["hotpotqa"] == {**scores["hotpotqa"], "em": 0.0, "n": 1.0, "overlong": 1.0}
+        assert scores["nq"]["overlong"] == 0.0 and scores["nq"]["em"] == 1.0
+
+
+def test_each_method_is_written_as_it_finishes(
+    corpus: dict[str, Path], tiny_model: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rlloom_apps.search_agent.evaluate as evaluate_module
+
+    real = evaluate_module.evaluate
+
+    async def rag_fails(engine: Any, tokenizer: Any, rows: Any, method: str, *args: Any, **kw: Any) -> Any:
+        if method == "rag":
+            raise RuntimeError("the retrieval server went away")
+        return await real(engine, tokenizer, rows, method, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate_module, "evaluate", rag_fails)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="went away"):
+        main(
+            [
+                "eval", "--data", str(corpus["nq"]), "--index", str(corpus["index"]), "--model",
+                str(tiny_model["model"]), "--tokenizer", str(tiny_model["tokenizer"]), "--device", "cpu",
+                "--method", "direct", "rag", "--max-tokens-per-turn", "4", "--out", str(out),
+            ]
+        )  # fmt: skip
+    preds = [json.loads(line) for line in (out / "predictions_direct.jsonl").read_text().splitlines()]
+    assert len(preds) == 2 and list(json.loads((out / "results.json").read_text())) == ["direct"]
+    assert not (out / "predictions_rag.jsonl").exists()

@@ -50,13 +50,61 @@ def test_bad_search_keys_and_values_are_refused_by_name() -> None:
         load_train_config(CONFIGS / "grpo.yaml", ["actor.lrr=1"])
 
 
-def test_cli_refuses_a_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def index(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"_id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(PASSAGES))
+    )
+    build_index(corpus, tmp_path / "index", "bm25")
+    return tmp_path / "index"
+
+
+def test_cli_refuses_a_missing_model_folder(tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text("")
-    (tmp_path / "index").mkdir()
     with pytest.raises(SystemExit):
-        main(["train", "--train-data", str(rows), "--index", str(tmp_path / "index")])
+        main(["train", "--train-data", str(rows), "--index", str(index)])
     assert "model.path=SET_ME is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"question": "what is the capital of france"}, "row 0 is not a prepare-data row"),  # no gold at all
+        ({"question": "what is the capital of france", "answer": ["Paris"]}, "row 0 is not a prepare-data row"),
+        ({"data_source": "nq", "reward_model": {"ground_truth": {"target": []}}}, "bad reward_model.ground_truth"),
+    ],
+)
+def test_train_refuses_rows_without_gold_before_the_model_loads(
+    tmp_path: Path, index: Path, record: dict[str, object], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(record) + "\n")
+    for flag in ("--train-data", "--val-data"):
+        good = tmp_path / "good.jsonl"
+        prepare("nq", _raw(tmp_path), good)
+        data = {"--train-data": good, "--val-data": good, flag: rows}
+        with pytest.raises(SystemExit):  # model.path is missing too: the rows are refused first
+            main(["train", "--train-data", str(data["--train-data"]), "--val-data", str(data["--val-data"]),
+                  "--index", str(index), "model.path=/no/such/model"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert f"{flag} {rows} {message}" in err or (f"{flag} {rows} row 0: {message}" in err), err
+
+
+def test_train_refuses_a_folder_that_is_not_an_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.jsonl"
+    prepare("nq", _raw(tmp_path), good)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        main(["train", "--train-data", str(good), "--index", str(tmp_path / "empty"), "model.path=/no/such/model"])
+    assert "--index" in (err := capsys.readouterr().err) and "not an rlloom index" in err
+
+
+def _raw(tmp_path: Path) -> Path:
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return raw
 
 
 @pytest.mark.slow

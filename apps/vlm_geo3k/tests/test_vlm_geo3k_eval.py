@@ -114,3 +114,31 @@ def test_cli_refuses_engines_that_cannot_take_images(tiny: Any, tmp_path: Path) 
     with pytest.raises(SystemExit):
         main(["eval", "--engine-url", "http://127.0.0.1:9", "--tokenizer", str(tiny.tokenizer), "--data",
               str(rows_file)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("response", "accuracy"),
+    [
+        ("i WdrS9X", 0.0),  # a random reply holding the right number: not an answer
+        ("<think>the angle is 80</think> so 80", 0.0),  # the right value, unboxed
+        ("<think>the angle is 80</think> \\boxed{80}", 1.0),
+        ("<think>option D</think> \\boxed{D}", 1.0),
+    ],
+)
+def test_geometry3k_counts_only_a_boxed_answer_in_eval_and_training(response: str, accuracy: float) -> None:
+    from rlloom_apps.vlm_geo3k.train import SCORERS
+
+    from rlloom.rewards.evaluation import evaluate_samples
+    from rlloom.rewards.trainer_reward import RegistryReward
+
+    row = to_row(DATA / "11", "test")  # choices 30/40/60/80, answer D
+    report = evaluate_samples([row], [[response]], [1], workers=0)
+    assert report.records[0].score == accuracy and report.records[0].error is None
+
+    class Traj:
+        response_text, data_source = response, "geometry3k"
+        ground_truth, extra_info = row["reward_model"]["ground_truth"], row["extra_info"]
+
+    with RegistryReward(workers=1, scorers=SCORERS) as reward:
+        (result,) = reward([Traj()])
+    assert result.components["accuracy"] == accuracy

@@ -74,3 +74,35 @@ def test_console_script_entry_point(tmp_path: Path) -> None:
         check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_out_parents_are_created_and_bad_workers_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"response": "\\boxed{2}", "ground_truth": "2", "data_source": "gsm8k"}) + "\n")
+    out = tmp_path / "new" / "sub" / "x.jsonl"
+    assert main(["score", str(src), "--out", str(out), "--workers", "0", "--quiet"]) == 0
+    assert json.loads(out.read_text())["score"] == 1.0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["score", str(src), "--out", str(out), "--workers", "-1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--workers must be 0" in err and "score_batch" not in err
+
+
+def test_a_sandbox_timeout_is_counted_as_a_timeout_not_an_error() -> None:
+    from rlloom.rewards.batch import ScoreItem
+    from rlloom.rewards.cli import error_kind, summary_table
+    from rlloom.rewards.types import ScoreResult
+
+    results = [
+        ScoreResult(score=0.0, error="timeout: took too long", details={"status": "timeout"}),  # the code sandbox's
+        ScoreResult(score=0.0, error="scorer timed out after 1 s", details={"error_kind": "timeout"}),  # the pool's
+        ScoreResult(score=0.0, error="crashed", details={"error_kind": "crash"}),
+        ScoreResult(score=0.0, error="error: NameError", details={"status": "error"}),
+        ScoreResult(score=1.0),
+    ]
+    assert [error_kind(r) for r in results] == ["timeout", "timeout", "crash", "error", None]
+    items = [ScoreItem(response="x", ground_truth="1", data_source="mbpp")] * len(results)
+    table = summary_table(items, results, 0)
+    cells = [column._cells[0] for column in table.columns]
+    assert cells[4:] == ["1", "2", "1"]  # errors, timeouts, crashes: each error counted once

@@ -15,7 +15,9 @@ from rlloom.rewards.eval_runner import (
     EvalSettings,
     add_eval_arguments,
     read_rows,
+    report,
     run_eval,
+    sampling_warnings,
     settings_from_args,
     summary_text,
 )
@@ -92,3 +94,46 @@ def test_read_rows_limits_each_file_and_names_bad_input(tmp_path: Path) -> None:
     empty.write_text("\n")
     with pytest.raises(ValueError, match="holds no rows"):
         read_rows([empty])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--n", "0"], ["--n 0"]),
+        (["--top-p", "1.5"], ["--top-p 1.5"]),
+        (["--n", "0", "--top-p", "1.5"], ["--n 0", "--top-p 1.5"]),
+        (["--score-timeout", "0"], ["--score-timeout 0"]),
+        (["--n", "2", "--k", "4"], ["--k [4]"]),
+    ],
+)
+def test_bad_flags_are_named_as_flags(flags: list[str], named: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    with pytest.raises(ValueError) as caught:
+        settings_from_args(parser.parse_args(flags))
+    message = str(caught.value)
+    assert all(flag in message for flag in named), message
+    assert "pydantic" not in message and "top_p" not in message and "validation error" not in message
+    assert "\n" not in message  # one line for parser.error
+
+
+def test_greedy_with_several_samples_is_warned() -> None:
+    assert sampling_warnings(EvalSettings(n=4, temperature=0.0))[0].startswith("--temperature 0 is greedy")
+    assert sampling_warnings(EvalSettings(n=1, temperature=0.0)) == []
+    assert sampling_warnings(EvalSettings(n=4, temperature=0.6)) == []
+
+
+def test_scoring_errors_are_announced_on_the_console(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{**gsm8k_row("7"), "data_source": "no_such_source"}, gsm8k_row("12")]
+    settings = EvalSettings(n=2, score_workers=0)
+    result = run_eval(
+        ScriptedSampler([["#### 7"] * 2, ["#### 12"] * 2]), rows, settings, lambda i, r: (i, 2), progress=False
+    )
+    report(result, rows, settings, None)
+    err = capsys.readouterr().err
+    assert "WARNING: 2 of 4 samples had scoring errors" in err
+    assert err.count("no_such_source") == 1  # distinct messages, once each
+    capsys.readouterr()
+    clean = run_eval(ScriptedSampler([["#### 12"] * 2]), rows[1:], settings, lambda i, r: (i, 2), progress=False)
+    report(clean, rows[1:], settings, None)
+    assert "WARNING" not in capsys.readouterr().err

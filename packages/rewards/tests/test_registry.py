@@ -99,3 +99,40 @@ def test_to_result_shapes() -> None:
     assert verl == ScoreResult(score=-1.0, components={"acc": 0.0}, details={"pred": "42"})
     with pytest.raises(TypeError, match="must return a float"):
         to_result("1.0")
+
+
+@pytest.mark.parametrize(
+    "name", ["aime", "aime24", "aime25", "aime2024", "AIME2025", "HuggingFaceH4/aime_2024", "opencompass/AIME2025"]
+)
+def test_aime_names_resolve_to_the_math_checker(name: str) -> None:
+    # veRL's default_compute_score sends every data_source starting with "aime" to its math scorer
+    assert canonical_source(name) == "aime"
+    assert scorer_spec(name) == "rlloom.rewards.math:math_scorer"
+    assert to_result(get_scorer(name)("so the answer is \\boxed{70}.", "70")).score == 1.0
+
+
+def test_aime_rows_score_in_a_batch_without_errors() -> None:
+    from rlloom.rewards.batch import score_batch
+
+    items = [
+        {"response": "\\boxed{70}", "ground_truth": "70", "data_source": source}
+        for source in ("aime24", "aime25", "aime2024", "aime2025", "math_dapo")
+    ]
+    results = score_batch(items, workers=0)
+    assert [(r.score, r.error) for r in results] == [(1.0, None)] * len(items)
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("i WdrS9X", 0.0),  # a random reply that happens to hold the digit 9
+        ("The angle is 9 degrees, so the answer is 9.", 0.0),  # right number, not boxed
+        ("<think>...</think> \\boxed{9}", 1.0),
+        ("\\boxed{A}", 1.0),  # the letter of the right choice
+        ("\\boxed{8}", 0.0),
+    ],
+)
+def test_geometry3k_reads_only_the_boxed_answer(response: str, expected: float) -> None:
+    scorer = get_scorer("geometry3k")
+    result = to_result(scorer(response, ["9", "A"], extra_info={"modes": ["final_number"]}))  # a row cannot widen it
+    assert result.score == expected

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom_apps.reasoning.data import FIELDS, prepare
+from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 
+from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="reasoning", description="Math RL with verifiable rewards.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reasoning",
+        description="RL with verifiable rewards for math (GSM8K, MATH-500, AIME) and code (HumanEval, MBPP).",
+        formatter_class=HelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    prep = commands.add_parser("prepare-data", help="convert a math dataset (JSONL) to training rows")
-    prep.add_argument("--dataset", required=True, choices=sorted(FIELDS))
-    prep.add_argument("--input", required=True, type=Path, help="source JSONL, e.g. gsm8k/test.jsonl")
+    prep = commands.add_parser(
+        "prepare-data", help="convert a math or code dataset (JSONL) to training rows", formatter_class=HelpFormatter
+    )
+    prep.add_argument("--dataset", required=True, choices=sorted(FIELDS), help="which dataset --input holds")
+    prep.add_argument("--input", required=True, type=Path, help="source JSONL (or .jsonl.gz), e.g. gsm8k/test.jsonl")
     prep.add_argument("--out", required=True, type=Path, help="output JSONL of training rows")
-    prep.add_argument("--split", default="test", help="recorded in extra_info; for mbpp it picks the task-id range")
-    prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows")
-    add_demo_command(
+    prep.add_argument(
+        "--split",
+        default="test",
+        help=f"recorded in extra_info; for mbpp it picks the task-id range ({', '.join(MBPP_SPLITS)})",
+    )
+    prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows (default: all)")
+    demo = add_demo_command(
         commands,
         help="train a tiny model end to end on CPU (warm-up, then GRPO with held-out validation)",
         description="Supervised warm-up, then GRPO on digit reversal with rlloom's trainer, HF engine and a "
@@ -30,9 +42,15 @@ def main(argv: list[str] | None = None) -> None:
         seed_help="model initialisation, warm-up and training seed",
         run_prefix="demo",
     )
+    demo.formatter_class = HelpFormatter
     _eval_parser(commands)
     _train_parser(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parse(parser, argv)
     if args.command == "demo":
         _demo(parser, args)
         return
@@ -42,9 +60,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "train":
         _train(parser, args)
         return
+    _prepare(parser, args)
+
+
+def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.input.is_dir():
+        parser.error(f"--input {args.input} is a folder; give the file, e.g. {args.input / 'test.jsonl'}")
     if not args.input.is_file():
         parser.error(f"--input {args.input} does not exist")
-    n = prepare(args.dataset, args.input, args.out, split=args.split, limit=args.limit)
+    if args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / f'{args.dataset}.jsonl'}")
+    try:
+        n = prepare(args.dataset, args.input, args.out, split=args.split, limit=args.limit)
+    except DataError as err:
+        parser.error(str(err))
     print(f"wrote {n} rows to {args.out}")
 
 
@@ -66,32 +95,41 @@ def _eval_parser(commands: Any) -> None:
         help="sample n responses per problem and report avg@n, pass@k and maj@k per dataset",
         description="Sample every prepared row n times (seeded), score each sample with its data source's scorer "
         "(math checker, sandboxed HumanEval/MBPP tests), and print avg@n, unbiased pass@k and maj@k per dataset.",
+        formatter_class=HelpFormatter,
     )
     ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
-    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
+    describe_policy_flags(ev)
     add_eval_arguments(ev)
 
 
+def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
+    """Help for the policy flags that rlloom-rollout leaves undescribed."""
+    for action in parser._actions:
+        if action.dest == "dtype" and not action.help:
+            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
+
+
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
     from rlloom_apps.reasoning.evaluate import run_eval
 
-    from rlloom.rewards.eval_runner import read_rows, report, settings_from_args
+    from rlloom.rewards.eval_runner import read_rows, report, sampling_warnings, settings_from_args
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
+    if args.limit is not None and args.limit < 0:
+        parser.error(f"--limit must be 0 or more, got {args.limit}")
     spec = PolicySpec.from_args(args)
     try:
         spec.check()
         settings = settings_from_args(args)
-    except (ValueError, ValidationError) as err:
-        parser.error(str(err))
-    try:
         rows = read_rows(args.data, limit=args.limit, made_by="reasoning prepare-data")
     except ValueError as err:
         parser.error(str(err))
-    engine, _ = build_engine(spec)
+    for warning in sampling_warnings(settings):
+        print(f"warning: {warning}", file=sys.stderr)
+    engine = open_engine(parser, spec, build_engine)
     try:
         result = run_eval(engine, rows, settings)  # checks each row has chat messages
     except ValueError as err:
@@ -101,6 +139,19 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     report(result, rows, settings, args.out)
 
 
+def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -> Any:
+    """The spec's engine; a bad flag, or `--engine vllm` on a machine without vLLM, is a one-line error."""
+    try:
+        engine, _ = build_engine(spec)
+    except ValueError as err:  # rlloom-rollout's checks of the flags, e.g. a folder that is not a model
+        parser.error(str(err))
+    except ImportError as err:
+        if spec.engine != "vllm":
+            raise
+        parser.error(f"--engine vllm: {err}")
+    return engine
+
+
 def _train_parser(commands: Any) -> None:
     from rlloom_apps.reasoning.train import ALGORITHMS
 
@@ -108,18 +159,20 @@ def _train_parser(commands: Any) -> None:
         "train",
         help="RL on prepared rows with a bundled algorithm config (or your YAML)",
         description="Train with core-rl's Trainer: rollouts from an HF engine on the actor, each sample scored by "
-        "its row's data_source scorer. Extra arguments are dotted config overrides, e.g. model.path=/models/x "
-        "actor.lr=5e-7 rollout.n=8.",
+        "its row's data_source scorer. Extra arguments (anywhere among the options) are dotted config overrides, "
+        "e.g. model.path=/models/x actor.lr=5e-7 rollout.n=8.",
+        formatter_class=HelpFormatter,
     )
     fit.add_argument("--config", default="grpo", help=f"{', '.join(ALGORITHMS)}, or a YAML file")
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
-    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation")
+    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
     fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
-    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=5e-7")
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    import yaml
     from pydantic import ValidationError
     from rlloom_apps.reasoning.train import load_train_config, run_train
 
@@ -128,8 +181,18 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():
             parser.error(f"{label} {path} does not exist (make rows with `reasoning prepare-data`)")
+    if args.score_workers is not None and args.score_workers < 0:
+        parser.error(f"--score-workers must be 0 (score in this process) or more, got {args.score_workers}")
+    if args.score_timeout <= 0:
+        parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
+    check_yaml(parser, args.config)
     try:
         config = load_train_config(args.config, args.overrides)
+    except yaml.YAMLError as err:
+        parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
+    except (ConfigError, ValidationError) as err:
+        parser.error(str(err))
+    try:
         metrics = run_train(
             config,
             train_data=args.train_data,
@@ -137,7 +200,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             score_workers=args.score_workers,
             score_timeout=args.score_timeout,
         )
-    except (ConfigError, ValidationError) as err:
+    except (ConfigError, ValidationError, DataError) as err:
         parser.error(str(err))
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("reward/", "val/"))}
     print(f"last step: {shown}")

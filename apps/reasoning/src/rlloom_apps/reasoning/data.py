@@ -8,15 +8,19 @@ solved only when every test passes, as pass@k is defined.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 CODE_INSTRUCTION = "Write the complete function in one ```python code block."
 
-# dataset name -> (question field, answer field)
+# dataset name -> (question field, answer field); AIME files come with either `problem` or `question`
 FIELDS: dict[str, tuple[str, str]] = {
     "gsm8k": ("question", "answer"),
     "math500": ("problem", "answer"),
@@ -25,6 +29,15 @@ FIELDS: dict[str, tuple[str, str]] = {
     "humaneval": ("prompt", "test"),
     "mbpp": ("text", "test_list"),
 }
+QUESTION_ALTERNATIVES: dict[str, tuple[str, ...]] = {
+    "aime24": ("problem", "question"),
+    "aime25": ("question", "problem"),
+}
+
+
+class DataError(ValueError):
+    """A source file that cannot be converted; the message names the file, the record and what is needed."""
+
 
 # MBPP's task-id ranges per split (Austin et al. 2021: 1-10 few-shot prompts, 11-510 test, 511-600 validation)
 MBPP_SPLITS: dict[str, range] = {
@@ -38,18 +51,26 @@ MBPP_SPLITS: dict[str, range] = {
 def gsm8k_final_answer(solution: str) -> str:
     """GSM8K solutions end with `#### <number>`; the number (without thousands commas) is the ground truth."""
     if "####" not in solution:
-        raise ValueError(f"GSM8K solution has no '#### answer' line: {solution[-80:]!r}")
+        raise DataError(f"GSM8K solution has no '#### answer' line: {solution[-80:]!r}")
     return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
 
 def to_row(dataset: str, record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     """Convert one source record; raises with the missing field named."""
     if dataset not in FIELDS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(FIELDS)}")
+        raise DataError(f"unknown --dataset {dataset!r}; choose one of {sorted(FIELDS)}")
+    if not isinstance(record, dict):
+        raise DataError(f"{dataset} record {index} is a JSON {type(record).__name__}, not an object")
     q_key, a_key = FIELDS[dataset]
+    alternatives = QUESTION_ALTERNATIVES.get(dataset, (q_key,))
+    q_key = next((k for k in alternatives if k in record), q_key)
     for key in (q_key, a_key):
         if key not in record:
-            raise ValueError(f"{dataset} record {index} has no field {key!r} (fields: {sorted(record)})")
+            needed = " or ".join(repr(k) for k in alternatives) + f" and {a_key!r}"
+            raise DataError(
+                f"{dataset} record {index} has no field {key!r}; {dataset} records need {needed} "
+                f"(this one has {sorted(record)}); is --dataset right for this file?"
+            )
     if dataset == "humaneval":
         return humaneval_row(record, index, split)
     if dataset == "mbpp":
@@ -67,7 +88,7 @@ def to_row(dataset: str, record: dict[str, Any], index: int, split: str) -> dict
 def humaneval_row(record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     """The function signature and docstring as the prompt; the harness runs `check(entry_point)` from `test`."""
     if "entry_point" not in record:
-        raise ValueError(f"humaneval record {index} has no field 'entry_point' (fields: {sorted(record)})")
+        raise DataError(f"humaneval record {index} has no field 'entry_point' (fields: {sorted(record)})")
     prompt = str(record["prompt"])
     content = f"Complete the following Python function.\n\n```python\n{prompt}```\n\n{CODE_INSTRUCTION}"
     return {
@@ -103,35 +124,63 @@ def mbpp_row(record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     }
 
 
+def open_text(path: Path) -> IO[str]:
+    """A text file, or a gzip-compressed one (`.gz`), for reading."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
+    with open_text(path) as handle:
         for line_no, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+                raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg}); give a JSONL file") from err
 
 
 def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit: int | None = None) -> int:
-    """Write `out` (JSONL) from `source`; returns the number of rows written."""
+    """Write `out` (JSONL) from `source` (JSONL, or `.jsonl.gz`); returns the number of rows written.
+
+    The rows go to a temporary file renamed to `out` at the end, so a failure leaves no partial `out` behind.
+    """
+    if limit is not None and limit < 0:
+        raise DataError(f"--limit must be 0 or more, got {limit}")
+    if dataset == "mbpp" and split not in MBPP_SPLITS:
+        raise DataError(f"mbpp --split must be one of {sorted(MBPP_SPLITS)} (its task-id ranges), got {split!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with out.open("w", encoding="utf-8") as handle:
+    with atomic_output(out) as handle:
         for index, record in enumerate(read_jsonl(source)):
             if limit is not None and count >= limit:
                 break
-            if dataset == "mbpp" and not _in_mbpp_split(record, index, split):
-                continue
-            handle.write(json.dumps(to_row(dataset, record, index, split), ensure_ascii=False) + "\n")
+            try:
+                if dataset == "mbpp" and not _in_mbpp_split(record, index, split):
+                    continue
+                row = to_row(dataset, record, index, split)
+            except DataError as err:
+                raise DataError(f"--input {source}: {err}") from None
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
 
 
+@contextmanager
+def atomic_output(path: Path) -> Iterator[IO[str]]:
+    """Write to a temporary file beside `path`, renamed to `path` only when the block succeeds."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(name, path)
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
 def _in_mbpp_split(record: dict[str, Any], index: int, split: str) -> bool:
-    if split not in MBPP_SPLITS:
-        raise ValueError(f"mbpp --split must be one of {sorted(MBPP_SPLITS)} (its task-id ranges), got {split!r}")
     if "task_id" not in record:
-        raise ValueError(f"mbpp record {index} has no field 'task_id', which picks its split")
+        raise DataError(f"mbpp record {index} has no field 'task_id', which picks its split")
     return int(record["task_id"]) in MBPP_SPLITS[split]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rlloom_apps.reasoning.data import read_jsonl
 from torch import nn
-from transformers import AutoTokenizer
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.hf_engine import HFEngine
@@ -51,7 +51,7 @@ def run_train(
     if not train_rows:
         raise ConfigError(f"--train-data {train_data} holds no rows")
     val_rows = list(read_jsonl(val_data)) if val_data is not None else None
-    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
+    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     engines: list[HFEngine] = []
 
     def engine_on(module: nn.Module) -> HFEngine:

@@ -6,39 +6,56 @@ import argparse
 import asyncio
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom_apps.search_agent.data import prepare
+from rlloom_apps.search_agent.data import DataError, prepare
+
+from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="search-agent", description="Search-R1 style search agents.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="search-agent", description="Search-R1 style search agents.", formatter_class=HelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    prep = commands.add_parser("prepare-data", help="convert a QA set (JSONL or JSON list) to Search-R1 rows")
-    prep.add_argument("--data-source", required=True, choices=DATA_SOURCES)
-    prep.add_argument("--input", required=True, type=Path)
-    prep.add_argument("--out", required=True, type=Path)
-    prep.add_argument("--split", default="test")
-    prep.add_argument("--limit", type=int, default=None)
+    prep = commands.add_parser(
+        "prepare-data",
+        help="convert a QA set (JSONL or JSON list) to Search-R1 rows",
+        description="Reads NQ-open / HotpotQA records (question + answer), BEIR queries.jsonl (_id, text, "
+        "metadata.answers) and IRCoT files (question_text, answers_objects).",
+        formatter_class=HelpFormatter,
+    )
+    prep.add_argument("--data-source", required=True, choices=DATA_SOURCES, help="the dataset the rows are named by")
+    prep.add_argument("--input", required=True, type=Path, help="source JSONL (or .jsonl.gz) or JSON list file")
+    prep.add_argument("--out", required=True, type=Path, help="output JSONL of Search-R1 rows")
+    prep.add_argument("--split", default="test", help="recorded in extra_info")
+    prep.add_argument("--limit", type=int, default=None, help="keep only the first N rows (default: all)")
     fit = commands.add_parser(
         "train",
         help="train a search agent (Search-R1's GRPO or PPO setup) on prepared rows",
         description="Multi-turn rollouts with search through rlloom's AgentLoop, rewarded by exact match of the "
-        "last <answer>. Extra arguments are dotted config overrides, e.g. model.path=/models/Qwen2.5-3B "
-        "search.max_turns=2 actor.lr=5e-7.",
+        "last <answer>. Extra arguments (anywhere among the options) are dotted config overrides, e.g. "
+        "model.path=/models/Qwen2.5-3B search.max_turns=2 actor.lr=5e-7.",
+        formatter_class=HelpFormatter,
     )
     fit.add_argument("--config", default="grpo", help="grpo, ppo (Search-R1's setups) or a YAML file")
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
-    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM)")
+    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM; default: none)")
     _retrieval_args(fit, required=True)
-    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. search.max_turns=2")
     _eval_parser(commands)
     _infer_parser(commands)
     _demo_parser(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parse(parser, argv)
     if args.command == "demo":
         _demo(parser, args)
     elif args.command == "train":
@@ -48,17 +65,30 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "infer":
         _infer(parser, args)
     else:
-        if not args.input.is_file():
-            parser.error(f"--input {args.input} does not exist")
+        _prepare(parser, args)
+
+
+def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.input.is_dir():
+        parser.error(f"--input {args.input} is a folder; give the file, e.g. {args.input / 'test.jsonl'}")
+    if not args.input.is_file():
+        parser.error(f"--input {args.input} does not exist")
+    if args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / f'{args.data_source}.jsonl'}")
+    try:
         n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
-        print(f"wrote {n} rows to {args.out}")
+    except DataError as err:
+        parser.error(str(err))
+    print(f"wrote {n} rows to {args.out}")
 
 
 # ------------------------------------------------------------------------------------------- arguments
 def _retrieval_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     where = parser.add_mutually_exclusive_group(required=required)
     where.add_argument("--index", type=Path, help="an index folder built by rlloom-retrieval, loaded in-process")
-    where.add_argument("--retrieval-url", help="a running retrieval server, e.g. http://127.0.0.1:8000")
+    where.add_argument(
+        "--retrieval-url", help="a running retrieval server, e.g. http://127.0.0.1:8000 (checked at start: GET /health)"
+    )
 
 
 def _policy_args(parser: argparse.ArgumentParser) -> None:
@@ -68,9 +98,17 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     from rlloom.rollout.policy_spec import add_policy_arguments
 
     add_policy_arguments(parser, model_help="a saved model folder, e.g. a checkpoints/step_N of train")
+    for action in parser._actions:  # help for the policy flags that rlloom-rollout leaves undescribed
+        if action.dest == "dtype" and not action.help:
+            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
     _retrieval_args(parser, required=False)
-    parser.add_argument("--retrieval-api", choices=["native", "search-r1"], default="native")
-    limits = parser.add_argument_group("limits (Search-R1's defaults)")
+    parser.add_argument(
+        "--retrieval-api",
+        choices=["native", "search-r1"],
+        default="native",
+        help="wire format of --retrieval-url: rlloom's server, or Search-R1's /retrieve",
+    )
+    limits = parser.add_argument_group("limits (Search-R1's defaults, shown per flag)")
     for name, field in EvalSettings.model_fields.items():
         if name == "progress":
             continue
@@ -87,11 +125,19 @@ def _eval_parser(commands: Any) -> None:
         help="exact match per data source, laid out like Search-R1's results table",
         description="Greedy evaluation of prepared rows (one file per data source, or mixed). Methods: search "
         "(the agent), rag (top-k passages in the prompt, one answer), direct (no retrieval). Prints one table row "
-        "per method; --out also writes results.json, table.md and predictions_<method>.jsonl.",
+        "per method; --out also writes results.json, table.md and predictions_<method>.jsonl (each method's as it "
+        "finishes).",
+        formatter_class=HelpFormatter,
     )
     ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
-    ev.add_argument("--method", nargs="+", default=["search"], choices=["search", "rag", "direct"])
-    ev.add_argument("--limit", type=int, default=None, help="first N rows of each data source")
+    ev.add_argument(
+        "--method",
+        nargs="+",
+        default=["search"],
+        choices=["search", "rag", "direct"],
+        help="search: the agent; rag: top-k passages in the prompt; direct: the question alone",
+    )
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each data source (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and predictions")
     _policy_args(ev)
 
@@ -102,6 +148,7 @@ def _infer_parser(commands: Any) -> None:
         help="ask the agent questions and print each conversation",
         description="Runs Search-R1's protocol on each question and prints what the model wrote, with the "
         "retrieved <information> between its turns, and its answer.",
+        formatter_class=HelpFormatter,
     )
     inf.add_argument("question", nargs="+", help="one or more questions")
     _policy_args(inf)
@@ -120,6 +167,7 @@ def _demo_parser(commands: Any) -> None:
         seed_help="world, model, warm-up and training seed",
         run_prefix="search-demo",
     )
+    demo.formatter_class = HelpFormatter
     demo.add_argument(
         "--model",
         type=Path,
@@ -150,7 +198,11 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    import yaml
     from pydantic import ValidationError
+    from rlloom_apps.search_agent.data import read_rows
+    from rlloom_apps.search_agent.retrieval import check_retrieval
+    from rlloom_apps.search_agent.settings import load_train_config
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
     from rlloom.core_rl.config import ConfigError, bundled_config
@@ -159,11 +211,21 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         config = bundled_config(args.config, CONFIGS, ("grpo", "ppo"))
     except ConfigError as err:
         parser.error(str(err))
-    for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
-        if path is not None and not path.is_file():
-            parser.error(f"{label} {path} does not exist")
-    if args.index is not None and not args.index.is_dir():
-        parser.error(f"--index {args.index} is not a folder (build one with rlloom-retrieval)")
+    check_yaml(parser, str(config))
+    try:
+        _, search = load_train_config(config, args.overrides)  # a bad config fails before anything loads
+    except yaml.YAMLError as err:
+        parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
+    except (ConfigError, ValidationError) as err:
+        parser.error(str(err))
+    try:
+        # rows without gold answers would train silently at reward 0: refuse them as eval does
+        read_rows(args.train_data, "--train-data")
+        if args.val_data is not None:
+            read_rows(args.val_data, "--val-data")
+        check_retrieval(args.index, args.retrieval_url, api=search.retrieval_api)
+    except ValueError as err:
+        parser.error(str(err))
     try:
         metrics = run_train(
             config,
@@ -180,28 +242,40 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from rlloom_apps.search_agent.evaluate import evaluate, markdown_table, source_scores
+    from rlloom_apps.search_agent.evaluate import evaluate, markdown_table, problems_report, source_scores
 
+    if args.limit is not None and args.limit < 0:
+        parser.error(f"--limit must be 0 or more, got {args.limit}")
     rows = _eval_rows(parser, args.data, args.limit)
     needs_retrieval = any(m != "direct" for m in args.method)
     if needs_retrieval and args.index is None and args.retrieval_url is None:
         parser.error(f"--method {' '.join(args.method)} needs --index DIR or --retrieval-url URL")
+    if args.out is not None and args.out.is_file():
+        parser.error(f"--out {args.out} is a file; give a folder for results.json, table.md and predictions")
+    results: dict[str, Any] = {}
 
-    async def run(engine: Any, tokenizer: Any, retriever: Any, settings: Any) -> dict[str, Any]:
-        return {m: await evaluate(engine, tokenizer, rows, m, settings, retriever=retriever) for m in args.method}
-
-    results = _with_policy(parser, args, run, retrieval=needs_retrieval)
-    scores = {method: source_scores(found) for method, found in results.items()}
-    table = markdown_table(scores)
-    print(table)
-    if args.out is not None:
+    def save(method: str, found: Any, settings: Any) -> None:
+        """Each method's figures and predictions as soon as it finishes, so a later failure loses nothing."""
+        results[method] = found
+        for line in problems_report(method, found, settings.max_total_tokens):
+            print(line, file=sys.stderr)
+        if args.out is None:
+            return
         args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / f"predictions_{method}.jsonl").open("w", encoding="utf-8") as handle:
+            for r in found:
+                handle.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+        scores = {m: source_scores(done) for m, done in results.items()}
         (args.out / "results.json").write_text(json.dumps(scores, indent=2) + "\n")
-        (args.out / "table.md").write_text(table + "\n")
-        for method, found in results.items():
-            with (args.out / f"predictions_{method}.jsonl").open("w", encoding="utf-8") as handle:
-                for r in found:
-                    handle.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+        (args.out / "table.md").write_text(markdown_table(scores) + "\n")
+
+    async def run(engine: Any, tokenizer: Any, retriever: Any, settings: Any) -> None:
+        for method in args.method:
+            save(method, await evaluate(engine, tokenizer, rows, method, settings, retriever=retriever), settings)
+
+    _with_policy(parser, args, run, retrieval=needs_retrieval)
+    print(markdown_table({method: source_scores(found) for method, found in results.items()}))
+    if args.out is not None:
         print(f"wrote results.json, table.md and predictions to {args.out}")
 
 
@@ -223,17 +297,17 @@ def _infer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _eval_rows(parser: argparse.ArgumentParser, files: list[Path], limit: int | None) -> list[dict[str, Any]]:
-    """Every file's rows, the first `limit` of each data source when given."""
-    from rlloom_apps.search_agent.data import read_records
+    """Every file's rows (checked as train checks them), the first `limit` of each data source when given."""
+    from rlloom_apps.search_agent.data import read_rows
 
     rows: list[dict[str, Any]] = []
     taken: dict[str, int] = {}
     for path in files:
-        if not path.is_file():
-            parser.error(f"--data {path} does not exist")
-        for i, row in enumerate(read_records(path)):
-            if "data_source" not in row or "reward_model" not in row:
-                parser.error(f"--data {path} row {i} is not a prepare-data row (needs data_source, reward_model)")
+        try:
+            found = read_rows(path, "--data")
+        except DataError as err:
+            parser.error(str(err))
+        for row in found:
             source = str(row["data_source"])
             if limit is not None and taken.get(source, 0) >= limit:
                 continue
@@ -250,20 +324,30 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
 
     from pydantic import ValidationError
     from rlloom_apps.search_agent.evaluate import EvalSettings
-    from rlloom_apps.search_agent.retrieval import open_retriever
+    from rlloom_apps.search_agent.retrieval import check_retrieval, open_retriever
 
+    from rlloom.rewards.eval_runner import flag_errors
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
     try:
         spec.check()
         settings = EvalSettings(**{k: getattr(args, k) for k in EvalSettings.model_fields if k != "progress"})
-    except (ValueError, ValidationError) as err:
+        if retrieval:  # before the model loads: a wrong --index or a dead server should not cost that wait
+            check_retrieval(args.index, args.retrieval_url, api=args.retrieval_api)
+    except ValidationError as err:
+        parser.error(flag_errors(err))
+    except ValueError as err:
         parser.error(str(err))
-    if retrieval and args.index is not None and not args.index.is_dir():
-        parser.error(f"--index {args.index} is not a folder (build one with rlloom-retrieval build-index)")
     opened = open_retriever(args.index, args.retrieval_url, api=args.retrieval_api) if retrieval else None
-    engine, tokenizer = build_engine(spec)
+    try:
+        engine, tokenizer = build_engine(spec)
+    except ValueError as err:
+        parser.error(str(err))
+    except ImportError as err:  # the message says what to install; the traceback would bury it
+        if spec.engine != "vllm":
+            raise
+        parser.error(f"--engine vllm: {err}")
 
     async def run_and_close(retriever: Any) -> Any:
         try:

@@ -7,7 +7,10 @@ Search-R1, so its EM reward and ours read the same rows.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,49 +25,114 @@ def search_r1_prompt(question: str) -> str:
     return SEARCH_R1_TEMPLATE.format(question=question)
 
 
+class DataError(ValueError):
+    """A source or row file that cannot be used; the message names the file, the record and what is needed."""
+
+
+def question_of(record: dict[str, Any], index: int, data_source: str) -> str:
+    """NQ-open and HotpotQA: `question`; IRCoT: `question_text`; BEIR queries.jsonl: `text` (with `_id`)."""
+    for key in ("question", "question_text"):
+        if isinstance(record.get(key), str):
+            return str(record[key])
+    if "_id" in record and isinstance(record.get("text"), str):
+        return str(record["text"])
+    raise DataError(
+        f"{data_source} record {index} has no question: expected 'question' (NQ-open, HotpotQA), 'question_text' "
+        f"(IRCoT) or '_id' + 'text' (BEIR queries); it has {sorted(record)}"
+    )
+
+
 def answers_of(record: dict[str, Any], index: int) -> list[str]:
-    """NQ-open stores a list of aliases under `answer`; HotpotQA a single string."""
+    """NQ-open stores a list of aliases under `answer`; HotpotQA a single string; BEIR queries
+    `metadata.answers`; IRCoT `answers_objects[].spans`."""
     answer = record.get("answer", record.get("answers", record.get("golden_answers")))
+    metadata = record.get("metadata")
+    if answer is None and isinstance(metadata, dict):
+        answer = metadata.get("answers", metadata.get("answer"))
+    if answer is None and isinstance(record.get("answers_objects"), list):
+        answer = [span for obj in record["answers_objects"] if isinstance(obj, dict) for span in obj.get("spans", [])]
     if answer is None:
-        raise ValueError(f"record {index} has no 'answer', 'answers' or 'golden_answers' field")
+        raise DataError(
+            f"record {index} has no answer: expected 'answer', 'answers', 'golden_answers', 'metadata.answers' "
+            f"(BEIR queries) or 'answers_objects' (IRCoT); it has {sorted(record)}"
+        )
     aliases = [answer] if isinstance(answer, str) else [str(a) for a in answer]
     if not aliases or not all(a.strip() for a in aliases):
-        raise ValueError(f"record {index} has an empty answer: {answer!r}")
+        raise DataError(f"record {index} has an empty answer: {answer!r}")
     return aliases
 
 
 def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
-    if "question" not in record:
-        raise ValueError(f"{data_source} record {index} has no field 'question' (fields: {sorted(record)})")
+    if not isinstance(record, dict):
+        raise DataError(f"{data_source} record {index} is a JSON {type(record).__name__}, not an object")
+    question = question_of(record, index, data_source).strip()
     return {
         "data_source": data_source,
-        "prompt": [{"role": "user", "content": search_r1_prompt(str(record["question"]))}],
+        "prompt": [{"role": "user", "content": search_r1_prompt(question)}],
         "reward_model": {"style": "rule", "ground_truth": {"target": answers_of(record, index)}},
-        "extra_info": {"index": index, "split": split, "question": str(record["question"]).strip()},
+        "extra_info": {"index": index, "split": split, "question": question},
     }
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """JSONL (NQ-open) or a JSON list (HotpotQA's simplified dev file)."""
-    text = path.read_text(encoding="utf-8")
+    """JSONL (NQ-open; `.gz` too) or a JSON list (HotpotQA's simplified dev file)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        text = handle.read()
     if text.lstrip().startswith("["):
-        yield from json.loads(text)
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+        yield from records
         return
     for line_no, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+                raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg}); give JSONL or a JSON list") from None
+
+
+def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
+    """The rows of a prepare-data file, each checked for a data source and a gold answer before anything loads."""
+    from rlloom.rewards.qa import qa_golds
+
+    if not path.is_file():
+        raise DataError(f"{flag} {path} does not exist (make rows with `search-agent prepare-data`)")
+    rows = list(read_records(path))
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or "data_source" not in row or "reward_model" not in row:
+            raise DataError(
+                f"{flag} {path} row {i} is not a prepare-data row (needs data_source, reward_model); "
+                "make rows with `search-agent prepare-data`"
+            )
+        try:
+            qa_golds(row["reward_model"].get("ground_truth"))
+        except (AttributeError, TypeError, ValueError) as err:
+            raise DataError(f"{flag} {path} row {i}: bad reward_model.ground_truth ({err})") from None
+    return rows
 
 
 def prepare(data_source: str, source: Path, out: Path, *, split: str = "test", limit: int | None = None) -> int:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with out.open("w", encoding="utf-8") as handle:
+    """Write `out` (JSONL) from `source`; a temporary file renamed at the end, so a failure leaves no `out`."""
+    if limit is not None and limit < 0:
+        raise DataError(f"--limit must be 0 or more, got {limit}")
+    rows: list[dict[str, Any]] = []
+    try:
         for index, record in enumerate(read_records(source)):
-            if limit is not None and count >= limit:
+            if limit is not None and len(rows) >= limit:
                 break
-            handle.write(json.dumps(to_row(data_source, record, index, split), ensure_ascii=False) + "\n")
-            count += 1
-    return count
+            rows.append(to_row(data_source, record, index, split))
+    except DataError as err:
+        raise DataError(str(err) if str(err).startswith(str(source)) else f"--input {source}: {err}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(name, out)
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return len(rows)

@@ -33,6 +33,7 @@ from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.sft import supervised_train
 from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.retrieval import build_index, load_index
 from rlloom.rollout.hf_engine import HFEngine
@@ -209,12 +210,12 @@ def _model_and_tokenizer(settings: DemoSettings, world: World, seed: int) -> tup
             max_position_embeddings=256,
         )
         return tiny, words
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     for flag, folder in (("--model", settings.model_path), ("--tokenizer", settings.tokenizer_path)):
         if folder is not None and not Path(folder).is_dir():
             raise FileNotFoundError(f"{flag} {folder}: not a folder (a transformers checkpoint saved locally)")
-    tokenizer = AutoTokenizer.from_pretrained(str(settings.tokenizer_path or settings.model_path))
+    tokenizer = load_pretrained_tokenizer(str(settings.tokenizer_path or settings.model_path))
     if tokenizer.chat_template is None:
         raise ValueError(f"the tokenizer of {settings.model_path} has no chat template; pass an instruct model's")
     model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(settings.model_path), dtype=torch.float32)

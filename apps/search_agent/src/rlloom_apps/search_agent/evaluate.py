@@ -7,7 +7,9 @@ Three methods, each a row of the table, all greedy by default (Search-R1 validat
   row);
 - `direct`: the question alone, one answer turn (the paper's "Direct inference" row).
 Every method is scored the same way: the last `<answer>` of what the model wrote, normalised exact match against
-any gold alias (rlloom-rewards' `qa_em_scorer`, Search-R1's `qa_em`), with F1 and cover-EM kept per row.
+any gold alias (rlloom-rewards' `qa_em_scorer`, Search-R1's `qa_em`), with F1 and cover-EM (`sub_em`) kept per row.
+A row whose prompt alone fills the conversation's token budget is not run: it scores 0 with finish reason
+`overlong_prompt` and is counted per source (`overlong`).
 Columns follow the paper: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, Musique, Bamboogle, then the unweighted mean.
 """
 
@@ -27,6 +29,8 @@ from rlloom.rewards.qa import extract_tagged_answer, qa_em_scorer, qa_golds
 
 Method = Literal["search", "rag", "direct"]
 METHODS: tuple[Method, ...] = ("search", "rag", "direct")
+OVERLONG = "overlong_prompt"
+"""Finish reason of a row whose prompt alone fills the conversation's token budget: not run, scored 0."""
 
 TABLE_COLUMNS = {
     "nq": "NQ",
@@ -97,8 +101,9 @@ class RowResult:
     sub_em: float
     searches: float
     turns: float
-    finish_reason: str
+    finish_reason: str  # "stop", "length", "max_turns", or "overlong_prompt" (not run: see `evaluate`)
     response: str
+    error: str | None = None  # the scorer's error, when scoring failed (the row then scores 0)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,10 +170,36 @@ async def evaluate(
             for s, p in zip(samples, prompts, strict=True)
         ]
         loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric, stop=["</answer>"]), loop_config)
-    trajectories = await loop.arun(samples)
+    fits = [_prompt_tokens(loop, s) < loop.max_total_tokens for s in samples]
+    trajectories = iter(await loop.arun([s for s, ok in zip(samples, fits, strict=True) if ok]))
     return [
-        _row_result(t, q, tokenizer, settings.fallback_to_text) for t, q in zip(trajectories, questions, strict=True)
+        _row_result(next(trajectories), q, tokenizer, settings.fallback_to_text) if ok else _overlong(s, q)
+        for s, q, ok in zip(samples, questions, fits, strict=True)
     ]
+
+
+def _prompt_tokens(loop: AgentLoop, sample: Sample) -> int:
+    """The prompt's length as the agent loop renders it: a prompt that fills the conversation's whole token budget
+    (a RAG prompt with long passages on a short-context model) makes the loop refuse it, so it is not run."""
+    return len(loop.template.prompt_ids(loop.make_env().reset(sample)))
+
+
+def _overlong(sample: Sample, question: str) -> RowResult:
+    """A row whose prompt does not fit the conversation: scored 0 and reported, never dropped."""
+    return RowResult(
+        data_source=sample.data_source,
+        index=sample.extra_info.get("index"),
+        question=question,
+        golds=qa_golds(sample.ground_truth),
+        prediction=None,
+        em=0.0,
+        f1=0.0,
+        sub_em=0.0,
+        searches=0.0,
+        turns=0.0,
+        finish_reason=OVERLONG,
+        response="",
+    )
 
 
 def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool) -> RowResult:
@@ -190,6 +221,7 @@ def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_tex
         turns=traj.metrics.get("turns", 0.0),
         finish_reason=traj.finish_reason,
         response=traj.response_text,
+        error=traj.extra_info.get("reward_error"),
     )
 
 
@@ -221,8 +253,27 @@ def source_scores(results: Sequence[RowResult]) -> dict[str, dict[str, float]]:
             "sub_em": statistics.fmean(r.sub_em for r in group),
             "searches": statistics.fmean(r.searches for r in group),
             "n": float(len(group)),
+            "overlong": float(sum(r.finish_reason == OVERLONG for r in group)),
+            "scoring_errors": float(sum(r.error is not None for r in group)),
         }
     return out
+
+
+def problems_report(method: str, results: Sequence[RowResult], max_total_tokens: int) -> list[str]:
+    """Warning lines for rows that scored 0 without a real answer: prompts too long to run, scoring errors."""
+    lines = []
+    overlong = [r for r in results if r.finish_reason == OVERLONG]
+    if overlong:
+        lines.append(
+            f"WARNING: --method {method}: {len(overlong)} of {len(results)} prompts do not fit a conversation "
+            f"({max_total_tokens} tokens: --max-total-tokens, capped by the model's context); they scored 0 with "
+            f"finish_reason '{OVERLONG}'. Lower --top-k or use a model with a longer context."
+        )
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        shown = "; ".join(repr(e[:200]) for e in list(dict.fromkeys(errors))[:3])
+        lines.append(f"WARNING: --method {method}: {len(errors)} of {len(results)} rows had scoring errors: {shown}")
+    return lines
 
 
 def ordered_sources(sources: Sequence[str] | Mapping[str, Any]) -> list[str]:

@@ -7,9 +7,39 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+import httpx
+
 from rlloom.agent import ThreadedRetriever
 from rlloom.retrieval import load_index
 from rlloom.retrieval.client import RetrievalClient
+from rlloom.retrieval.manifest import read_manifest
+from rlloom.retrieval.types import IndexLoadError
+
+
+def check_retrieval(
+    index: Path | None, url: str | None, *, api: Literal["native", "search-r1"] = "native", timeout: float = 5.0
+) -> None:
+    """Refuse, before any model loads, an --index that is not an rlloom index or a --retrieval-url nobody answers
+    (ValueError naming the flag); cheap: reads the index's manifest, or GETs the server's /health once."""
+    if index is not None:
+        try:
+            read_manifest(index)
+        except IndexLoadError as err:
+            raise ValueError(f"--index {index}: {err}") from None
+    if url is not None:
+        try:
+            response = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout)
+        except httpx.HTTPError as err:  # refused, timed out, or not an http(s) URL
+            raise ValueError(
+                f"--retrieval-url {url} is unreachable ({type(err).__name__}: {err}); start a server "
+                "(`rlloom-retrieval serve --index DIR`) or fix the URL"
+            ) from None
+        # Search-R1's own server has only /retrieve: any answer at all shows it is up
+        if api == "native" and response.status_code != 200:
+            raise ValueError(
+                f"--retrieval-url {url} answered GET /health with HTTP {response.status_code}: not an rlloom "
+                "retrieval server? (for Search-R1's server use --retrieval-api search-r1)"
+            )
 
 
 @contextmanager

@@ -16,10 +16,10 @@ from rlloom_apps.search_agent.data import read_records
 from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from torch import nn
-from transformers import AutoTokenizer
 
 from rlloom.agent import AgentLoopConfig, SearchEnv, SearchEnvConfig, agent_collector, env_reward
 from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
@@ -43,7 +43,7 @@ def run_train(
         )
     train_rows = list(read_records(train_data))
     val_rows = list(read_records(val_data)) if val_data is not None else None
-    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
+    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     env_config = SearchEnvConfig(top_k=search.top_k)
     engines: list[HFEngine] = []
 

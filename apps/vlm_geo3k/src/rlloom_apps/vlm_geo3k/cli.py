@@ -6,35 +6,45 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom_apps.vlm_geo3k.data import prepare
+from rlloom_apps.vlm_geo3k.data import DataError, prepare
 
+from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="vlm-geo3k", description="VLM RL on Geometry3K.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vlm-geo3k", description="VLM RL on Geometry3K.", formatter_class=HelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    prep = commands.add_parser("prepare-data", help="convert Geometry3K problem folders to training rows")
-    prep.add_argument("--input", required=True, type=Path, help="folder of problem folders (data.json + png)")
-    prep.add_argument("--out", required=True, type=Path)
-    prep.add_argument("--split", default="train")
+    prep = commands.add_parser(
+        "prepare-data", help="convert Geometry3K problem folders to training rows", formatter_class=HelpFormatter
+    )
+    prep.add_argument(
+        "--input", required=True, type=Path, help="folder of problem folders (each with data.json + img_diagram.png)"
+    )
+    prep.add_argument("--out", required=True, type=Path, help="output JSONL of training rows")
+    prep.add_argument("--split", default="train", choices=["train", "val", "test"], help="recorded in extra_info")
     fit = commands.add_parser(
         "train",
         help="GRPO on prepared rows with the bundled EasyR1 config (or your YAML)",
         description="Train a Qwen2.5-VL with core-rl's Trainer: image prompts sampled from an HF engine on the "
-        "actor, scored by EasyR1's math reward (0.9 accuracy + 0.1 format). Extra arguments are dotted config "
-        "overrides, e.g. model.path=/models/Qwen2.5-VL-7B-Instruct vision.max_pixels=1003520 rollout.n=8.",
+        "actor, scored by EasyR1's math reward (0.9 accuracy + 0.1 format). Extra arguments (anywhere among the "
+        "options) are dotted config overrides, e.g. model.path=/models/Qwen2.5-VL-7B-Instruct "
+        "vision.max_pixels=1003520 rollout.n=8.",
+        formatter_class=HelpFormatter,
     )
     fit.add_argument("--config", default="grpo", help="grpo, or a YAML file")
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
-    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation")
+    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
     fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
-    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    add_demo_command(
+    fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=1e-6")
+    demo = add_demo_command(
         commands,
         help="a tiny VLM learns to name a square's colour from reward, on CPU (about 2.5 minutes)",
         description="Synthetic pictures, a supervised warm-up that stops early, then GRPO through the same wiring "
@@ -43,8 +53,14 @@ def main(argv: list[str] | None = None) -> None:
         seed_help="pictures, model, warm-up and training seed",
         run_prefix="vlm-demo",
     )
+    demo.formatter_class = HelpFormatter
     _eval_parser(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parse(parser, argv)
     if args.command == "eval":
         _eval(parser, args)
         return
@@ -55,8 +71,14 @@ def main(argv: list[str] | None = None) -> None:
         _demo(parser, args)
         return
     if not args.input.is_dir():
-        parser.error(f"--input {args.input} is not a folder")
-    print(f"wrote {prepare(args.input, args.out, split=args.split)} rows to {args.out}")
+        parser.error(f"--input {args.input} is not a folder; give the folder of Geometry3K problem folders")
+    if args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / 'rows.jsonl'}")
+    try:
+        n = prepare(args.input, args.out, split=args.split)
+    except DataError as err:
+        parser.error(str(err))
+    print(f"wrote {n} rows to {args.out}")
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -69,8 +91,16 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():
             parser.error(f"{label} {path} does not exist (make rows with `vlm-geo3k prepare-data`)")
+    if args.score_workers is not None and args.score_workers < 0:
+        parser.error(f"--score-workers must be 0 (score in this process) or more, got {args.score_workers}")
+    if args.score_timeout <= 0:
+        parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
+    check_yaml(parser, args.config)
     try:
         config, vision = load_config(args.config, args.overrides)
+    except (ConfigError, ValidationError) as err:
+        parser.error(str(err))
+    try:
         metrics = run_train(
             config,
             vision,
@@ -95,12 +125,17 @@ def _eval_parser(commands: Any) -> None:
         "eval",
         help="sample n answers per problem from a saved VLM and report avg@n, pass@k and maj@k",
         description="Sample every prepared row n times (seeded) with its images, score each answer with the math "
-        "checker, and print avg@n, unbiased pass@k and maj@k per dataset.",
+        "checker on its last \\boxed{} (an unboxed answer scores 0), and print avg@n, unbiased pass@k and maj@k "
+        "per dataset.",
+        formatter_class=HelpFormatter,
     )
     ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
-    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file")
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_policy_arguments(ev, model_help="a saved VLM folder (a trainer checkpoint or a Qwen2.5-VL)")
+    for action in ev._actions:  # help for the policy flags that rlloom-rollout leaves undescribed
+        if action.dest == "dtype" and not action.help:
+            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
     vision = ev.add_argument_group("images")
     for name in ("min_pixels", "max_pixels"):
         field = VisionSettings.model_fields[name]
@@ -114,7 +149,14 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
 
-    from rlloom.rewards.eval_runner import read_rows, report, run_eval, settings_from_args
+    from rlloom.rewards.eval_runner import (
+        flag_errors,
+        read_rows,
+        report,
+        run_eval,
+        sampling_warnings,
+        settings_from_args,
+    )
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
@@ -122,12 +164,18 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         # engine_inputs() holds processed pixel tensors, which only the in-process HF engine takes today
         parser.error("vlm-geo3k eval samples with the HF engine: pass --model with --engine hf (image requests to "
                      "vLLM or an HTTP server are not wired yet)")  # fmt: skip
+    if args.limit is not None and args.limit < 0:
+        parser.error(f"--limit must be 0 or more, got {args.limit}")
     try:
         spec.check()
         settings = settings_from_args(args)
         vision = VisionSettings(min_pixels=args.min_pixels, max_pixels=args.max_pixels, max_prompt_tokens=None)
-    except (ValueError, ValidationError) as err:
+    except ValidationError as err:
+        parser.error(flag_errors(err))
+    except ValueError as err:
         parser.error(str(err))
+    for warning in sampling_warnings(settings):
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         rows = read_rows(args.data, limit=args.limit, made_by="vlm-geo3k prepare-data")
     except ValueError as err:
@@ -136,7 +184,10 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     vision_config = getattr(AutoConfig.from_pretrained(config_path), "vision_config", None)
     if vision_config is None:
         parser.error(f"{config_path} is not a vision-language model (its config has no vision_config)")
-    engine, tokenizer = build_engine(spec)
+    try:
+        engine, tokenizer = build_engine(spec)
+    except ValueError as err:
+        parser.error(str(err))
     try:
         request_for = vision_request(settings, tokenizer, vision.processing(vision_config))
         result = run_eval(engine, rows, settings, request_for)

@@ -7,8 +7,12 @@ lists the diagram's path, and the ground truth accepts both the choice's value a
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from rlloom.multimodal import load_image
 
 # EasyR1:examples/format_prompt/math.jinja, which its math reward's format check expects
 INSTRUCTION = (
@@ -18,16 +22,29 @@ INSTRUCTION = (
 LETTERS = "ABCD"
 
 
+class DataError(ValueError):
+    """A Geometry3K folder that cannot be converted; the message names the file and what is wrong."""
+
+
 def to_row(problem_dir: Path, split: str) -> dict[str, Any]:
     data_file, image = problem_dir / "data.json", problem_dir / "img_diagram.png"
     for required in (data_file, image):
         if not required.is_file():
-            raise FileNotFoundError(f"Geometry3K problem folder {problem_dir} lacks {required.name}")
-    record = json.loads(data_file.read_text(encoding="utf-8"))
+            raise DataError(f"Geometry3K problem folder {problem_dir} lacks {required.name}")
+    try:
+        record = json.loads(data_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{data_file}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict) or "problem_text" not in record:
+        raise DataError(f"{data_file}: expected an object with problem_text, choices and answer")
     choices = [str(c) for c in record.get("choices", [])]
     letter = str(record.get("answer", "")).strip()
     if len(choices) != len(LETTERS) or letter not in LETTERS:
-        raise ValueError(f"{data_file}: expected 4 choices and an answer letter A-D, got {choices} / {letter!r}")
+        raise DataError(f"{data_file}: expected 4 choices and an answer letter A-D, got {choices} / {letter!r}")
+    try:  # a file that is not a picture would otherwise fail only when training or eval loads it
+        load_image(image)
+    except (ValueError, OSError) as err:
+        raise DataError(f"{image}: not a readable image ({err})") from None
     value = choices[LETTERS.index(letter)]
     listed = " ".join(f"{tag}. {choice}" for tag, choice in zip(LETTERS, choices, strict=True))
     return {
@@ -40,12 +57,29 @@ def to_row(problem_dir: Path, split: str) -> dict[str, Any]:
 
 
 def prepare(source: Path, out: Path, *, split: str = "train") -> int:
-    """Convert every problem folder under `source` (sorted by numeric id) into one JSONL file."""
+    """Convert every problem folder under `source` (sorted by numeric id) into one JSONL file.
+
+    The rows go to a temporary file renamed to `out` at the end, so a failure leaves no partial `out` behind.
+    """
+    if (source / "data.json").is_file():
+        raise DataError(
+            f"--input {source} is one problem folder; give the folder that holds the problem folders "
+            f"(e.g. {source.parent})"
+        )
     folders = sorted((p for p in source.iterdir() if (p / "data.json").is_file()), key=lambda p: (len(p.name), p.name))
     if not folders:
-        raise FileNotFoundError(f"no Geometry3K problem folders (with data.json) under {source}")
+        raise DataError(
+            f"--input {source} holds no Geometry3K problem folders (subfolders with data.json and "
+            "img_diagram.png); give e.g. geometry3k/train"
+        )
+    rows = [to_row(folder, split) for folder in folders]  # every folder checked before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as handle:
-        for folder in folders:
-            handle.write(json.dumps(to_row(folder, split), ensure_ascii=False) + "\n")
-    return len(folders)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(name, out)
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return len(rows)

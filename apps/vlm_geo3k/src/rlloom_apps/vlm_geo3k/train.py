@@ -16,9 +16,10 @@ from typing import Any
 
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
@@ -71,7 +72,7 @@ def run_train(
     model_config = AutoConfig.from_pretrained(config.model.path)
     if getattr(model_config, "vision_config", None) is None:
         raise ConfigError(f"model.path={config.model.path} has no vision_config: pass a vision-language model")
-    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.path)
+    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     processing = vision.processing(model_config.vision_config)
     train_rows = drop_overlong_rows(list(read_jsonl(train_data)), tokenizer, processing)
     if not train_rows:

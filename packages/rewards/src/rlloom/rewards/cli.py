@@ -85,13 +85,22 @@ def summary_table(items: Sequence[ScoreItem], results: Sequence[ScoreResult], n_
     for column in ("scorer", "rows", "mean score", "score > 0", "errors", "timeouts", "crashes"):
         table.add_column(column, justify="left" if column == "scorer" else "right")
     for name, group in sorted(groups.items()):
-        kinds = [r.details.get("error_kind") for r in group]
+        kinds = [error_kind(r) for r in group]
         table.add_row(
             name, str(len(group)), f"{sum(r.score for r in group) / len(group):.4f}",
-            f"{sum(r.score > 0 for r in group) / len(group):.1%}", str(sum(r.error is not None for r in group)),
+            f"{sum(r.score > 0 for r in group) / len(group):.1%}", str(kinds.count("error")),
             str(kinds.count("timeout")), str(kinds.count("crash")),
         )  # fmt: skip
     return table
+
+
+def error_kind(result: ScoreResult) -> str | None:
+    """None (no error), "timeout" (the scoring worker's deadline, or the code sandbox's time limit), "crash" (the
+    worker died) or "error" (anything else); each error is counted in exactly one summary column."""
+    if result.error is None:
+        return None
+    kind = result.details.get("error_kind") or result.details.get("status")
+    return kind if kind in ("timeout", "crash") else "error"
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -99,6 +108,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         console.print(f"[red]input file {str(args.input)!r} does not exist[/red]")
         return 1
+    if args.out != Path("-"):
+        if args.out.is_dir():
+            args.parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / 'scored.jsonl'}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     gt_keys = [args.gt_key] if args.gt_key else ["ground_truth", "reward_model.ground_truth"]
     rows, items, bad = read_items(args.input, scorer=args.scorer, response_key=args.response_key, gt_keys=gt_keys)
     for number, problem in bad[:20]:
@@ -125,15 +138,25 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 2 if bad else 0
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except where there is none to show (None, a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlloom-rewards", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    score = commands.add_parser("score", help="score a JSONL file of responses")
+    score = commands.add_parser("score", help="score a JSONL file of responses", formatter_class=_HelpFormatter)
     score.add_argument("input", type=Path, help="JSONL file, one object per line")
     score.add_argument(
         "--scorer",
         default=None,
-        help="data_source name (gsm8k, nq, ...) or module:function / file.py:function; default: each row's data_source",
+        help="data_source name (gsm8k, nq, ...) or module:function / file.py:function "
+        "(default: each row's data_source)",
     )
     score.add_argument("--response-key", default="response", help="key of the response text (dotted for nesting)")
     score.add_argument(
@@ -147,12 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per item before its worker is killed"
     )
     score.add_argument("--quiet", action="store_true", help="no progress bar")
-    score.set_defaults(func=cmd_score)
+    score.set_defaults(func=cmd_score, parser=score)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.workers is not None and args.workers < 0:
+        args.parser.error(f"--workers must be 0 (score in this process) or more, got {args.workers}")
+    if args.timeout <= 0:
+        args.parser.error(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
     return int(args.func(args))
 
 

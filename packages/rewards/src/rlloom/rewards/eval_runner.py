@@ -14,11 +14,12 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tqdm.auto import tqdm
 
 from rlloom.rewards.evaluation import EvalReport, evaluate_samples
@@ -64,9 +65,53 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, type=kind, default=field.default, help=field.description)
 
 
+def flag_errors(err: ValidationError) -> str:
+    """A settings model's validation errors as the command-line flags that set its fields (`top_p` -> `--top-p`),
+    without pydantic's field dump and documentation URL; the message for the user to fix the flag."""
+    parts = []
+    for problem in err.errors():
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        fields = [str(part) for part in problem["loc"]]
+        if fields:
+            given = problem.get("input")
+            flag = "--" + fields[0].replace("_", "-")
+            parts.append(f"{flag} {given}: {message[:1].lower()}{message[1:]}")
+        else:
+            parts.append(message)
+    return "; ".join(parts)
+
+
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    """The `EvalSettings` that `add_eval_arguments`' flags hold (raises pydantic's ValidationError)."""
-    return EvalSettings(**{name: getattr(args, name) for name in EvalSettings.model_fields})
+    """The `EvalSettings` that `add_eval_arguments`' flags hold; a bad value raises ValueError naming its flag."""
+    try:
+        return EvalSettings(**{name: getattr(args, name) for name in EvalSettings.model_fields})
+    except ValidationError as err:
+        raise ValueError(flag_errors(err)) from None
+
+
+def sampling_warnings(settings: EvalSettings) -> list[str]:
+    """Settings that are valid but make some figures meaningless: greedy decoding with n > 1."""
+    if settings.temperature == 0 and settings.n > 1:
+        return [
+            f"--temperature 0 is greedy: the --n {settings.n} samples of a problem are identical, so pass@k and "
+            "maj@k equal avg@n; sample (e.g. --temperature 0.6) or use --n 1"
+        ]
+    return []
+
+
+def scoring_error_warning(report: EvalReport, *, shown: int = 3) -> str | None:
+    """A loud line when any sample's scorer reported an error (those samples score 0), with the count and the
+    first distinct messages; None when there were none."""
+    errors = [r.error for r in report.records if r.error is not None]
+    if not errors:
+        return None
+    distinct = list(dict.fromkeys(errors))
+    listed = "; ".join(repr(e[:200]) for e in distinct[:shown])
+    more = f" (and {len(distinct) - shown} other messages)" if len(distinct) > shown else ""
+    return (
+        f"WARNING: {len(errors)} of {len(report.records)} samples had scoring errors and scored 0, so the figures "
+        f"above understate the model: {listed}{more}"
+    )
 
 
 def default_ks(n: int) -> list[int]:
@@ -208,8 +253,12 @@ def read_rows(
 
 
 def report(result: EvalResult, rows: Sequence[Mapping[str, Any]], settings: EvalSettings, out: Path | None) -> None:
-    """Print the figures; with `out`, also write the files there (`write_outputs`) and say so."""
+    """Print the figures (and a warning when samples had scoring errors); with `out`, also write the files there
+    (`write_outputs`) and say so."""
     print(summary_text(result))
+    warning = scoring_error_warning(result.report)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if out is not None:
         write_outputs(out, rows, result, settings)
         print(f"(written to {out})")
@@ -268,10 +317,13 @@ __all__ = [
     "SampledText",
     "add_eval_arguments",
     "default_ks",
+    "flag_errors",
     "read_rows",
     "report",
     "run_eval",
     "sample_rows",
+    "sampling_warnings",
+    "scoring_error_warning",
     "settings_from_args",
     "summary_text",
     "write_outputs",

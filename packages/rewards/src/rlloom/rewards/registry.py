@@ -20,12 +20,12 @@ from typing import Any, cast
 from rlloom.rewards.types import Scorer, ScoreResult
 
 _MATH = "rlloom.rewards.math:math_scorer"
+_MATH_BOXED = "rlloom.rewards.math:boxed_math_scorer"  # only a \\boxed{} answer counts (veRL's geo3k, EasyR1)
 _QA = "rlloom.rewards.qa:qa_em_scorer"
 
 DEFAULT_SCORERS: dict[str, str] = {
-    **dict.fromkeys(
-        ["gsm8k", "math", "math500", "aime", "amc", "minerva", "olympiadbench", "geometry3k", "dapo_math"], _MATH
-    ),
+    **dict.fromkeys(["gsm8k", "math", "math500", "aime", "amc", "minerva", "olympiadbench", "dapo_math"], _MATH),
+    "geometry3k": _MATH_BOXED,
     **dict.fromkeys(["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "squad"], _QA),
     "humaneval": "rlloom.rewards.code:humaneval_scorer",
     "mbpp": "rlloom.rewards.code:mbpp_scorer",
@@ -41,7 +41,12 @@ DEFAULT_SCORERS: dict[str, str] = {
 }
 
 # Prefixes that veRL/HF dataset names carry, e.g. "lighteval/MATH", "openai/gsm8k", "searchR1_nq".
-_ALIASES = {"lighteval/math": "math", "openai/gsm8k": "gsm8k", "hiyouga/geometry3k": "geometry3k"}
+_ALIASES = {
+    "lighteval/math": "math",
+    "openai/gsm8k": "gsm8k",
+    "hiyouga/geometry3k": "geometry3k",
+    "math_dapo": "dapo_math",
+}
 
 
 class ScorerLoadError(LookupError):
@@ -49,7 +54,11 @@ class ScorerLoadError(LookupError):
 
 
 def canonical_source(data_source: str) -> str | None:
-    """The registry key for a dataset name, tolerating case, HF org prefixes and `searchR1_` prefixes."""
+    """The registry key for a dataset name, tolerating case, HF org prefixes and `searchR1_` prefixes.
+
+    Any name starting with "aime" (aime24, aime2025, HuggingFaceH4/aime_2024, ...) is AIME, graded by the math
+    checker, as veRL's `default_compute_score` routes `data_source.startswith("aime")`.
+    """
     key = data_source.strip().lower()
     key = _ALIASES.get(key, key)
     if key in DEFAULT_SCORERS:
@@ -58,6 +67,9 @@ def canonical_source(data_source: str) -> str | None:
         if key.startswith(prefix) and key[len(prefix) :] in DEFAULT_SCORERS:
             return key[len(prefix) :]
     tail = key.rsplit("/", 1)[-1]
+    tail = _ALIASES.get(tail, tail)
+    if tail.startswith("aime") and "aime" in DEFAULT_SCORERS:
+        return "aime"
     return tail if tail in DEFAULT_SCORERS else None
 
 

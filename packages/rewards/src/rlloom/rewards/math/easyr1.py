@@ -12,18 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlloom.rewards.format import strip_tag_spaces, think_boxed_format_scorer
-from rlloom.rewards.math.scorer import math_scorer
+from rlloom.rewards.math.scorer import boxed_math_scorer
 from rlloom.rewards.rubric import Rubric
 from rlloom.rewards.types import ScoreResult
 
 FORMAT_WEIGHT = 0.1  # EasyR1's `format_weight` default
 
 
-def boxed_accuracy_scorer(
-    response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None
-) -> ScoreResult:
-    """1.0 if the last `\\boxed{}` equals the ground truth (any form of a list); unboxed answers score 0."""
-    return math_scorer(response, ground_truth, extra_info={**(extra_info or {}), "modes": ("boxed",)})
+boxed_accuracy_scorer = boxed_math_scorer
+"""1.0 if the last `\\boxed{}` equals the ground truth (any form of a list); unboxed answers score 0."""
 
 
 def easyr1_math_rubric(format_weight: float = FORMAT_WEIGHT) -> Rubric:

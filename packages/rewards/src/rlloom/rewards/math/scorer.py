@@ -110,3 +110,12 @@ def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
         )
     except (TypeError, ValueError) as exc:
         return ScoreResult(score=0.0, error=str(exc))
+
+
+def boxed_math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """`math_scorer` reading only the last `\\boxed{}` (registry: geometry3k, as veRL's geo3k and EasyR1's math).
+
+    A bare number elsewhere in the text is not an answer: "i WdrS9X" must not count as answering 9. A row's
+    `extra_info["modes"]` cannot widen this.
+    """
+    return math_scorer(response, ground_truth, extra_info={**(extra_info or {}), "modes": ("boxed",)})
