@@ -145,3 +145,26 @@ def test_explicit_positions_change_the_logits_and_the_packed_layout_does_not(
         with torch.no_grad():
             inferred = vlm(input_ids=ids, **images).logits
         assert not torch.allclose(three, inferred, atol=1e-5)
+
+
+def test_openai_image_url_parts_are_read_as_image_parts(
+    tok: Any, processing: QwenVLProcessing, noise_image: Any, tmp_path: Any
+) -> None:
+    import base64
+    import io
+
+    image = noise_image(100, 140)
+    path = tmp_path / "diagram.png"
+    image.save(path)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    data_uri = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    reference = build_vision_inputs(_messages(str(path)), tok, processing)
+    for url in (str(path), f"file://{path}", data_uri):
+        parts = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Find x."}]
+        got = build_vision_inputs([{"role": "user", "content": parts}], tok, processing)
+        assert got.input_ids == reference.input_ids
+        assert torch.equal(got.pixel_values, reference.pixel_values)
+    web = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.org/a.png"}}]}]
+    with pytest.raises(ValueError, match="images are not downloaded; give a local path or a data: URI"):
+        build_vision_inputs(web, tok, processing)

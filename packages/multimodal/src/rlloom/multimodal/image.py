@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 ImageInput = str | Path | bytes | Image.Image
@@ -50,6 +50,8 @@ def load_image(source: ImageInput) -> Image.Image:
 def _open_bytes(data: bytes, what: str) -> Image.Image:
     try:
         return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise ValueError(f"cannot decode image from {what}: not an image format PIL reads (PNG, JPEG, ...)") from None
     except Exception as err:  # PIL raises several types for undecodable data
         raise ValueError(f"cannot decode image from {what}: {err}") from err
 

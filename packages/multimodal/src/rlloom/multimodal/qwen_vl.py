@@ -230,13 +230,15 @@ def build_vision_inputs(
     images: Sequence[ImageInput] = (),
     tokens: VisionTokenIds | None = None,
 ) -> VisionInputs:
-    """Render chat messages (HF content parts, `{"type": "image", "image": <source>}`) into `VisionInputs`.
+    """Render chat messages (HF content parts, `{"type": "image", "image": <source>}`, or OpenAI's
+    `{"type": "image_url", "image_url": {"url": <path, file:// or data: URI>}}`) into `VisionInputs`.
 
     Images are taken from the image parts in order; a part without an `"image"` key takes the next of
     `images`. The chat template must emit one `<|vision_start|><|image_pad|><|vision_end|>` per image part.
     """
     processing = processing or QwenVLProcessing()
     tokens = tokens or VisionTokenIds.from_tokenizer(tokenizer)
+    messages = [_with_image_parts(m) for m in messages]
     sources = _collect_images(messages, images)
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     raw_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -248,6 +250,25 @@ def build_vision_inputs(
     )
     positions, delta = mrope_position_ids(input_ids, grid, tokens.image_pad, processing.merge_size)
     return VisionInputs(input_ids, pixel_values, grid, positions, delta)
+
+
+def _with_image_parts(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """OpenAI's `image_url` parts as HF `image` parts, so the chat template and `_collect_images` see one form."""
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return message
+    parts = [_image_part(part) if part.get("type") == "image_url" else part for part in content]
+    return {**message, "content": parts}
+
+
+def _image_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    spec = part.get("image_url")
+    url = spec.get("url") if isinstance(spec, Mapping) else spec
+    if not isinstance(url, str) or not url:
+        raise ValueError('an image_url content part needs {"image_url": {"url": <path or data: URI>}}')
+    if url.startswith(("http://", "https://")):
+        raise ValueError(f"image_url {url[:80]}: images are not downloaded; give a local path or a data: URI")
+    return {"type": "image", "image": url.removeprefix("file://")}
 
 
 def _collect_images(messages: Sequence[Mapping[str, Any]], extra: Sequence[ImageInput]) -> list[ImageInput]:
