@@ -8,14 +8,11 @@ solved only when every test passes, as pass@k is defined.
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from rlloom.core_rl.rows_io import DataError, atomic_output, read_jsonl
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 CODE_INSTRUCTION = "Write the complete function in one ```python code block."
@@ -33,10 +30,6 @@ QUESTION_ALTERNATIVES: dict[str, tuple[str, ...]] = {
     "aime24": ("problem", "question"),
     "aime25": ("question", "problem"),
 }
-
-
-class DataError(ValueError):
-    """A source file that cannot be converted; the message names the file, the record and what is needed."""
 
 
 # MBPP's task-id ranges per split (Austin et al. 2021: 1-10 few-shot prompts, 11-510 test, 511-600 validation)
@@ -124,24 +117,6 @@ def mbpp_row(record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     }
 
 
-def open_text(path: Path) -> IO[str]:
-    """A text file, or a gzip-compressed one (`.gz`), for reading."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with open_text(path) as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg}); give a JSONL file") from err
-
-
 def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit: int | None = None) -> int:
     """Write `out` (JSONL) from `source` (JSONL, or `.jsonl.gz`); returns the number of rows written.
 
@@ -151,7 +126,6 @@ def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit
         raise DataError(f"--limit must be 0 or more, got {limit}")
     if dataset == "mbpp" and split not in MBPP_SPLITS:
         raise DataError(f"mbpp --split must be one of {sorted(MBPP_SPLITS)} (its task-id ranges), got {split!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with atomic_output(out) as handle:
         for index, record in enumerate(read_jsonl(source)):
@@ -166,18 +140,6 @@ def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
-
-
-@contextmanager
-def atomic_output(path: Path) -> Iterator[IO[str]]:
-    """Write to a temporary file beside `path`, renamed to `path` only when the block succeeds."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-        os.replace(name, path)
-    finally:
-        Path(name).unlink(missing_ok=True)
 
 
 def _in_mbpp_split(record: dict[str, Any], index: int, split: str) -> bool:

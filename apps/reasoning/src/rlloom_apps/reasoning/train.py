@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlloom_apps.reasoning.data import read_jsonl
 from torch import nn
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
+from rlloom.core_rl.rows_io import read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rewards.trainer_reward import RegistryReward

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlloom_apps.search_agent.data import DataError, prepare
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
+from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 
@@ -69,12 +69,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.input.is_dir():
-        parser.error(f"--input {args.input} is a folder; give the file, e.g. {args.input / 'test.jsonl'}")
-    if not args.input.is_file():
-        parser.error(f"--input {args.input} does not exist")
-    if args.out.is_dir():
-        parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / f'{args.data_source}.jsonl'}")
+    check_file_arguments(parser, args.input, args.out, f"{args.data_source}.jsonl")
     try:
         n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
     except DataError as err:

@@ -7,15 +7,13 @@ Search-R1, so its EM reward and ours read the same rows.
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv itself uses
+from rlloom.core_rl.rows_io import DataError, open_text, write_jsonl
 
 
 def search_r1_prompt(question: str) -> str:
@@ -23,10 +21,6 @@ def search_r1_prompt(question: str) -> str:
     if not question.endswith("?"):
         question += "?"
     return SEARCH_R1_TEMPLATE.format(question=question)
-
-
-class DataError(ValueError):
-    """A source or row file that cannot be used; the message names the file, the record and what is needed."""
 
 
 def question_of(record: dict[str, Any], index: int, data_source: str) -> str:
@@ -76,8 +70,7 @@ def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
     """JSONL (NQ-open; `.gz` too) or a JSON list (HotpotQA's simplified dev file)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
+    with open_text(path) as handle:
         text = handle.read()
     if text.lstrip().startswith("["):
         try:
@@ -126,13 +119,4 @@ def prepare(data_source: str, source: Path, out: Path, *, split: str = "test", l
             rows.append(to_row(data_source, record, index, split))
     except DataError as err:
         raise DataError(str(err) if str(err).startswith(str(source)) else f"--input {source}: {err}") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(name, out)
-    finally:
-        Path(name).unlink(missing_ok=True)
-    return len(rows)
+    return write_jsonl(out, rows)

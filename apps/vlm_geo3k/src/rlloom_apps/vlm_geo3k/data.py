@@ -7,11 +7,10 @@ lists the diagram's path, and the ground truth accepts both the choice's value a
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from rlloom.core_rl.rows_io import DataError, write_jsonl
 from rlloom.multimodal import load_image
 
 # EasyR1:examples/format_prompt/math.jinja, which its math reward's format check expects
@@ -20,10 +19,6 @@ INSTRUCTION = (
     "The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST BE put in \\boxed{}."
 )
 LETTERS = "ABCD"
-
-
-class DataError(ValueError):
-    """A Geometry3K folder that cannot be converted; the message names the file and what is wrong."""
 
 
 def to_row(problem_dir: Path, split: str) -> dict[str, Any]:
@@ -73,13 +68,4 @@ def prepare(source: Path, out: Path, *, split: str = "train") -> int:
             "img_diagram.png); give e.g. geometry3k/train"
         )
     rows = [to_row(folder, split) for folder in folders]  # every folder checked before anything is written
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(name, out)
-    finally:
-        Path(name).unlink(missing_ok=True)
-    return len(rows)
+    return write_jsonl(out, rows)

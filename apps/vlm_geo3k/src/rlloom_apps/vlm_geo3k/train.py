@@ -9,16 +9,15 @@ step and samples from an `HFEngine` on the actor's own module; every sample is s
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from torch import nn
 from transformers import AutoConfig
 
 from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
+from rlloom.core_rl.rows_io import read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
@@ -40,13 +39,6 @@ def config_file(name: str) -> Path:
 def load_config(name: str, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
     """The config and its `vision:` section, overrides applied and validated before anything loads."""
     return load_train_config(config_file(name), overrides)
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
 
 
 def run_train(

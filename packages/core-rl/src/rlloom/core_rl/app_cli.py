@@ -45,3 +45,13 @@ def check_yaml(parser: argparse.ArgumentParser, config: str) -> None:
             where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             parser.error(f"--config {where}: not valid YAML ({problem}); fix the file")
+
+
+def check_file_arguments(parser: argparse.ArgumentParser, source: Path, out: Path, out_name: str) -> None:
+    """`--input` must be an existing file and `--out` not a folder; each refusal names the flag and an example."""
+    if source.is_dir():
+        parser.error(f"--input {source} is a folder; give the file, e.g. {source / 'test.jsonl'}")
+    if not source.is_file():
+        parser.error(f"--input {source} does not exist")
+    if out.is_dir():
+        parser.error(f"--out {out} is a folder; give a file path, e.g. {out / out_name}")

@@ -9,58 +9,20 @@ prompts in the same order, including across an epoch boundary.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from rlloom.core_rl.config_keys import ConfigError
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
+from rlloom.core_rl.rows_io import DataError, JsonlRows, read_jsonl
 
 Row = Mapping[str, Any]
+__all__ = ["DataError", "JsonlRows", "read_jsonl"]  # re-exported: where rows are read
 logger = logging.getLogger(__name__)
-
-
-class DataError(ConfigError):
-    """Training or validation rows that cannot be used (or whose rewards all fail); the message names the row
-    (file:line when known) and the field. A `ConfigError`, so the apps report it as one line."""
-
-
-class JsonlRows(list[dict[str, Any]]):
-    """Rows read from a JSONL file that remember their line, so errors about a row can say `file:line`."""
-
-    def __init__(self, path: Path, rows: Sequence[dict[str, Any]], lines: Sequence[int]) -> None:
-        super().__init__(rows)
-        self.path = path
-        self.lines = list(lines)
-
-    def where(self, index: int) -> str:
-        return f"{self.path}:{self.lines[index]}"
-
-
-def read_jsonl(path: str | Path) -> JsonlRows:
-    """The rows of a JSONL file (blank lines skipped); a line that is not a JSON object raises naming file:line."""
-    path = Path(path)
-    rows: list[dict[str, Any]] = []
-    lines: list[int] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{number}: not valid JSON ({err.msg}); one JSON object per line") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
-            rows.append(row)
-            lines.append(number)
-    return JsonlRows(path, rows, lines)
 
 
 def check_rows(rows: Sequence[Any], *, split: str, agent_rows: bool = False) -> None:
