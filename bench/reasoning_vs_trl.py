@@ -69,7 +69,8 @@ from rlloom_apps.reasoning.warmup import supervised_warmup
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
 
-from rlloom.core_rl.config import ActorConfig, config_from_dict
+from rlloom.core_rl.config import ActorConfig
+from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.optim import build_optimizer
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trainer import Trainer

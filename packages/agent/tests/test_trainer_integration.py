@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rlloom.agent import AgentLoopConfig, AgentRubric, SearchEnv, SearchEnvConfig, agent_collector, env_reward
-from rlloom.core_rl.config import load_config
+from rlloom.core_rl.config_loading import load_config
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.core_rl.trainer import Trainer

@@ -9,7 +9,8 @@ import pytest
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from rlloom.core_rl.config import ActorConfig, ConfigError, load_config, load_config_with_section
+from rlloom.core_rl.config import ActorConfig, ConfigError
+from rlloom.core_rl.config_loading import load_config, load_config_with_section
 from rlloom.core_rl.optim import build_optimizer
 
 

@@ -16,7 +16,8 @@ import pytest
 from tiny_run import SamplingEngine, tiny_config
 
 from rlloom.core_rl.algorithms import AdaptiveEntropyController, applied_entropy_coef, next_entropy_coef
-from rlloom.core_rl.config import ConfigError, load_config
+from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.config_loading import load_config
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.prompt_filter import PromptFilter, prompts_to_retire
 from rlloom.core_rl.protocols import RewardOutput

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from rlloom.core_rl.config import RLConfig, load_config
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_loading import load_config
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2

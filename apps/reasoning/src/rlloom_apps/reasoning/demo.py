@@ -25,7 +25,8 @@ from torch import nn
 
 from rlloom.core_rl.checkpoint import fresh_run_dir
 from rlloom.core_rl.collection import score, single_turn_collector
-from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_loading import demo_overrides, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.protocols import RewardOutput

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from torch import nn
 
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
+from rlloom.core_rl.config import ConfigError, RLConfig
+from rlloom.core_rl.config_loading import bundled_config, load_config
 from rlloom.core_rl.rows_io import read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train

@@ -200,7 +200,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.settings import load_train_config
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
-    from rlloom.core_rl.config import ConfigError, bundled_config
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config_loading import bundled_config
 
     try:
         config = bundled_config(args.config, CONFIGS, ("grpo", "ppo"))

@@ -28,7 +28,8 @@ from transformers import PreTrainedModel
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward
 from rlloom.core_rl.checkpoint import fresh_run_dir
-from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_loading import demo_overrides, load_config
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.sft import supervised_train

@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.core_rl.config import RLConfig, load_config_with_section
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_loading import load_config_with_section
 
 
 class SearchSettings(BaseModel):

@@ -29,7 +29,7 @@ from torch import nn
 from transformers import AutoModelForImageTextToText
 
 from rlloom.core_rl.checkpoint import fresh_run_dir, latest_checkpoint
-from rlloom.core_rl.config import demo_overrides
+from rlloom.core_rl.config_loading import demo_overrides
 from rlloom.core_rl.curves import read_curves
 from rlloom.core_rl.data import ground_truth
 from rlloom.core_rl.generation import SamplingParams

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlloom.core_rl.config import RLConfig, load_config_with_section
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_loading import load_config_with_section
 from rlloom.multimodal import QwenVLProcessing
 
 

@@ -16,7 +16,8 @@ from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from torch import nn
 from transformers import AutoConfig
 
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
+from rlloom.core_rl.config import ConfigError, RLConfig
+from rlloom.core_rl.config_loading import bundled_config
 from rlloom.core_rl.rows_io import read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train

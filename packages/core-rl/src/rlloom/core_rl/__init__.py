@@ -14,7 +14,8 @@ from rlloom.core_rl.__about__ import __version__
 
 if TYPE_CHECKING:
     from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.config import RLConfig, load_config
+    from rlloom.core_rl.config import RLConfig
+    from rlloom.core_rl.config_loading import load_config
     from rlloom.core_rl.protocols import (
         CriticWorker,
         PolicyWorker,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "TrajectoryBatch": "rlloom.core_rl.batch",
     "RLConfig": "rlloom.core_rl.config",
-    "load_config": "rlloom.core_rl.config",
+    "load_config": "rlloom.core_rl.config_loading",
     "CriticWorker": "rlloom.core_rl.protocols",
     "PolicyWorker": "rlloom.core_rl.protocols",
     "ReferenceWorker": "rlloom.core_rl.protocols",

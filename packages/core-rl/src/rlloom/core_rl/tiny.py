@@ -122,7 +122,8 @@ def save_tiny_model(root: str | Path, *, max_position_embeddings: int = 1024, se
     """Save `tiny_qwen2` on `char_tokenizer` as loadable folders: what CLI tests and examples pass as --model.
 
     The tokenizer goes in its own folder because `AutoTokenizer` reads a qwen2 model folder as Qwen2's BPE
-    tokenizer, which silently drops the spaces and newlines of this character vocabulary.
+    tokenizer, which silently drops the spaces and newlines of this character vocabulary (rlloom's own loaders use
+    `tokenizer_loading.load_pretrained_tokenizer`, which reads either layout right).
     """
     root = Path(root)
     tokenizer = char_tokenizer()

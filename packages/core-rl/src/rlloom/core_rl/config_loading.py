@@ -1,0 +1,158 @@
+"""Reading a training config: YAML, then dotted `key=value` overrides (values parsed as YAML), then validation.
+
+Unknown keys are blamed on where they were typed (the file, or the command-line override) and name the nearest
+valid key; an app's own section (`search:`, `vision:`) is read and checked beside `RLConfig`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config_keys import (
+    ConfigError,
+    check_keys,
+    check_override_key,
+    hydra_prefix_error,
+    validation_message,
+)
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+def load_config_with_section(
+    path: str | Path, section: str, model: type[SectionT], overrides: Sequence[str] = ()
+) -> tuple[RLConfig, SectionT]:
+    """A YAML config holding `RLConfig`'s sections plus one app section (`search:`, `vision:` ...).
+
+    Dotted overrides reach both (`vision.max_pixels=12544`, `actor.lr=1e-6`); each part is validated, and an
+    error in the app section names its key and the valid ones.
+    """
+    loaded = _read_yaml(path)
+    _check_sources(loaded, overrides, source=str(path), extra={section: model})
+    apply_overrides(loaded, overrides)
+    try:
+        extra = model.model_validate(loaded.pop(section, None) or {})
+    except ValidationError as err:
+        raise ConfigError(validation_message(err, prefix=f"{section}.")) from None
+    return _validate(loaded), extra
+
+
+def demo_overrides(
+    *, model_path: Path, output_dir: Path, seed: int, steps: int | None = None, tokenizer_path: Path | None = None
+) -> list[str]:
+    """The dotted overrides a demo puts on its bundled config before the user's: its own model and run folder,
+    its seed, a fresh start (never resume), and `--steps` when given."""
+    own = [f"model.path={model_path}", f"trainer.output_dir={output_dir}", f"trainer.seed={seed}"]
+    own.append("trainer.resume=never")
+    if tokenizer_path is not None:
+        own.append(f"model.tokenizer_path={tokenizer_path}")
+    if steps is not None:
+        own.append(f"trainer.total_steps={steps}")
+    return own
+
+
+def bundled_config(name: str, folder: Path, names: Sequence[str]) -> Path:
+    """An app's bundled config by name (`folder/<name>.yaml` for a name in `names`), or a YAML path."""
+    if name in names:
+        return folder / f"{name}.yaml"
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"--config {name}: neither a bundled config ({', '.join(names)}) nor a YAML file")
+    return path
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RLConfig:
+    """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
+    raw = _read_yaml(path) if path is not None else {}
+    _check_sources(raw, overrides, source=str(path) if path is not None else "config")
+    apply_overrides(raw, overrides)
+    return _validate(raw)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Set each `a.b.c=value` (value parsed as YAML) in the nested dict `raw`, in place; returns `raw`.
+
+    Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off.
+    """
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value)
+    return raw
+
+
+def config_from_dict(raw: Mapping[str, Any], *, source: str = "config") -> RLConfig:
+    """Validate a nested dict, reporting unknown keys with the nearest valid name (`ConfigError`, one line per
+    problem, each naming its dotted key)."""
+    check_keys(raw, RLConfig, prefix="", source=source)
+    return _validate(raw)
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(Path(path).read_text())
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+    return loaded or {}
+
+
+def _check_sources(
+    file_raw: Mapping[str, Any],
+    overrides: Sequence[str],
+    *,
+    source: str,
+    extra: Mapping[str, type[BaseModel]] | None = None,
+) -> None:
+    """Unknown keys, blamed on where they were typed: the YAML file, or the command-line override."""
+    extra = extra or {}
+    check_keys(file_raw, RLConfig, prefix="", source=source, extra_sections=tuple(extra))
+    strict = {name: model for name, model in extra.items() if model.model_config.get("extra") == "forbid"}
+    for name, model in strict.items():
+        if isinstance(file_raw.get(name), Mapping):
+            check_keys(file_raw[name], model, prefix=f"{name}.", source=source)
+    for item in overrides:
+        key, value = _parse_override(item)
+        head, _, rest = key.partition(".")
+        where = f"command-line override {item!r}"
+        if head in extra and rest:
+            if head in strict:
+                check_override_key(rest, value, strict[head], source=where, extra=(), root=f"{head}.")
+        else:
+            check_override_key(key, value, RLConfig, source=where, extra=tuple(extra))
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    hydra = hydra_prefix_error(item)
+    if hydra is not None:
+        raise hydra
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not key=value (e.g. trainer.total_steps=200)")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as err:
+        problem = " ".join(str(err).split())
+        raise ConfigError(f"command-line override {item!r}: the value is not valid YAML ({problem})") from None
+    return key.strip(), parsed
+
+
+def _validate(raw: Mapping[str, Any]) -> RLConfig:
+    try:
+        return RLConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(validation_message(err)) from None
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key!r}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
