@@ -66,3 +66,29 @@ def test_lora_reference_is_the_base_and_checkpoints_resume(tiny_model_dir: Path,
     resumed.fit()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_merged_weights_leave_the_frozen_base_untouched(tiny_model_dir: Path, dtype: str) -> None:
+    """Weight syncs send base + LoRA delta without merging into the model: W + BA - BA is not W in floating point,
+    so merge-then-unmerge nudged the frozen base (and the LoRA reference) at every step."""
+    import copy
+
+    from rlloom.core_rl.actor import _merged_lora_weights, load_causal_lm
+    from rlloom.core_rl.config import ModelConfig
+
+    config = ModelConfig(path=str(tiny_model_dir), lora_rank=4, lora_alpha=8, dtype=dtype)
+    model = load_causal_lm(config, str(tiny_model_dir), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # peft starts B at zero, which would make every delta vanish
+            param.data.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(10):
+        merged = _merged_lora_weights(model)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # bitwise: nothing in the model moved
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()  # peft's own merge, on a copy
+    assert merged.keys() == reference.keys()
+    for key, value in reference.items():
+        assert torch.equal(merged[key], value), key

@@ -357,15 +357,29 @@ class PolicyActor:
 
 
 def _merged_lora_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Base-model weights with LoRA deltas folded in, under the base model's HF names."""
-    model.merge_adapter()  # type: ignore[operator]
-    try:
-        base = model.get_base_model()  # type: ignore[operator]
-        weights = {
-            k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k
-        }
-    finally:
-        model.unmerge_adapter()  # type: ignore[operator]
+    """Base-model weights with LoRA deltas folded in, under the base model's HF names.
+
+    Computed as new tensors, W + delta rounded to W's dtype (what peft's merge writes), never by merging into the model
+    and unmerging: W + BA - BA is not W in floating point, so that would nudge the frozen base (and with it the
+    LoRA reference) at every weight sync, by up to a bf16 rounding step.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()  # type: ignore[operator]
+    weights = {
+        k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k
+    }
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if not isinstance(module, LoraLayer) or module.merged:
+                continue
+            adapters = [a for a in module.active_adapters if a in module.lora_A or a in module.lora_embedding_A]
+            if not adapters:
+                continue
+            key = f"{name}.weight"
+            delta = sum(module.get_delta_weight(a) for a in adapters)  # type: ignore[attr-defined]  # on subclasses
+            # added in the promoted dtype and rounded once, as peft's in-place merge does (adapters stay fp32)
+            weights[key] = (weights[key] + delta).to(weights[key].dtype)
     return weights
 
 
