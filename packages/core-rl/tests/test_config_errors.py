@@ -143,3 +143,10 @@ def test_every_verl_hint_names_a_key_that_exists() -> None:
         section, _, field = ours.partition(".")
         section_model = RLConfig.model_fields[section].annotation
         assert field in section_model.model_fields, f"{verl_name} -> {ours}: no such key"  # type: ignore[union-attr]
+
+
+def test_a_missing_section_names_the_key_to_set() -> None:
+    from rlloom.core_rl.config_loading import load_config
+
+    with pytest.raises(ConfigError, match=r"^model.path: missing; set it in the YAML or as an override \(model.path="):
+        load_config(None, ["trainer.seed=1"])

@@ -178,3 +178,33 @@ def test_a_first_step_whose_rewards_all_failed_stops_the_run(tiny_model_dir: Pat
         "every reward of the first training step failed (16 of 16): no scorer for data_source 'gsm8k' (x16). Check"
     )
     assert not (tmp_path / "checkpoints").exists()  # stopped before any update was saved
+
+
+def test_a_config_changed_after_it_was_built_is_checked_again(tmp_path: Path, no_model_load: None) -> None:
+    config = tiny_config("/unused", tmp_path, [])
+    config.rollout.n = 1  # each field is checked on assignment, the combination (GRPO needs groups) is not
+    engine = SamplingEngine.__new__(SamplingEngine)
+    with pytest.raises(ConfigError, match=r"rollout.n: 1 sample per prompt, but algorithm.adv_estimator=grpo"):
+        Trainer(config, engine=engine, reward_fn=digit_reward, train_data=sum_rows(4))
+
+
+def test_an_engine_tokenizing_differently_from_the_trainer_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from rlloom.core_rl.tiny import char_tokenizer
+
+    engine = SamplingEngine(tiny_model_dir)
+    engine.tokenizer = char_tokenizer(alphabet="0123456789+= ")  # letters and newlines become <unk>
+    config = tiny_config(tiny_model_dir, tmp_path, [])
+    with pytest.raises(ConfigError, match=r"the engine's tokenizer .* encodes text differently from the trainer's"):
+        Trainer(config, engine=engine, reward_fn=digit_reward, train_data=sum_rows(4))
+    engine.tokenizer = char_tokenizer()  # the same tokenizer rebuilt: accepted
+    Trainer(config, engine=engine, reward_fn=digit_reward, train_data=sum_rows(4))
+
+
+def test_a_model_folder_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
+    from rlloom.core_rl.tiny import save_tiny_model
+    from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+
+    saved = save_tiny_model(tmp_path)
+    with pytest.raises(ValueError, match=rf"no tokenizer in {saved.model}; give the folder the tokenizer was saved in"):
+        load_pretrained_tokenizer(saved.model)
+    assert load_pretrained_tokenizer(saved.tokenizer)("ab")["input_ids"]

@@ -510,3 +510,24 @@ def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown {kind} {name!r}{hint} Valid names: {', '.join(sorted(valid))}."
+
+
+_MOVED_TO_CONFIG_LOADING = frozenset(
+    {
+        "apply_overrides",
+        "bundled_config",
+        "config_from_dict",
+        "demo_overrides",
+        "load_config",
+        "load_config_with_section",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """Loading moved to `config_loading`; `from rlloom.core_rl.config import load_config` keeps working."""
+    if name in _MOVED_TO_CONFIG_LOADING:
+        from rlloom.core_rl import config_loading
+
+        return getattr(config_loading, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -174,8 +174,11 @@ def hydra_prefix_error(item: str) -> ConfigError | None:
     )
 
 
-def validation_message(err: ValidationError, *, prefix: str = "") -> str:
-    """Pydantic's errors as `dotted.key: message` lines, without the input dump and the documentation URL."""
+def validation_message(err: ValidationError, *, prefix: str = "", root: type[BaseModel] | None = None) -> str:
+    """Pydantic's errors as `dotted.key: message` lines, without the input dump and the documentation URL.
+
+    With `root` (the validated model), a missing section is reported by the required keys inside it
+    (`model.path: missing`, not `model: missing`)."""
     lines = []
     for problem in err.errors():
         cause = (problem.get("ctx") or {}).get("error")
@@ -188,10 +191,27 @@ def validation_message(err: ValidationError, *, prefix: str = "") -> str:
         value = problem.get("input")
         shown = "" if isinstance(cause, BaseException) or isinstance(value, Mapping | list) else f" (got {value!r})"
         if problem["type"] == "missing":
+            key = _first_required_leaf(root, problem["loc"], key) if root is not None else key
             message = f"missing; set it in the YAML or as an override ({key}=...)"
             shown = ""
         lines.append(f"{key or 'config'}: {_lower_first(message)}{shown}")
     return "\n".join(dict.fromkeys(lines))
+
+
+def _first_required_leaf(root: type[BaseModel], loc: Sequence[int | str], key: str) -> str:
+    """`model` -> `model.path` when the missing thing is a section whose first required field is `path`."""
+    model: Any = root
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) and _is_model(model) else None
+        if field is None:
+            return key
+        model = field.annotation
+    while _is_model(model):
+        required = [name for name, field in model.model_fields.items() if field.is_required()]
+        if not required:
+            return key
+        key, model = f"{key}.{required[0]}", model.model_fields[required[0]].annotation
+    return key
 
 
 def _leaf_keys(key: str, value: Any) -> list[str]:

@@ -144,7 +144,7 @@ def _validate(raw: Mapping[str, Any]) -> RLConfig:
     try:
         return RLConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(validation_message(err)) from None
+        raise ConfigError(validation_message(err, root=RLConfig)) from None
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:

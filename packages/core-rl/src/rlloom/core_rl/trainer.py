@@ -36,6 +36,7 @@ from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.checkpoint import load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from rlloom.core_rl.collection import CollectFactory, CollectFn, RewardErrorReport, score, single_turn_collector
 from rlloom.core_rl.config import ConfigError, KeyedValueError, RLConfig, check_warmup
+from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.data import PromptLoader, Row, check_rows, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, metric_means
@@ -44,6 +45,7 @@ from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_folder import record_config, resume_checkpoint
 from rlloom.core_rl.run_setup import RunParts, build_run, load_tokenizer, mini_batch_rows
+from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import sync_weights
 
@@ -83,6 +85,8 @@ class Trainer:
                 "or engine_factory= (a callable that builds one on the actor's module, e.g. "
                 "lambda module: HFEngine(module, tokenizer))"
             )
+        # the load-time cross-field checks again: a config changed after it was built (`cfg.rollout.n = 1`) skips them
+        config = config_from_dict(config.model_dump(), source="the config given to Trainer")
         self.cfg = config
         self.reward_fn = reward_fn
         # every row checked before anything loads: a bad row otherwise fails at its first rollout
@@ -131,6 +135,12 @@ class Trainer:
             tokenizer=tokenizer,
         )
         self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
+        source = (
+            f"model.tokenizer_path={config.model.tokenizer_path}"
+            if config.model.tokenizer_path
+            else f"model.path={config.model.path}"
+        )
+        check_engine_tokenizer(self.engine, self.parts.tokenizer, source)
         if collect_factory is not None:
             collect = collect_factory(self.engine)
         self.collect = collect or single_turn_collector(self.engine)

@@ -92,17 +92,19 @@ class HFEngine:
         cls,
         path: str | Path,
         *,
+        tokenizer_path: str | Path | None = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
         config: HFEngineConfig | None = None,
     ) -> HFEngine:
-        """Load a model folder; on CUDA defaults to bf16 and SDPA attention, on CPU to fp32."""
+        """Load a model folder (its tokenizer from `tokenizer_path` when saved apart, as the trainer's
+        `model.tokenizer_path`); on CUDA defaults to bf16 and SDPA attention, on CPU to fp32."""
         from rlloom.core_rl.actor import model_class
         from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-        tokenizer = load_pretrained_tokenizer(path)
+        tokenizer = load_pretrained_tokenizer(tokenizer_path or path)
         tokenizer.padding_side = "left"
         # a vision-language checkpoint (Qwen2.5-VL) loads as its image-text-to-text class
         model = model_class(str(path)).from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")

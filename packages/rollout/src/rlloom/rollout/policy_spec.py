@@ -17,11 +17,9 @@ from typing import Any, Literal, Protocol
 import torch
 
 from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.tokenizer_loading import has_tokenizer_files
 
 EngineKind = Literal["hf", "vllm"]
-
-TOKENIZER_FILE_PREFIXES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece")
-"""Names a tokenizer folder's files start with (tokenizer.json, vocab.json, spiece.model, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +69,9 @@ class PolicySpec:
         this machine lacks (no vLLM, no CUDA), naming the flag that fixes it."""
         if self.model is not None and not (self.model / "config.json").is_file():
             raise ValueError(f"--model {self.model} has no config.json; give a saved HF model folder")
-        if self.tokenizer is not None and not _has_tokenizer_files(self.tokenizer):
+        if self.tokenizer is not None and not has_tokenizer_files(self.tokenizer):
             raise ValueError(f"--tokenizer {self.tokenizer}: no tokenizer there; give a saved tokenizer's folder")
-        if self.tokenizer is None and self.model is not None and not _has_tokenizer_files(self.model):
+        if self.tokenizer is None and self.model is not None and not has_tokenizer_files(self.model):
             raise ValueError(f"no tokenizer in {self.model}; pass --tokenizer DIR (a saved tokenizer's folder)")
         if self.url is not None:
             return
@@ -84,11 +82,6 @@ class PolicySpec:
             )
         if self.engine == "hf" and self.device is not None:
             check_device(self.device)
-
-
-def _has_tokenizer_files(folder: Path) -> bool:
-    # AutoTokenizer on a model folder without them builds an empty tokenizer that encodes everything to nothing
-    return any(f.name.startswith(TOKENIZER_FILE_PREFIXES) or f.suffix == ".tiktoken" for f in folder.iterdir())
 
 
 def check_device(device: str) -> None:
