@@ -134,6 +134,10 @@ def test_registry_routing_and_load_errors(pool: ScoringPool) -> None:
 def test_item_validation_names_the_index() -> None:
     with pytest.raises(ValueError, match=r"items\[1\]"):
         score_batch([("a", "b", "nq"), {"response": "x"}], workers=0)
+    with pytest.raises(TypeError, match=r"items\[0\] is a tuple of 1 element\(s\); a tuple item is \(response, "):
+        score_batch([("x",)], workers=0)
+    with pytest.raises(TypeError, match=r"items\[2\] is a list of 5 element\(s\)"):
+        score_batch([("a", "b", "nq"), ("a", "b", "nq"), ["a", "b", "nq", {}, 1]], workers=0)
     with pytest.raises(TypeError, match=r"items\[0\] is a int"):
         as_item(5, 0)  # type: ignore[arg-type]
     assert as_item(("r", "g", "pkg.mod:fn"), 0).scorer == "pkg.mod:fn"

@@ -73,16 +73,42 @@ def test_io_scorer() -> None:
     assert io_scorer(answer, as_json).score == 1.0
 
 
-def test_malformed_ground_truth_names_the_field() -> None:
-    with pytest.raises(ValueError, match="'entry_point'"):
-        humaneval_scorer("x", {"test": HE0["test"]})
-    with pytest.raises(ValueError, match="'test_list'"):
-        mbpp_scorer("x", {"tests": []})
-    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
-        io_scorer("x", {"inputs": ["1", "2"], "outputs": ["1"]})
-    with pytest.raises(ValueError, match=r"ground_truth\['inputs'\] must be list"):
-        io_scorer("x", {"inputs": "1", "outputs": ["1"]})
-    with pytest.raises(ValueError, match="call-based"):
-        io_scorer("x", {"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})
-    with pytest.raises(ValueError, match="not JSON"):
-        io_scorer("x", "{inputs")
+def test_malformed_ground_truth_is_an_error_result_naming_the_field() -> None:
+    cases = [
+        (humaneval_scorer("x", {"test": HE0["test"]}), "'entry_point'"),
+        (mbpp_scorer("x", {"tests": []}), "'test_list'"),
+        (io_scorer("x", {"inputs": ["1", "2"], "outputs": ["1"]}), "2 inputs but 1 outputs"),
+        (io_scorer("x", {"inputs": "1", "outputs": ["1"]}), "ground_truth['inputs'] must be list"),
+        (io_scorer("x", {"inputs": [[1]], "outputs": [[1]], "fn_name": "no such"}), "must be a Python function name"),
+        (io_scorer("x", "{inputs"), "not JSON"),
+    ]
+    for result, message in cases:
+        assert result.score == 0.0 and message in (result.error or ""), (message, result.error)
+
+
+def test_io_scorer_call_based_apps_task() -> None:
+    """APPS/TACO call-based rows: inputs are argument lists, outputs return values (APPS wraps them in a list)."""
+    truth = {"fn_name": "pair_sum", "inputs": [[1, 2], [[3, 4], 5], ["a", "b"]], "outputs": [[3], [[8, 9]], ["ab"]]}
+    good = (
+        "```python\ndef pair_sum(a, b):\n    if isinstance(a, list):\n        return (a[0] + b, a[1] + b)\n"
+        "    return a + b\n```"
+    )
+    result = io_scorer(good, truth)
+    assert (result.score, result.error, result.components) == (1.0, None, {"passed": 3.0, "total": 3.0})
+    wrong = "def pair_sum(a, b):\n    return a * 2 if not isinstance(a, list) else [0, 0]"
+    partial = io_scorer(wrong, truth)  # 1 * 2 != 3, [0, 0] != [8, 9], "a" * 2 != "ab"
+    assert partial.score == 0.0 and partial.details["status"] == "failed"
+    half = "def pair_sum(a, b):\n    return a + b if not isinstance(a, list) else None"
+    assert io_scorer(half, truth).score == pytest.approx(2 / 3)
+    as_json = json.dumps({"fn_name": "pair_sum", "inputs": [[2, 2]], "outputs": [4]})  # unwrapped output too
+    assert io_scorer(good, as_json).score == 1.0
+    leetcode = "class Solution:\n    def pair_sum(self, a, b):\n        return a + b"
+    assert io_scorer(leetcode, {"fn_name": "pair_sum", "inputs": [[1, 2], [5, 5]], "outputs": [3, 10]}).score == 1.0
+    missing = io_scorer("def other(a, b):\n    return a + b", truth)
+    assert missing.score == 0.0 and "NameError" in missing.details["tests"][0]["reason"]
+
+
+def test_io_scorer_call_based_refuses_always_equal_results() -> None:
+    cheat = "class Eq:\n    def __eq__(self, other):\n        return True\n\ndef f(x):\n    return Eq()"
+    result = io_scorer(cheat, {"fn_name": "f", "inputs": [[1]], "outputs": [[2]]})
+    assert result.score == 0.0 and "overrides comparison" in result.details["tests"][0]["reason"]

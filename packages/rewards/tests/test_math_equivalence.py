@@ -102,3 +102,25 @@ def test_letter_gold_with_choices_accepts_the_option_text() -> None:
     assert math_scorer("\\boxed{60}", "D", extra_info=info).score == 0.0
     assert math_scorer("\\boxed{C}", "D", extra_info=info).score == 0.0
     assert math_scorer("\\boxed{80}", "D").score == 0.0  # without choices a value cannot match a letter
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "equal"),
+    [
+        ("4\\,\\text{m}^2", "4", True),  # thin space, unit symbol as text, unit power
+        ("4\\;\\text{cm}^{3}", "4", True),
+        ("4\\!\\text{ m}", "4", True),
+        ("12\\,\\mathrm{s}.", "12", True),
+        ("5\\,\\text{m}^2", "4", False),  # the number still decides
+        ("4m^2", "4", False),  # bare m is a variable, not a unit
+        ("4\\text{m}^4", "4", False),  # not a unit power
+        ("\\mathbb{R}", "(-\\infty,\\infty)", True),
+        ("(-\\infty, \\infty)", "\\mathbb{R}", True),
+        ("x \\in \\mathbb{R}", "(-\\infty,\\infty)", True),
+        ("\\mathbb{R}", "(0,\\infty)", False),
+        ("\\mathbb{Z}", "(-\\infty,\\infty)", False),
+    ],
+)
+def test_text_units_and_the_reals(pred: str, gold: str, equal: bool) -> None:
+    assert compare(pred, gold).equal is equal
+    assert math_scorer(f"so \\boxed{{{pred}}}", gold).score == float(equal)

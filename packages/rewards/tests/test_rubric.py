@@ -63,3 +63,31 @@ def test_rubric_validation() -> None:
         Rubric([])
     with pytest.raises(ValueError, match="repeated: \\['a'\\]"):
         Rubric([("a", "qa_em", 1.0), ("a", "qa_f1", 1.0)])
+    with pytest.raises(ValueError, match=r"term 0 is a tuple of 2 element\(s\).*\(name, scorer, weight\)"):
+        Rubric([("n", "gsm8k")])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"term 1 is a str.*\(name, scorer, weight\)"):
+        Rubric([("a", "qa_em", 1.0), "qa_f1"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="finite"):
+        Rubric([("a", "qa_em", float("nan"))])
+
+
+def nan_score(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    return float("nan")
+
+
+def inf_result(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    return ScoreResult(score=float("-inf"), details={"why": "overflow"})
+
+
+def test_non_finite_terms_score_zero_with_an_error() -> None:
+    rubric = Rubric([("n", nan_score, 1.0), ("i", inf_result, 1.0), ("em", "qa_em", 0.5)])
+    result = rubric("<answer>x</answer>", "x")
+    assert result.score == 0.5 and result.components == {"n": 0.0, "i": 0.0, "em": 1.0, "em/em": 1.0, "em/f1": 1.0,
+                                                         "em/sub_em": 1.0}  # fmt: skip
+    assert result.error == (
+        "n: scorer 'nan_score' returned a non-finite score (nan); scored 0; "
+        "i: scorer 'inf_result' returned a non-finite score (-inf); scored 0"
+    )
+    assert result.details["i"] == {"why": "overflow"}
+    async_result = asyncio.run(rubric.ascore("<answer>x</answer>", "x"))
+    assert async_result.score == 0.5 and async_result.error == result.error

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from rlloom.rewards.qa import exact_match, extract_tagged_answer, normalize_answer, qa_golds
+from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
 
@@ -239,27 +240,36 @@ def r1_format_scorer(
     response: str, ground_truth: Any = None, *, extra_info: Mapping[str, Any] | None = None
 ) -> ScoreResult:
     """`Scorer` for `r1_format`; the ground truth is ignored."""
-    return _result(r1_format(response))
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    return _result(r1_format(text))
 
 
 def think_boxed_format_scorer(
     response: str, ground_truth: Any = None, *, extra_info: Mapping[str, Any] | None = None
 ) -> ScoreResult:
     """`Scorer` for `think_boxed_format`; the ground truth is ignored."""
-    return _result(think_boxed_format(response))
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    return _result(think_boxed_format(text))
 
 
 def search_r1_format_scorer(
     response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None
 ) -> ScoreResult:
     """`Scorer` for Search-R1's `qa_em_format` reward; `extra_info` may override the three scores by name."""
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
     info = extra_info or {}
     try:
         golds = qa_golds(ground_truth)
     except (TypeError, ValueError) as exc:
         return ScoreResult(score=0.0, error=f"bad ground_truth: {exc}")
     names = ("structure_format_score", "final_format_score", "retrieval_score")
-    check = search_r1_format_reward(response, golds, **{k: float(info[k]) for k in names if k in info})
+    check = search_r1_format_reward(text, golds, **{k: float(info[k]) for k in names if k in info})
     return _result(check)
 
 
@@ -267,8 +277,11 @@ def tool_call_scorer(
     response: str, ground_truth: Any = None, *, extra_info: Mapping[str, Any] | None = None
 ) -> ScoreResult:
     """`Scorer` for `tool_call_format`; `extra_info["tools"]` (list of names) restricts the allowed tools."""
-    tools = (extra_info or {}).get("tools")
-    return _result(tool_call_format(response, allowed_tools=tools))
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    tools = plain((extra_info or {}).get("tools"))
+    return _result(tool_call_format(text, allowed_tools=tools))
 
 
 def overlong_scorer(

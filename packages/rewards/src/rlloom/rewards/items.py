@@ -60,7 +60,12 @@ def as_item(
             if default_scorer and not data.get("scorer") and not data.get("data_source"):
                 data["scorer"] = default_scorer
             return ScoreItem.model_validate(data)
-        if isinstance(value, Sequence) and not isinstance(value, str | bytes) and 2 <= len(value) <= 4:
+        if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+            if not 2 <= len(value) <= 4:
+                raise TypeError(
+                    f"items[{index}] is a {type(value).__name__} of {len(value)} element(s); a tuple item is "
+                    "(response, ground_truth[, data_source_or_scorer[, extra_info]]): 2 to 4 elements"
+                )
             response, ground_truth, *rest = value
             name = rest[0] if rest else default_scorer
             key = "scorer" if isinstance(name, str) and ":" in name else "data_source"
@@ -90,4 +95,4 @@ def score_item(item: ScoreItem) -> ScoreResult:
     value = fn(item.response, item.ground_truth, extra_info=item.extra_info)
     if asyncio.iscoroutine(value):
         value = asyncio.run(value)
-    return to_result(value)
+    return to_result(value, scorer=item.spec())

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -32,13 +33,14 @@ def normalize_answer(text: str) -> str:
 
 
 def _gold_list(golds: str | Sequence[str]) -> list[str]:
+    golds = plain(golds)  # a numpy array of aliases (parquet rows) becomes a list
     if isinstance(golds, str):
         return [golds]
     if isinstance(golds, Sequence) and all(isinstance(g, str) for g in golds):
         if not golds:
             raise ValueError("golds is an empty list; give at least one accepted answer")
         return list(golds)
-    raise TypeError(f"golds must be a str or a list of str, got {type(golds).__name__}")
+    raise TypeError(f"golds must be a str or a list (or array) of str, got {type(golds).__name__}")
 
 
 def exact_match(pred: str, golds: str | Sequence[str]) -> float:
@@ -92,28 +94,37 @@ def extract_tagged_answer(response: str) -> str | None:
 
 
 def qa_golds(ground_truth: Any) -> list[str]:
-    """Accept the shapes datasets use: a string, a list of aliases, or Search-R1's `{"target": [...]}`."""
+    """Accept the shapes datasets use: a string, a list (tuple, numpy array) of aliases, or Search-R1's
+    `{"target": [...]}`; numbers become their text."""
+    ground_truth = plain(ground_truth)
     if isinstance(ground_truth, Mapping):
         if "target" not in ground_truth:
             raise ValueError(f"ground_truth dict needs a 'target' key (Search-R1 shape), got keys {list(ground_truth)}")
         ground_truth = ground_truth["target"]
-    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+    if isinstance(ground_truth, int | float) and not isinstance(ground_truth, bool):
         ground_truth = str(ground_truth)
-    if isinstance(ground_truth, Sequence) and not isinstance(ground_truth, str):
+    if isinstance(ground_truth, list):
         ground_truth = [str(g) for g in ground_truth]
+    if not isinstance(ground_truth, str | list):
+        raise TypeError(
+            f"ground_truth must be a str, a list of str or {{'target': [...]}}, got {type(ground_truth).__name__}"
+        )
     return _gold_list(ground_truth)
 
 
-def _qa_score(metric: str, response: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> ScoreResult:
+def _qa_score(metric: str, response: Any, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> ScoreResult:
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
     try:
         golds = qa_golds(ground_truth)
     except (TypeError, ValueError) as exc:
         return ScoreResult(score=0.0, error=f"bad ground_truth: {exc}")
-    answer = extract_tagged_answer(response)
+    answer = extract_tagged_answer(text)
     if answer is None:
         if not (extra_info or {}).get("fallback_to_text", False):
             return ScoreResult(score=0.0, details={"reason": "no <answer>...</answer> in the response"})
-        answer = response.strip()
+        answer = text.strip()
     components = {"em": exact_match(answer, golds), "f1": f1(answer, golds), "sub_em": substring_match(answer, golds)}
     return ScoreResult(score=components[metric], components=components, extracted=answer)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -152,8 +153,21 @@ def register(name: str, spec: str) -> None:
     _CACHE.pop(name, None)
 
 
-def to_result(value: Any) -> ScoreResult:
-    """Normalise what a scorer returned: a float/int/bool, a `ScoreResult`, or a veRL-style dict with `score`."""
+def to_result(value: Any, scorer: str | None = None) -> ScoreResult:
+    """Normalise what a scorer returned: a float/int/bool, a `ScoreResult`, or a veRL-style dict with `score`.
+
+    A NaN or infinite score becomes 0 with `error` naming `scorer` (when given) and the value: one such reward
+    would otherwise turn a whole batch's advantages into NaN.
+    """
+    result = _as_result(value)
+    if math.isfinite(result.score):
+        return result
+    who = f"scorer {scorer!r}" if scorer else "scorer"
+    error = f"{who} returned a non-finite score ({result.score!r}); scored 0"
+    return result.model_copy(update={"score": 0.0, "error": f"{result.error}; {error}" if result.error else error})
+
+
+def _as_result(value: Any) -> ScoreResult:
     if isinstance(value, ScoreResult):
         return value
     if isinstance(value, bool | int | float):

@@ -1,14 +1,15 @@
 """Check a solution against tests in the sandbox and report only what the harness observed.
 
-`check_asserts` (MBPP), `check_function` (HumanEval) and `check_io` (stdin/stdout) return a `CodeResult`. For the
-first two, a test counts as passed only when the sandboxed harness wrote a nonce-stamped pass record for it after
-the statement ran, and the run ended with the harness's own completion record; a run without one (early exit,
-`os._exit`, a kill, a timeout) scores zero, and any forged line on the result channel marks the run `tampered`.
-For `check_io` the parent compares each case's output itself.
-"""
+`check_asserts` (MBPP), `check_function` (HumanEval), `check_calls` (call-based APPS/TACO) and `check_io`
+(stdin/stdout) return a `CodeResult`. For the first three, a test counts as passed only when the sandboxed harness
+wrote a nonce-stamped pass record for it after the statement ran, and the run ended with the harness's own
+completion record; a run without one (early exit, `os._exit`, a kill, a timeout) scores zero, and any forged line
+on the result channel marks the run `tampered`. For `check_io` the parent compares each case's output itself."""
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -142,6 +143,64 @@ def check_function(
         "test_modules": imported_modules(test),
     }
     return _run_units(job, units, chosen, partial, allow_weak_isolation)
+
+
+_CALL_SETUP = """
+def __rlloom_lists__(value):
+    if isinstance(value, (list, tuple)):
+        return [__rlloom_lists__(v) for v in value]
+    if isinstance(value, dict):
+        return {k: __rlloom_lists__(v) for k, v in value.items()}
+    return value
+
+def __rlloom_same__(output, expected):
+    output = __rlloom_lists__(output)
+    return output == expected or (isinstance(expected, list) and len(expected) > 0 and output == expected[0])
+"""
+"""APPS/prime_code's call-based comparison: JSON has no tuples, so tuples returned compare as lists, and an
+expected value stored wrapped in a one-element list (as APPS stores them) also matches unwrapped."""
+
+
+def _literal(value: Any, what: str) -> str:
+    text = repr(value)
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise ValueError(f"{what} cannot be written as a Python literal ({type(exc).__name__}): {text[:100]}") from exc
+    return text
+
+
+def check_calls(
+    code: str,
+    fn_name: str,
+    calls: list[tuple[list[Any], Any]],
+    *,
+    timeout: float = 10.0,
+    memory_mb: int = 512,
+    partial: bool = True,
+    limits: Limits | None = None,
+    allow_weak_isolation: bool = False,
+) -> CodeResult:
+    """Call-based APPS/TACO style: for each (arguments, expected), `fn_name(*arguments)` must return `expected`.
+
+    Runs as `check_asserts` (one run, `timeout` covers it, results vetted as plain data). When `code` defines
+    `class Solution` (LeetCode style), `Solution().fn_name(...)` is called instead, as veRL's prime_code does.
+    """
+    if not fn_name.isidentifier():
+        raise ValueError(f"fn_name {fn_name!r} is not a Python identifier")
+    if not calls:
+        raise ValueError("calls is empty: give at least one (arguments, expected) pair")
+    target = f"Solution().{fn_name}" if re.search(r"^class\s+Solution\b", code, re.MULTILINE) else fn_name
+    asserts = []
+    for i, (args, expected) in enumerate(calls):
+        if not isinstance(args, list | tuple):
+            raise ValueError(f"calls[{i}] arguments must be a list, got {type(args).__name__}")
+        arguments = _literal(list(args), f"calls[{i}] arguments")
+        asserts.append(f"assert __rlloom_same__({target}(*{arguments}), {_literal(expected, f'calls[{i}] expected')})")
+    return check_asserts(
+        code, asserts, setup=_CALL_SETUP, timeout=timeout, memory_mb=memory_mb, partial=partial, limits=limits,
+        allow_weak_isolation=allow_weak_isolation,
+    )  # fmt: skip
 
 
 def same_output(actual: str, expected: str) -> bool:

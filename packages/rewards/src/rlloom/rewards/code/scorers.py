@@ -3,18 +3,20 @@
 Each scorer is `(response, ground_truth, *, extra_info=None) -> ScoreResult`, registered by the rewards registry
 for the humaneval, mbpp and io data sources. The score is the fraction of tests passed (set
 `extra_info["partial"] = False` for all-or-nothing); a timeout, crash or tampering scores 0 with the reason in
-`error`, and malformed ground truth raises `ValueError` naming the field, since that is the data set's fault.
+`error`, and so does malformed ground truth or a response that is not text, with `error` naming the field and
+the shape expected (the data set's fault, reported per row rather than raised).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rlloom.rewards.code.harness import CodeResult, check_asserts, check_function, check_io
+from rlloom.rewards.code.harness import CodeResult, check_asserts, check_calls, check_function, check_io
 from rlloom.rewards.code.runner import Limits
+from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -61,49 +63,99 @@ def _as_score(result: CodeResult, code: str) -> ScoreResult:
     )
 
 
-def humaneval_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+def _scored(check: Callable[[], CodeResult], code: str) -> ScoreResult:
+    """Run a check; a ValueError is the harness refusing the data set's tests (the candidate runs sandboxed and
+    never raises here), so it scores 0 with the message instead of raising for one bad row."""
+    try:
+        return _as_score(check(), code)
+    except ValueError as exc:
+        return ScoreResult(score=0.0, extracted=code, error=f"bad ground_truth: {exc}")
+
+
+def humaneval_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """ground_truth = {"test", "entry_point"}; a completion-style answer is appended to `extra_info["prompt"]`."""
-    test = _field(ground_truth, "test", str, "humaneval")
-    entry_point = _field(ground_truth, "entry_point", str, "humaneval")
-    code = extract_code(response)
+    text, ground_truth = response_text(response), plain(ground_truth)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    try:
+        test = _field(ground_truth, "test", str, "humaneval")
+        entry_point = _field(ground_truth, "entry_point", str, "humaneval")
+    except ValueError as exc:
+        return ScoreResult(score=0.0, error=str(exc))
+    code = extract_code(text)
     prompt = (extra_info or {}).get("prompt") or ground_truth.get("prompt")
     if isinstance(prompt, str) and prompt:
         defines = re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
         code = prompt + "\n" + code if defines else prompt + code
     limits, partial = _limits(extra_info, 10.0)
-    return _as_score(check_function(code, test, entry_point, limits=limits, partial=partial), code)
+    return _scored(lambda: check_function(code, test, entry_point, limits=limits, partial=partial), code)
 
 
-def mbpp_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+def mbpp_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """ground_truth = {"test_list": [assert, ...], "test_setup_code": str (optional)}."""
-    asserts = _field(ground_truth, "test_list", list, "mbpp")
-    setup = ground_truth.get("test_setup_code") or ""
-    code = extract_code(response)
+    text, ground_truth = response_text(response), plain(ground_truth)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    try:
+        asserts = _field(ground_truth, "test_list", list, "mbpp")
+        setup = ground_truth.get("test_setup_code") or ""
+        if not isinstance(setup, str):
+            raise ValueError(f"mbpp ground_truth['test_setup_code'] must be str, got {type(setup).__name__}")
+    except ValueError as exc:
+        return ScoreResult(score=0.0, error=str(exc))
+    code = extract_code(text)
     limits, partial = _limits(extra_info, 10.0)
-    return _as_score(check_asserts(code, asserts, setup=setup, limits=limits, partial=partial), code)
+    return _scored(lambda: check_asserts(code, asserts, setup=setup, limits=limits, partial=partial), code)
 
 
-def io_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
-    """ground_truth = {"inputs": [stdin, ...], "outputs": [expected stdout, ...]} (or that object as a JSON string,
-    as verl/PRIME code data sets store it); outputs are compared token by token."""
+def _io_task(ground_truth: Any) -> tuple[list[Any], list[Any], str | None]:
+    """(inputs, outputs, fn_name or None) of an io ground truth, which may be a JSON string (verl/PRIME)."""
     if isinstance(ground_truth, str):
         try:
             ground_truth = json.loads(ground_truth)
         except json.JSONDecodeError as exc:
             raise ValueError(f"io ground_truth is a string but not JSON ({exc}); give {{'inputs', 'outputs'}}") from exc
-    if isinstance(ground_truth, Mapping) and ground_truth.get("fn_name"):
-        raise ValueError(
-            "io ground_truth has 'fn_name' (a call-based task); io_scorer runs stdin/stdout programs only: "
-            "turn it into asserts and use mbpp_scorer"
-        )
+    ground_truth = plain(ground_truth)
     inputs = _field(ground_truth, "inputs", list, "io")
     outputs = _field(ground_truth, "outputs", list, "io")
     if len(inputs) != len(outputs):
         raise ValueError(f"io ground_truth has {len(inputs)} inputs but {len(outputs)} outputs; they must pair up")
-    code = extract_code(response)
+    fn_name = ground_truth.get("fn_name") or None
+    if fn_name is None:
+        return inputs, outputs, None
+    if not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise ValueError(f"io ground_truth['fn_name'] must be a Python function name, got {fn_name!r:.100}")
+    for i, args in enumerate(inputs):
+        if not isinstance(args, list):
+            raise ValueError(
+                f"io ground_truth has 'fn_name', so each input is a list of arguments; inputs[{i}] is a "
+                f"{type(args).__name__}"
+            )
+    return inputs, outputs, fn_name
+
+
+def io_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
+    """ground_truth = {"inputs": [stdin, ...], "outputs": [expected stdout, ...]} (or that object as a JSON string,
+    as verl/PRIME code data sets store it); outputs are compared token by token and `timeout` is per case.
+
+    With "fn_name" (call-based APPS/TACO tasks) each input is a list of arguments and each output the expected
+    return value, checked as veRL's prime_code does (see `check_calls`) in one run that `timeout` bounds.
+    """
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    try:
+        inputs, outputs, fn_name = _io_task(ground_truth)
+    except ValueError as exc:
+        return ScoreResult(score=0.0, error=str(exc))
+    code = extract_code(text)
+    if fn_name is not None:
+        limits, partial = _limits(extra_info, 10.0)
+        calls = list(zip(inputs, outputs, strict=True))
+        return _scored(lambda: check_calls(code, fn_name, calls, limits=limits, partial=partial), code)
     limits, partial = _limits(extra_info, 5.0)
     cases = [(_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True)]
-    return _as_score(check_io(code, cases, limits=limits, partial=partial), code)
+    return _scored(lambda: check_io(code, cases, limits=limits, partial=partial), code)
 
 
 def _text(value: Any) -> str:

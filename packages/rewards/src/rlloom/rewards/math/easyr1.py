@@ -14,6 +14,7 @@ from typing import Any
 from rlloom.rewards.format import strip_tag_spaces, think_boxed_format_scorer
 from rlloom.rewards.math.scorer import boxed_math_scorer
 from rlloom.rewards.rubric import Rubric
+from rlloom.rewards.scorer_inputs import not_text_error, response_text
 from rlloom.rewards.types import ScoreResult
 
 FORMAT_WEIGHT = 0.1  # EasyR1's `format_weight` default
@@ -35,4 +36,7 @@ _RUBRIC = easyr1_math_rubric()
 
 def easyr1_math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """`Scorer` for EasyR1's math reward (registry: `easyr1_math`, `geo3k_easyr1`)."""
-    return _RUBRIC(strip_tag_spaces(response), ground_truth, extra_info=extra_info)
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    return _RUBRIC(strip_tag_spaces(text), ground_truth, extra_info=extra_info)

@@ -1,7 +1,8 @@
 """Canonical text for an answer: the string rules that decide most comparisons without SymPy.
 
 Normalising removes what never changes a value (`\\left`, spacing commands, `\\dfrac` vs `\\frac`, `\\text{}`
-wrappers, units, currency, degree marks, a trailing period, a leading `x =`), fixes malformed-but-common
+wrappers, units (unit symbols such as `m` only when written as `\\text{m}`), currency, degree marks, a trailing
+period, a leading `x =`), writes `\\mathbb{R}` as `(-\\infty,\\infty)`, fixes malformed-but-common
 LaTeX (`\\frac12`, `\\sqrt3`), and records the percent sign instead of dropping it, so that 50% can equal
 0.5 without 0.5 equalling 50.
 """
@@ -28,6 +29,14 @@ _UNIT_TAIL_RE = re.compile(
     r"([\d}.)])\s*(?:(?:" + "|".join(re.escape(u) for u in _UNITS) + r")\b\.?(?:\s*\^\{?[23]\}?)?\s*)+$",
     re.IGNORECASE,
 )
+# Unit symbols dropped after a number only when written as text (`4\\,\\text{m}^2`): bare, "m" or "s" is a variable.
+_TEXT_UNIT_SYMBOLS = "km cm mm nm m kg mg g ms s min h hr mL ml L l"
+_TEXT_UNIT_TAIL_RE = re.compile(
+    r"([\d}.)])\s*\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:"
+    + "|".join(_TEXT_UNIT_SYMBOLS.split())
+    + r")\s*\}(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?\s*\.?\s*$"
+)
+_REALS_RE = re.compile(r"\\(?:mathbb|Bbb)\s*\{?\s*R\s*\}?")  # the whole answer "all reals" is (-inf, inf)
 _TEXT_RE = re.compile(
     r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname|mathit|mathsf|mathtt)\s*\{([^{}]*)\}"
 )
@@ -96,6 +105,7 @@ def normalize(answer: str) -> Normalized:
     s = s.replace("\\le ", "\\leq ").replace("\\ge ", "\\geq ").replace("\\neq", "\\ne")
     s = s.replace("−", "-").replace("–", "-").replace("×", "\\times").replace("·", "\\cdot").replace("π", "\\pi")
     s = s.replace("∞", "\\infty").replace("√", "\\sqrt")
+    s = _TEXT_UNIT_TAIL_RE.sub(r"\1", s)
     s = _unwrap_text(s)
     s = _DEGREE_RE.sub("", s)
     s = _CURRENCY_RE.sub("", s)
@@ -114,6 +124,8 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"\s*([(),\[\]{}^_+*/=<>-])\s*", r"\1", s)
     s = re.sub(r"(?<![\d])\.(\d)", r"0.\1", s)  # ".5" -> "0.5"
     s = re.sub(r"^\{([^{}]*)\}$", r"\1", s)
+    if _REALS_RE.fullmatch(s):
+        s = "(-\\infty,\\infty)"
     return Normalized(text=s, percent=percent)
 
 

@@ -12,10 +12,12 @@ from typing import Any
 
 from rlloom.rewards.math.equivalence import DEFAULT_TIMEOUT, compare
 from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer
+from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
 
 def _golds(gold: str | Sequence[str]) -> list[str]:
+    gold = plain(gold)  # a numpy array of accepted forms (parquet rows) becomes a list
     if isinstance(gold, str):
         return [gold]
     if isinstance(gold, Sequence) and all(isinstance(g, str) for g in gold):
@@ -41,11 +43,10 @@ def score_detailed(
     golds = [_extract_gold(g) for g in _golds(gold)]
     if not any(g.strip() for g in golds):
         return ScoreResult(score=0.0, error="gold answer is empty; fix the dataset's ground_truth")
-    if isinstance(response, bytes):
-        response = response.decode("utf-8", errors="replace")
-    if not isinstance(response, str):
-        return ScoreResult(score=0.0, error=f"response must be str, got {type(response).__name__}")
-    extracted = extract_answer(response, modes=modes)
+    text = response_text(response)
+    if text is None:
+        return ScoreResult(score=0.0, error=not_text_error(response))
+    extracted = extract_answer(text, modes=modes)
     if extracted is None:
         return ScoreResult(score=0.0, details={"reason": "no answer found in the response"})
     reasons = []
@@ -76,7 +77,7 @@ def score(
 
 def _with_choice_text(ground_truth: Any, choices: Any) -> Any:
     """A letter gold with `extra_info["choices"]` (geometry3k) also accepts the chosen option's text ("D" or "80")."""
-    if not (isinstance(ground_truth, str) and isinstance(choices, (list, tuple))):
+    if not (isinstance(ground_truth, str) and isinstance(choices, list | tuple)):
         return ground_truth
     letter = ground_truth.strip().strip("()")
     index = ord(letter) - ord("A") if len(letter) == 1 and "A" <= letter <= "J" else -1
@@ -92,13 +93,15 @@ def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
     gold such as geometry3k's "D" also accepts the text of option D); other keys are ignored.
     """
     info = dict(extra_info or {})
-    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+    ground_truth = plain(ground_truth)  # numpy arrays and scalars (parquet rows) become lists and Python numbers
+    if isinstance(ground_truth, int | float) and not isinstance(ground_truth, bool):
         ground_truth = str(ground_truth)
-    if not isinstance(ground_truth, (str, list, tuple)):
+    if not isinstance(ground_truth, str | list):
+        kind = type(ground_truth).__name__
         return ScoreResult(
-            score=0.0, error=f"ground_truth must be a str or list of str, got {type(ground_truth).__name__}"
+            score=0.0, error=f"ground_truth must be a str or a list of str (the accepted answers), got {kind}"
         )
-    ground_truth = _with_choice_text(ground_truth, info.get("choices"))
+    ground_truth = _with_choice_text(ground_truth, plain(info.get("choices")))
     modes = tuple(info.get("modes", DEFAULT_MODES))
     timeout = float(info.get("timeout", DEFAULT_TIMEOUT))
     try:
