@@ -123,7 +123,9 @@ def test_tool_env_with_real_engine_keeps_exact_tokens(tokenizer: Any, model_and_
     loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(Toolset([lookup]), AgentRubric(never)), cfg)
     trajs = loop.run([{"question": "look up x", "answer": "y"}], n=4)
     for traj in trajs:
-        assert traj.finish_reason in ("stop", "max_turns")
+        # a random model rarely closes its turn within 16 tokens: a cut last turn finishes 'length'
+        last_turn_cut = traj.loss_mask[-1] == 1 and traj.response_ids[-1] not in engine.eos_token_ids
+        assert traj.finish_reason in (("length",) if last_turn_cut else ("stop", "max_turns"))
         assert len(traj.response_ids) == len(traj.loss_mask) == len(traj.rollout_logprobs)
         assert sum(traj.loss_mask) == traj.metrics["model_tokens"]
         decoded = tokenizer.decode(traj.response_ids, skip_special_tokens=False)

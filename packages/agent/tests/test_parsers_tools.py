@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from typing import Any
 
 import pytest
@@ -52,7 +54,7 @@ def test_hermes_parser_valid_malformed_and_unclosed() -> None:
     )
     parsed = parser.parse(text)
     assert [(c.name, c.arguments) for c in parsed.calls] == [("f", {"x": 1}), ("g", {"y": 2})]
-    assert parsed.errors == [
+    assert list(parsed.errors) == [
         'tool call must be a JSON object like {"name": ..., "arguments": {...}}',
         'tool call has no "name" string',
         "a <tool_call> block was not closed with </tool_call>",
@@ -144,3 +146,97 @@ def test_prompt_and_observation_need_exactly_one_form() -> None:
         Observation(text="a", messages=[{"role": "tool", "content": "b"}])
     with pytest.raises(ValueError, match="messages is empty"):
         Observation(messages=[])
+
+
+def test_hermes_parser_keeps_call_order_with_malformed_blocks() -> None:
+    parsed = HermesToolCallParser().parse(
+        '<tool_call>{not json}</tool_call><tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    )
+    assert [b if isinstance(b, str) else b.name for b in parsed.blocks] == [
+        "tool call is not valid JSON (Expecting property name enclosed in double quotes at position 1): {not json}",
+        "f",
+    ]
+
+
+class Calc:
+    def mul(self, a: int, b: int) -> int:
+        """Multiply.
+
+        Args:
+            a: left
+            b: right
+        """
+        return a * b
+
+
+def test_tool_refuses_functions_a_json_call_cannot_reach() -> None:
+    def total(*xs: int) -> int:
+        """Sum.
+
+        Args:
+            xs: numbers
+        """
+        return sum(xs)
+
+    def configure(**opts: str) -> str:
+        """Configure.
+
+        Args:
+            opts: options
+        """
+        return str(opts)
+
+    with pytest.raises(ValueError, match=r"parameter \*xs cannot be filled by a JSON tool call"):
+        Tool(total)
+    with pytest.raises(ValueError, match=r"parameter \*\*opts cannot be filled"):
+        Tool(configure)
+    with pytest.raises(ValueError, match=r"unbound method .*Tool\(Calc\(\)\.mul\)"):
+        Tool(Calc.mul)
+    with pytest.raises(ValueError, match="functools.partial is not supported"):
+        Tool(functools.partial(lookup, limit=1))
+    bound = Tool(Calc().mul)  # a bound method is a normal tool
+    assert bound.schema["function"]["parameters"]["required"] == ["a", "b"]
+    toolset = Toolset([bound])
+    assert asyncio.run(toolset.call(ToolCall("mul", {"a": 6, "b": 7}))).content == "42"
+    toolset.close()
+
+
+def test_tool_results_are_valid_text_and_bools_are_not_numbers() -> None:
+    def raw() -> bytes:
+        """Raw bytes."""
+        return b"caf\xc3\xa9 \xff"
+
+    def stats() -> dict[str, Any]:
+        """Stats."""
+        return {"mean": float("nan"), "max": float("inf"), "rows": [1.5, float("-inf")], "blob": b"ok"}
+
+    def long_failure() -> str:
+        """Fail verbosely."""
+        raise ToolError("e" * 3000)
+
+    def scale(x: float, times: int | None = None) -> float:
+        """Scale.
+
+        Args:
+            x: value
+            times: factor
+        """
+        return x * (times or 1)
+
+    toolset = Toolset([raw, stats, long_failure, scale], max_error_chars=100)
+
+    def call(name: str, **args: Any) -> Any:
+        return asyncio.run(toolset.call(ToolCall(name, args)))
+
+    assert call("raw").content == "café \ufffd"
+    text = call("stats").content
+    assert json.loads(text) == {"mean": None, "max": None, "rows": [1.5, None], "blob": "ok"}
+    assert "NaN" not in text and "Infinity" not in text
+    failed = call("long_failure")
+    assert (failed.ok, failed.content) == (False, "e" * 100)
+    assert call("scale", x="2", times=3).content == "6.0"  # strings still coerce
+    for args in ({"x": True}, {"x": 1.0, "times": False}):
+        refused = call("scale", **args)
+        assert not refused.ok
+        assert "Input should be a number, not a boolean" in refused.content
+    toolset.close()

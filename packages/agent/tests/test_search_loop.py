@@ -101,11 +101,20 @@ def test_invalid_action_gets_search_r1_correction(tokenizer: Any, make_loop: Any
     def script(context: str) -> str:
         return "<answer> Lyon </answer>" if "invalid" in context else "I think it is Lyon."
 
-    loop, _ = make_loop(script, retriever)
+    loop, engine = make_loop(script, retriever)
     [traj] = loop.run([{"question": "capital?", "answer": "Paris"}])
     text = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
-    # the first turn ended with a sampled EOS; the correction follows it, masked
-    assert text == "I think it is Lyon.<|im_end|>" + SEARCH_R1_INVALID_ACTION + "<answer> Lyon </answer>"
+    # the first turn ended with a sampled EOS; the correction continues the same assistant message, so that EOS
+    # is dropped (Search-R1 re-tokenises without special tokens): never trained on, never in the next prompt
+    assert text == "I think it is Lyon." + SEARCH_R1_INVALID_ACTION + "<answer> Lyon </answer>"
+    first = len(tokenizer("I think it is Lyon.")["input_ids"])
+    n_obs = len(tokenizer(SEARCH_R1_INVALID_ACTION)["input_ids"])
+    assert traj.loss_mask == [1] * first + [0] * n_obs + [1] * (len(traj.loss_mask) - first - n_obs)
+    assert traj.rollout_logprobs is not None
+    assert traj.rollout_logprobs[:first] == pytest.approx([-0.01 * (1 + k) for k in range(first)])
+    second = tokenizer.decode(engine.requests[1].prompt_ids, skip_special_tokens=False)
+    assert second == traj.prompt_text + "I think it is Lyon." + SEARCH_R1_INVALID_ACTION
+    assert traj.metrics["model_tokens"] == sum(traj.loss_mask)
     assert traj.metrics["invalid_actions"] == 1
     assert traj.reward_components["outcome"] == 0.0
     assert traj.reward_components["format"] == pytest.approx(1.0)
@@ -133,8 +142,10 @@ def test_max_turns_ends_a_conversation_that_never_answers(tokenizer: Any, make_l
     assert traj.finish_reason == "max_turns"
     assert traj.metrics["turns"] == 3
     assert engine.calls == 3
-    # the last turn's search still ran (the env saw the action) but no observation follows the last turn
+    # the env saw the last turn's action but did not search (nothing can follow the last turn), as Search-R1
     assert tokenizer.decode(traj.response_ids, skip_special_tokens=False).endswith("<search> query 2 </search>")
+    assert retriever.queries == ["query 0", "query 1"]
+    assert (traj.metrics["searches"], traj.metrics["searches_skipped"]) == (2, 1)
     assert traj.reward_components["format"] == 0.0  # never answered
 
 

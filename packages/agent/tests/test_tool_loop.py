@@ -160,3 +160,26 @@ def test_64_conversations_overlap_their_tool_calls(tokenizer: Any, replay_engine
     assert all(t.metrics["tool_calls"] == 3 and t.metrics["tool_errors"] == 0 for t in trajs)
     assert slowest_own >= 0.3
     assert total < 3 * slowest_own  # the sum of the conversations' own times would be > 64 x 0.3 s = 19 s
+
+
+def test_tool_results_follow_call_order_one_message_per_call(tokenizer: Any, replay_engine: Any) -> None:
+    """Hermes tool messages carry no call id: the i-th result must answer the i-th call, malformed ones included."""
+    turns = [
+        '<tool_call>{not json}</tool_call><tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": [1]}</tool_call><tool_call>{"name": "add", "arguments": '
+        '{"a": 1, "b": 1}}</tool_call>',
+        "<answer>5</answer>",
+    ]
+    engine = replay_engine(tokenizer, lambda ctx: turns[ctx.count("<|im_start|>assistant") - 1])
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(Toolset([add]), AgentRubric(answer_is)))
+    [traj] = loop.run([{"question": "q", "answer": "5"}])
+    results = [chunk.split("<|im_end|>")[0] for chunk in traj.response_text.split("<|im_start|>tool\n")[1:]]
+    assert results == [
+        "Error: tool call is not valid JSON (Expecting property name enclosed in double quotes at position 1):"
+        " {not json}",
+        "5",
+        "Error: tool call 'add': \"arguments\" must be a JSON object",
+        "2",
+    ]
+    assert traj.metrics["tool_calls"] == 4
+    assert traj.metrics["tool_errors"] == 2

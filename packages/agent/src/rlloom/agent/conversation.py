@@ -1,13 +1,14 @@
 """Token accounting for one conversation: the single place that decides what carries loss.
 
 Model turns are appended as the engine sampled them (ids and logprobs, loss_mask 1); everything else
-(observations, template glue, truncation markers) is appended with loss_mask 0 and logprob 0.0. Length limits
-are enforced here too, so no path can build a response longer than `max_total_tokens`.
+(observations, template glue, truncation markers) is appended with loss_mask 0 and logprob 0.0. The one edit
+of sampled tokens is dropping an EOS that ended a turn the same message continues after (see `AgentLoop`).
+Length limits are enforced here too, so no path can build a response longer than `max_total_tokens`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rlloom.agent.turns import Segment
 
@@ -58,20 +59,34 @@ class ConversationTokens:
         self.logprobs.extend(float(x) for x in logprobs)
         self.model_tokens += len(token_ids)
 
+    def drop_trailing_model_token(self, token_ids: Collection[int]) -> bool:
+        """Remove the last token (id, mask and logprob) if the model sampled it and it is in `token_ids`."""
+        if not self.loss_mask or self.loss_mask[-1] != 1 or self.response_ids[-1] not in token_ids:
+            return False
+        self.response_ids.pop()
+        self.loss_mask.pop()
+        self.logprobs.pop()
+        self.model_tokens -= 1
+        return True
+
     def add_context(
         self, segments: Sequence[Segment], max_obs_tokens: int | None, marker: Sequence[int]
     ) -> tuple[bool, bool]:
         """Append an observation (loss_mask 0); returns (fits the total limit, was truncated by max_obs_tokens).
 
-        Truncatable segments longer than `max_obs_tokens` keep their first tokens plus `marker`.
+        The truncatable segments (message contents) hold `max_obs_tokens` in all: each gets a fair share (short
+        ones keep everything, the rest split what is left), and one over its share keeps its head (or head and
+        tail, `Segment.cut == "middle"`) around `marker`.
         """
+        contents = [i for i, seg in enumerate(segments) if seg.truncatable]
+        shares = fair_shares([len(segments[i].ids) for i in contents], max_obs_tokens)
+        allowed = dict(zip(contents, shares, strict=True))
         ids: list[int] = []
         truncated = False
-        for seg in segments:
+        for i, seg in enumerate(segments):
             part = seg.ids
-            if seg.truncatable and max_obs_tokens is not None and len(part) > max_obs_tokens:
-                keep = max(0, max_obs_tokens - len(marker))
-                part = part[:keep] + list(marker)
+            if i in allowed and len(part) > allowed[i]:
+                part = _cut(part, allowed[i], list(marker), seg.cut)
                 truncated = True
             ids.extend(part)
         fits = len(ids) <= self.remaining
@@ -82,3 +97,34 @@ class ConversationTokens:
         self.logprobs.extend([0.0] * len(ids))
         self.context_tokens += len(ids)
         return fits, truncated
+
+
+def fair_shares(lengths: Sequence[int], cap: int | None) -> list[int]:
+    """Split `cap` tokens over pieces of `lengths`: pieces under an equal share keep all, the rest split the
+    remainder equally (earlier pieces get the odd tokens). No cap: everything is kept."""
+    if cap is None or sum(lengths) <= cap:
+        return list(lengths)
+    shares = list(lengths)
+    left = cap
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for pos, i in enumerate(order):
+        rest = order[pos:]
+        share = left // len(rest)
+        if lengths[i] > share:
+            extra = left - share * len(rest)
+            for rank, j in enumerate(sorted(rest)):
+                shares[j] = share + (rank < extra)
+            break
+        left -= lengths[i]
+    return shares
+
+
+def _cut(ids: list[int], keep: int, marker: list[int], where: str) -> list[int]:
+    """`ids` shortened to `keep` tokens, marker included (a share smaller than the marker keeps its start)."""
+    room = keep - len(marker)
+    if room <= 0:
+        return marker[:keep]
+    if where == "middle":
+        head = room // 2
+        return ids[:head] + marker + ids[len(ids) - (room - head) :]
+    return ids[:room] + marker

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,12 +80,15 @@ class Observation:
     Either `messages` (new chat turns such as tool results, rendered with the chat template and its turn
     boundaries), or `text` appended inside the current assistant turn (Search-R1's `<information>` blocks).
     `before`/`after` wrap `text` and are never truncated, so a closing tag survives `max_obs_tokens`.
+    `truncate` says where `max_obs_tokens` removes tokens: "end" keeps the head (Search-R1), "middle" keeps
+    head and tail (program output, whose last lines carry the error).
     """
 
     text: str | None = None
     messages: list[dict[str, Any]] | None = None
     before: str = ""
     after: str = ""
+    truncate: Literal["end", "middle"] = "end"
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
@@ -115,8 +118,13 @@ class Environment(Protocol):
         """Start the conversation for `sample`."""
         ...
 
-    async def step(self, action: str) -> StepResult:
-        """React to the text of the model's latest turn."""
+    async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
+        """React to the text of the model's latest turn.
+
+        `last_turn=True`: the loop ends the episode after this turn whatever the answer (max_turns spent, or no
+        token left), so no observation will be shown; record the action for the reward but run no tools.
+        The loop passes it only to envs whose `step` accepts it.
+        """
         ...
 
     async def reward(self, trajectory: Trajectory) -> RewardOutput:

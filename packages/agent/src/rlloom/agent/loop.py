@@ -9,6 +9,7 @@ never text, and every sampled token goes into the trajectory unchanged; see `con
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,10 @@ from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
 FINISH_REASONS = ("stop", "length", "max_turns")
-"""stop: the environment ended the episode; length: max_total_tokens reached; max_turns: turn budget spent."""
+"""stop: the environment ended the episode; length: the last model turn was cut by a token limit
+(max_tokens_per_turn or max_total_tokens), or no room is left for the next turn; max_turns: turn budget spent.
+A cut last turn is 'length' even when the environment said done on it or it was the last allowed turn
+(overlong filtering and masking rely on 'length' meaning "the response was truncated")."""
 
 
 class AgentLoopConfig(BaseModel):
@@ -44,7 +48,10 @@ class AgentLoopConfig(BaseModel):
         "engine's `context_window` when it has one (HFEngine: the model's max_position_embeddings).",
     )
     max_obs_tokens: int | None = Field(
-        default=500, ge=1, description="Tokens of one observation's content at most (Search-R1: 500); None: no cap."
+        default=500,
+        ge=1,
+        description="Tokens of one observation's content at most, summed over its messages (each tool result of a "
+        "turn gets a fair share); Search-R1: 500; None: no cap.",
     )
     truncation_marker: str = Field(
         default=" ...[truncated]", description="Appended to an observation cut by max_obs_tokens (within the cap)."
@@ -86,8 +93,15 @@ class AgentLoop:
     def run(
         self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1, group_prefix: str | None = None
     ) -> list[Trajectory]:
-        """Blocking `arun` for scripts (must not be called from inside a running event loop)."""
-        return asyncio.run(self.arun(samples, n, group_prefix))
+        """Blocking `arun` for scripts; inside a running event loop (Jupyter, async code) use `await arun(...)`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(samples, n, group_prefix))
+        raise RuntimeError(
+            "AgentLoop.run() was called inside a running event loop (Jupyter, or async code); "
+            "use `await loop.arun(samples, n)` there instead"
+        )
 
     async def arun(
         self, samples: Sequence[Sample | Mapping[str, Any]], n: int = 1, group_prefix: str | None = None
@@ -104,8 +118,12 @@ class AgentLoop:
         results: list[Trajectory | None] = [None] * (len(parsed) * n)
 
         async def one(index: int, sample: Sample, group_id: str) -> None:
-            async with limit:
-                results[index] = await self.rollout(sample, group_id=group_id, seed_offset=index)
+            try:
+                async with limit:
+                    results[index] = await self.rollout(sample, group_id=group_id, seed_offset=index)
+            except Exception as exc:
+                exc.add_note(f"AgentLoop: in conversation {index} (sample {index // n}: {_describe(sample)})")
+                raise
             bar.update(1)
 
         try:
@@ -114,6 +132,11 @@ class AgentLoop:
                     group_id = f"{group_prefix}-{i}" if group_prefix is not None else uuid.uuid4().hex
                     for j in range(n):
                         tasks.create_task(one(i * n + j, sample, group_id))
+        except ExceptionGroup as group:  # the cause, not asyncio's "unhandled errors in a TaskGroup" wrapper
+            first = group.exceptions[0]
+            if len(group.exceptions) > 1:
+                first.add_note(f"AgentLoop: {len(group.exceptions)} conversations failed; this is the first")
+            raise first from None
         finally:
             bar.close()
         return [t for t in results if t is not None]
@@ -123,10 +146,18 @@ class AgentLoop:
         cfg = self.config
         start = time.perf_counter()
         env = self.make_env()
-        prompt = env.reset(sample)
-        conv = ConversationTokens(self.template.prompt_ids(prompt), self.max_total_tokens)
+        prompt_ids = self.template.prompt_ids(env.reset(sample))
+        if len(prompt_ids) >= self.max_total_tokens:
+            raise ValueError(
+                f"{_describe(sample)}: the prompt has {len(prompt_ids)} tokens but a conversation may hold "
+                f"{self.max_total_tokens} in all (AgentLoopConfig.max_total_tokens={cfg.max_total_tokens}, capped by "
+                "the engine's context window); raise max_total_tokens above the longest prompt plus room for the "
+                "answers, or drop/shorten this prompt"
+            )
+        conv = ConversationTokens(prompt_ids, self.max_total_tokens)
         metrics = {"turns": 0.0, "gen_latency_s": 0.0, "env_latency_s": 0.0, "obs_truncated": 0.0}
         stop = list(dict.fromkeys([*cfg.sampling.stop, *env.stop]))
+        takes_last_turn = _accepts_keyword(env.step, "last_turn")
         finish = "max_turns"
         for turn in range(cfg.max_turns):
             budget = min(cfg.max_tokens_per_turn, conv.remaining)
@@ -139,19 +170,32 @@ class AgentLoop:
             metrics["gen_latency_s"] += time.perf_counter() - t0
             conv.add_model_turn(completion.token_ids, completion.logprobs)
             metrics["turns"] += 1
+            cut = completion.finish_reason == "length"
+            # no observation can follow this turn: tell the env, so it does not run tools nobody will see
+            last_turn = turn == cfg.max_turns - 1 or conv.remaining <= 0
             t0 = time.perf_counter()
-            result = await env.step(completion.text)
+            if last_turn and takes_last_turn:
+                result = await env.step(completion.text, last_turn=True)
+            else:
+                result = await env.step(completion.text)
             metrics["env_latency_s"] += time.perf_counter() - t0
             for key, value in result.info.items():
                 metrics[key] = metrics.get(key, 0.0) + float(value)
+            if cut and (result.done or last_turn or budget < cfg.max_tokens_per_turn):
+                finish = "length"  # the final turn was truncated: 'length' wins over done and max_turns
+                break
             if result.done:
                 finish = "stop"
                 break
-            if conv.remaining <= 0 or (completion.finish_reason == "length" and budget < cfg.max_tokens_per_turn):
+            if conv.remaining <= 0:
                 finish = "length"
                 break
-            if turn == cfg.max_turns - 1:
+            if last_turn:
                 break
+            if result.observation is None or result.observation.text is not None:
+                # the observation continues the same assistant message (Search-R1): an EOS sampled here would sit
+                # mid-message, teaching the model to stop mid-answer; Search-R1 never keeps it either
+                conv.drop_trailing_model_token(self.template.eos_token_ids)
             if result.observation is None:  # nothing to show: the model simply continues its turn
                 continue
             segments = self.template.observation_segments(result.observation, completion.token_ids)
@@ -197,6 +241,26 @@ class AgentLoop:
         traj.reward_components = dict(out.components)
         if out.error:
             traj.extra_info["reward_error"] = out.error
+
+
+def _describe(sample: Sample) -> str:
+    """A short name for a sample in error messages: its question, or its last prompt message."""
+    text = sample.question
+    if text is None and sample.prompt:
+        text = str(sample.prompt[-1].get("content", ""))
+    text = " ".join((text or "").split())
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"question {text!r}"
+
+
+def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` takes keyword `name` (envs written before `step(..., last_turn=)` existed still work)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

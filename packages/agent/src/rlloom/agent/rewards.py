@@ -32,20 +32,27 @@ class EpisodeSummary:
 
 @dataclass(slots=True)
 class AgentRubric:
-    """score = outcome + format_weight * format + tool_use_weight * tool_use (all three always reported)."""
+    """score = outcome + format_weight * format + tool_use_weight * tool_use (all three always reported).
+
+    A crashing outcome scorer makes the score 0 (format and tool use are not rewarded alone) with the error kept;
+    `format` and `tool_use` are still reported."""
 
     outcome: Scorer
     format_weight: float = 0.0
     tool_use_weight: float = 0.0
 
     def score(self, episode: EpisodeSummary) -> RewardOutput:
-        try:
-            result = as_result(self.outcome(episode.model_text, episode.ground_truth, extra_info=episode.extra_info))
-        except Exception as exc:  # a broken scorer scores 0 with a reason, it never kills the rollout
-            return RewardOutput(score=0.0, components={"outcome": 0.0}, error=f"{type(exc).__name__}: {exc}")
         fmt = episode.turns_well_formed / episode.turns if episode.turns else 0.0
         ok_calls = episode.tool_calls - episode.tool_errors
         tool_use = ok_calls / episode.tool_calls if episode.tool_calls else 0.0
+        try:
+            result = as_result(self.outcome(episode.model_text, episode.ground_truth, extra_info=episode.extra_info))
+        except Exception as exc:  # a broken scorer scores 0 with a reason, it never kills the rollout
+            return RewardOutput(
+                score=0.0,
+                components={"outcome": 0.0, "format": fmt, "tool_use": tool_use},
+                error=f"{type(exc).__name__}: {exc}",
+            )
         components = {
             **{f"outcome/{k}": v for k, v in result.components.items()},
             "outcome": result.score,

@@ -2,8 +2,9 @@
 
 Qwen2.5/Qwen3 and Hermes models write `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; that is
 `HermesToolCallParser`. Other formats plug in through the `ToolCallParser` protocol (one `parse` method).
-A malformed call is not an exception: it comes back in `ParsedToolCalls.errors` so the environment can tell the
-model what was wrong, which is how the model learns the format.
+A malformed call is not an exception: it comes back as an error message in its place among
+`ParsedToolCalls.blocks` so the environment can tell the model what was wrong (in call order: Hermes tool
+results carry no call id, so the model matches results to calls by position), which is how it learns the format.
 """
 
 from __future__ import annotations
@@ -25,14 +26,23 @@ class ToolCall:
 
 @dataclass(slots=True)
 class ParsedToolCalls:
-    """Every well-formed call in a turn, plus one message per malformed one (told to the model)."""
+    """A turn's tool-call blocks in the order written: a `ToolCall`, or the error message for a malformed one."""
 
-    calls: list[ToolCall] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    blocks: list[ToolCall | str] = field(default_factory=list)
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The well-formed calls, in order (a tuple: add blocks to `blocks`, not here)."""
+        return tuple(b for b in self.blocks if isinstance(b, ToolCall))
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The malformed blocks' messages, in order (a tuple: add blocks to `blocks`, not here)."""
+        return tuple(b for b in self.blocks if isinstance(b, str))
 
     @property
     def found_any(self) -> bool:
-        return bool(self.calls or self.errors)
+        return bool(self.blocks)
 
 
 @runtime_checkable
@@ -57,12 +67,9 @@ class HermesToolCallParser:
         parsed = ParsedToolCalls()
         for m in self._block.finditer(text):
             call, error = self._parse_one(m.group(1).strip())
-            if call is not None:
-                parsed.calls.append(call)
-            else:
-                parsed.errors.append(error)
+            parsed.blocks.append(call if call is not None else error)
         if text.count(self.open_tag) > text.count(self.close_tag):
-            parsed.errors.append(f"a {self.open_tag} block was not closed with {self.close_tag}")
+            parsed.blocks.append(f"a {self.open_tag} block was not closed with {self.close_tag}")
         return parsed
 
     def _parse_one(self, body: str) -> tuple[ToolCall | None, str]:

@@ -2,7 +2,9 @@
 
 The schema comes from type hints and the Google-style docstring (`Args:` section) through transformers'
 `get_json_schema`, the same function chat templates use, so the model sees exactly what `apply_chat_template(
-tools=...)` would render. Arguments are validated (and coerced, "3" -> 3) by pydantic's `validate_call`.
+tools=...)` would render. Arguments are validated (and coerced, "3" -> 3, but never true -> 1) by pydantic's
+`validate_call`. Only functions a JSON call can reach are accepted: named parameters, no `*args`/`**kwargs`,
+no unbound `self`. Results become text: strings as-is, bytes decoded, anything else as JSON (NaN/inf -> null).
 Every failure (unknown tool, bad arguments, the tool raising, a timeout) becomes a `ToolResult` with
 `ok=False` and a message for the model: tool errors are observations, never exceptions in the rollout.
 Sync tools run on a thread pool sized for many concurrent conversations, async tools on the event loop.
@@ -11,9 +13,12 @@ Sync tools run on a thread pool sized for many concurrent conversations, async t
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
+import math
 import time
+import typing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,9 +52,10 @@ class Tool:
     """One callable tool: a function, its JSON schema, and an argument validator."""
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
+        _check_callable_by_json(fn)
         try:
             schema = get_json_schema(fn)
-        except (DocstringParsingException, TypeHintParsingException) as exc:
+        except (DocstringParsingException, TypeHintParsingException, TypeError) as exc:
             raise ValueError(
                 f"tool {getattr(fn, '__name__', fn)!r}: cannot build its JSON schema ({exc}). Give every argument "
                 "a type hint and describe each one in a Google-style docstring `Args:` section."
@@ -62,15 +68,81 @@ class Tool:
         self.schema: dict[str, Any] = schema
         self.is_async = inspect.iscoroutinefunction(fn)
         self._validated = validate_call(fn)
+        self._numeric = _numeric_parameters(fn)
+
+    def bool_for_number(self, arguments: dict[str, Any]) -> str | None:
+        """The error for a JSON true/false given to an int/float parameter (pydantic would take it as 1/0)."""
+        bad = [k for k in self._numeric if isinstance(arguments.get(k), bool)]
+        if not bad:
+            return None
+        return "; ".join(f"{k}: Input should be a number, not a boolean" for k in bad)
+
+
+def _check_callable_by_json(fn: Callable[..., Any]) -> None:
+    """Refuse functions a JSON tool call (named arguments only) could never call correctly."""
+    what = getattr(fn, "__qualname__", None) or repr(fn)
+    if isinstance(fn, functools.partial):
+        raise ValueError(
+            f"tool {getattr(fn.func, '__name__', fn.func)!r}: functools.partial is not supported (its schema "
+            "cannot be built); write a small function with the remaining arguments, type hints and a docstring "
+            "that calls it"
+        )
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"tool {what!r}: cannot read its signature ({exc}); wrap it in a plain function") from exc
+    for p in params:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            star = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
+            raise ValueError(
+                f"tool {what!r}: parameter {star}{p.name} cannot be filled by a JSON tool call (arguments are "
+                f"named); use a list or dict parameter instead, e.g. `{p.name}: list[int]`"
+            )
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ValueError(f"tool {what!r}: positional-only parameter {p.name!r} cannot be passed by name")
+    if params and params[0].name in ("self", "cls") and not inspect.ismethod(fn):
+        raise ValueError(
+            f"tool {what!r}: looks like an unbound method (first parameter {params[0].name!r}); pass a bound method "
+            "of an instance instead, e.g. Tool(Calc().mul)"
+        )
+
+
+def _numeric_parameters(fn: Callable[..., Any]) -> list[str]:
+    """Parameters typed int or float (alone or in a union without bool)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return []
+    out = []
+    for name, hint in hints.items():
+        options = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, type(int | None)) else {hint}
+        if options & {int, float} and bool not in options:
+            out.append(name)
+    return out
 
 
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return json.dumps(_json_safe(value), ensure_ascii=False, default=str, allow_nan=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with NaN/inf as null and bytes as text, so the result is valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 class Toolset:
@@ -84,6 +156,7 @@ class Toolset:
         max_threads: int = 64,
         max_error_chars: int = 1000,
     ) -> None:
+        """`max_error_chars` caps every error message, `ToolError`s included (the tool's own text)."""
         self.tools: dict[str, Tool] = {}
         for item in tools:
             tool = item if isinstance(item, Tool) else Tool(item)
@@ -108,6 +181,9 @@ class Toolset:
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "(none)"
             return ToolResult(call.name, f"Error: unknown tool {call.name!r}; available tools: {known}", False)
+        bad = tool.bool_for_number(call.arguments)
+        if bad is not None:
+            return ToolResult(call.name, f"Error: invalid arguments for {call.name}: {bad}", False)
         try:
             if tool.is_async:
                 coro = tool._validated(**call.arguments)
@@ -119,7 +195,7 @@ class Toolset:
             msg = f"Error: invalid arguments for {call.name}: {_short_validation(exc)}"
             return ToolResult(call.name, msg, False, time.perf_counter() - start)
         except ToolError as exc:
-            return ToolResult(call.name, str(exc), False, time.perf_counter() - start)
+            return ToolResult(call.name, str(exc)[: self.max_error_chars], False, time.perf_counter() - start)
         except TimeoutError:
             msg = f"Error: {call.name} did not finish within {self.timeout_s} s"
             return ToolResult(call.name, msg, False, time.perf_counter() - start)

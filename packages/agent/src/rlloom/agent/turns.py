@@ -47,6 +47,7 @@ class Segment:
 
     ids: list[int]
     truncatable: bool
+    cut: str = "end"  # where max_obs_tokens removes tokens: "end" (keep the head) or "middle" (head and tail)
 
 
 class TurnTemplate:
@@ -111,7 +112,7 @@ class TurnTemplate:
         if obs.text is not None:
             return [
                 Segment(self.encode(obs.before), False),
-                Segment(self.encode(obs.text), True),
+                Segment(self.encode(obs.text), True, obs.truncate),
                 Segment(self.encode(obs.after), False),
             ]
         assert obs.messages is not None
@@ -125,7 +126,7 @@ class TurnTemplate:
         pieces = self._render_between(placeholders)
         segments = [Segment(self.encode(texts[0] + pieces[0]), False)]
         for content, glue in zip(contents, pieces[1:], strict=True):
-            segments.append(Segment(self.encode(content), True))
+            segments.append(Segment(self.encode(content), True, obs.truncate))
             segments.append(Segment(self.encode(glue), False))
         return segments
 

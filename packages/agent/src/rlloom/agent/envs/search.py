@@ -3,7 +3,8 @@
 The model writes `<search> query </search>`; generation stops right there (a stop string, so nothing past the
 tag is sampled or trained on); the environment retrieves top-k passages and appends
 `\n\n<information>Doc 1(Title: ...) text\nDoc 2...</information>\n\n` inside the same assistant turn;
-`<answer> ... </answer>` ends the episode; any other turn gets Search-R1's corrective text. Search-R1 reads
+`<answer> ... </answer>` ends the episode; any other turn gets Search-R1's corrective text. A search on the
+turn the loop ends the episode after (`last_turn`) is not run. Search-R1 reads
 only the first `<search>`/`<answer>` block of a turn, and so do we. Retrieval is awaited, so while one
 conversation waits for its passages the others keep generating: a sync retriever (in-process BM25) runs in a
 worker thread, an async HTTP client is awaited directly.
@@ -146,7 +147,7 @@ class SearchEnv:
             messages=chat_messages(probe, system_prompt=self.config.system_prompt, template=self.config.template)
         )
 
-    async def step(self, action: str) -> StepResult:
+    async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
         cfg = self.config
         self._actions.append(action)
         # Format is judged per turn (balanced, un-nested tags); an episode that never answers scores 0 on it.
@@ -158,6 +159,8 @@ class SearchEnv:
         if tag == cfg.answer_tag:
             self._answered = True
             return StepResult(None, True, {"answers": 1.0})
+        if last_turn:  # Search-R1's final rollout does not search either: nobody would read the passages
+            return StepResult(None, False, {"searches_skipped": 1.0})
         t0 = time.perf_counter()
         try:
             hits = await asyncio.wait_for(self._search(content), cfg.search_timeout_s)

@@ -56,7 +56,7 @@ class SingleTurnEnv:
         self._sample = sample
         return Prompt(messages=chat_messages(sample, system_prompt=self.system_prompt, template=self.template))
 
-    async def step(self, action: str) -> StepResult:
+    async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
         self._action = action
         return StepResult(None, True, {})
 

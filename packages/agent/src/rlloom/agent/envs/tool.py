@@ -1,19 +1,22 @@
 """`ToolEnv`: the model calls plain Python functions in its native tool-call format until it answers.
 
-A turn with tool calls gets one `tool` message per call (results, or the error text), rendered by the chat
-template as the model was trained to read them; a turn without a tool call is the final answer and ends the
-episode. Calls within a turn run concurrently; across conversations they overlap with generation.
+A turn with tool calls gets one `tool` message per call, in call order (result, or the error text for a call
+that failed or could not be parsed), rendered by the chat template as the model was trained to read them; a turn
+without a tool call is the final answer and ends the episode. Calls within a turn run concurrently; across
+conversations they overlap with generation. On the turn the loop ends the episode after (`last_turn`), calls
+are not run (nobody would see their results); they are counted as `tool_calls_skipped`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from rlloom.agent.environment import Observation, Prompt, Sample, StepResult
 from rlloom.agent.envs.single_turn import chat_messages
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
-from rlloom.agent.tool_calls import HermesToolCallParser, ToolCallParser
-from rlloom.agent.tools import Toolset
+from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
+from rlloom.agent.tools import ToolResult, Toolset
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -31,6 +34,7 @@ class ToolEnv:
         template: str = "{question}",
         max_calls_per_turn: int = 8,
         tool_role: str = "tool",
+        truncate: Literal["end", "middle"] = "end",
     ) -> None:
         if max_calls_per_turn < 1:
             raise ValueError(f"ToolEnv: max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
@@ -41,6 +45,7 @@ class ToolEnv:
         self.template = template
         self.max_calls_per_turn = max_calls_per_turn
         self.tool_role = tool_role
+        self.truncate: Literal["end", "middle"] = truncate
         self._sample: Sample | None = None
         self._actions: list[str] = []
         self._well_formed = 0
@@ -56,7 +61,7 @@ class ToolEnv:
         messages = chat_messages(sample, system_prompt=self.system_prompt, template=self.template)
         return Prompt(messages=messages, tools=self.toolset.schemas)
 
-    async def step(self, action: str) -> StepResult:
+    async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
         self._actions.append(action)
         parsed = self.parser.parse(action)
         if not parsed.found_any:
@@ -64,25 +69,31 @@ class ToolEnv:
             return StepResult(None, True, {})
         if not parsed.errors:
             self._well_formed += 1
-        calls = parsed.calls[: self.max_calls_per_turn]
-        results = await asyncio.gather(*(self.toolset.call(c) for c in calls))
+        if last_turn:
+            return StepResult(None, False, {"tool_calls_skipped": float(len(parsed.blocks))})
+        blocks = parsed.blocks[: self.max_calls_per_turn]
+        results = await asyncio.gather(*(self._run(b) for b in blocks))
         contents = [r.content for r in results]
-        contents += [f"Error: {e}" for e in parsed.errors]
-        if len(parsed.calls) > self.max_calls_per_turn:
+        if len(parsed.blocks) > self.max_calls_per_turn:
             contents.append(
-                f"Error: {len(parsed.calls)} tool calls in one turn; only the first {self.max_calls_per_turn} ran"
+                f"Error: {len(parsed.blocks)} tool calls in one turn; only the first {self.max_calls_per_turn} ran"
             )
-        n_errors = sum(not r.ok for r in results) + len(parsed.errors)
-        n_calls = len(calls) + len(parsed.errors)
-        self._calls += n_calls
+        n_errors = sum(not r.ok for r in results)
+        self._calls += len(results)
         self._errors += n_errors
         info = {
-            "tool_calls": float(n_calls),
+            "tool_calls": float(len(results)),
             "tool_errors": float(n_errors),
             "tool_latency_s": sum(r.latency_s for r in results),
         }
         messages = [{"role": self.tool_role, "content": c} for c in contents]
-        return StepResult(Observation(messages=messages), False, info)
+        return StepResult(Observation(messages=messages, truncate=self.truncate), False, info)
+
+    async def _run(self, block: ToolCall | str) -> ToolResult:
+        """Run a parsed call; a malformed one answers with its parse error."""
+        if isinstance(block, str):
+            return ToolResult("", f"Error: {block}", False)
+        return await self.toolset.call(block)
 
     async def reward(self, trajectory: Trajectory) -> RewardOutput:
         if self._sample is None:
