@@ -259,6 +259,8 @@ def sync_batch_loop(
                 continue
             if len(contexts[i]) >= cfg.max_total_tokens or turn == cfg.max_turns - 1:
                 continue
+            if contexts[i][-1] == tok.eos_token_id:  # an observation follows in the same message: no EOS there
+                contexts[i] = contexts[i][:-1]  # (Search-R1's re-tokenised text never has one; AgentLoop drops it)
             if action is not None:
                 queries.append((i, action[1]))
                 searches[i] += 1
