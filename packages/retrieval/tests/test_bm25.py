@@ -101,3 +101,13 @@ def test_bm25_variants_without_a_sparse_shortcut_still_rank(tmp_path: Path, tiny
     index = load_index(build_index(tiny_corpus, tmp_path / "idx", method="bm25+", stopwords="none"))
     hits = index.search(["apple"], k=2)[0]
     assert hits[0].doc_id == "d0"
+
+
+def test_a_corpus_with_no_indexable_term_is_refused(tmp_path: Path) -> None:
+    # every passage empty after analysis: bm25s would index NaN scores (average length 0) without a word
+    corpus = tmp_path / "blank.jsonl"
+    corpus.write_text('{"id": "1", "contents": "   "}\n{"id": "2", "contents": "the of"}\n')
+    with pytest.raises(ValueError, match="no passage has an indexable term: all 2 .*stopwords='none'"):
+        build_index(corpus, tmp_path / "idx")
+    index = load_index(build_index(corpus, tmp_path / "idx", stopwords="none"))
+    assert [h.doc_id for h in index.search(["the"], k=3)[0]] == ["2"]

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from rlloom.retrieval import build_index
 from rlloom.retrieval.corpus import Document, read_corpus, split_contents
 from rlloom.retrieval.docstore import DocStore, write_docstore
 from rlloom.retrieval.types import CorpusFormatError, IndexLoadError
@@ -73,3 +74,15 @@ def test_truncated_docstore_is_reported(tmp_path: Path) -> None:
         handle.truncate(3)
     with pytest.raises(IndexLoadError, match="truncated or inconsistent"):
         DocStore(tmp_path)
+
+
+def test_repeated_passage_ids_are_refused_naming_both_passages(tmp_path: Path) -> None:
+    corpus = tmp_path / "dup.jsonl"
+    rows = [{"id": "7", "contents": "alpha"}, {"id": "8", "contents": "beta"}, {"id": "7", "contents": "gamma"}]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(CorpusFormatError, match=r"dup\.jsonl: passage id '7' is used by passages 1 and 3"):
+        build_index(corpus, tmp_path / "idx")
+    assert not (tmp_path / "idx").exists()
+    # ids that differ only past a common prefix, or in their bytes, are not repeats
+    unique = [Document("1", "a"), Document("11", "b"), Document("ü", "c"), Document("u", "d")]
+    assert write_docstore(tmp_path / "ok", unique) == 4

@@ -81,3 +81,14 @@ def test_weighted_fusion_min_max_normalises_each_part() -> None:
     expected = {1: 0.7 * 1.0 + 0.3 * 0.0, 2: 0.7 * 0.5, 3: 0.7 * 0.0 + 0.3 * 1.0}
     assert fused.rows.tolist() == [1, 2, 3]
     assert fused.scores.tolist() == pytest.approx([expected[1], expected[2], expected[3]])
+
+
+def test_a_repeated_id_in_a_run_counts_once() -> None:
+    # a run keyed by id (trec_eval, pytrec_eval) cannot hold a passage twice; the first rank is the one that counts
+    qrels = {"d1": 1, "d2": 1}
+    assert ndcg_at_k(["d1", "d1", "d2"], qrels, 3) == pytest.approx(1.0)
+    # top 2 after dropping the repeat: x, d2 -> DCG 1/log2(3); ideal 1 + 1/log2(3)
+    expected = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
+    assert ndcg_at_k(["x", "x", "d2"], qrels, 2) == pytest.approx(expected)
+    assert recall_at_k(["x", "x", "d2"], qrels, 2) == 0.5
+    assert mrr_at_k(["x", "x", "d2"], qrels, 2) == 0.5

@@ -129,6 +129,17 @@ def test_output_flood_is_capped() -> None:
     assert execute("import sys\nwhile True:\n    sys.stderr.write('y' * 4096)", timeout=10).status == "output_limit"
 
 
+def test_one_big_stderr_write_is_capped_within_the_timeout() -> None:
+    # the rest of a single 1 MiB write stays in the pipe after the cap; the run must still end at once, not
+    # hang on the full pipe until the 5 s fallback kill
+    start = time.monotonic()
+    result = execute("import sys\nsys.stderr.write('e' * (1 << 20))", timeout=2)
+    assert (result.status, result.exit_code) == ("output_limit", -9)
+    assert time.monotonic() - start < 2
+    assert len(result.stderr) == (1 << 20) // 4
+    _honest_still_works()
+
+
 def test_huge_file_hits_the_file_size_limit() -> None:
     result = execute("f = open('big', 'wb')\nwhile True:\n    f.write(b'0' * (1 << 20))", timeout=10)
     assert result.status == "output_limit"

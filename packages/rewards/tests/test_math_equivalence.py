@@ -124,3 +124,30 @@ def test_letter_gold_with_choices_accepts_the_option_text() -> None:
 def test_text_units_and_the_reals(pred: str, gold: str, equal: bool) -> None:
     assert compare(pred, gold).equal is equal
     assert math_scorer(f"so \\boxed{{{pred}}}", gold).score == float(equal)
+
+
+@pytest.mark.parametrize("pred", ["\\frac{x}{0}", "x/0", "\\frac{x}{x-x}", "\\frac{x}{0} + 1"])
+@pytest.mark.parametrize("gold", ["7", "\\frac{3}{4}", "x", "\\frac{y}{0}"])
+def test_undefined_expressions_equal_nothing(pred: str, gold: str) -> None:
+    # x/0 is NaN at every point; NaN compared as "no difference" would let one answer match every gold
+    assert not is_equivalent(pred, gold, timeout=30)
+
+
+@pytest.mark.parametrize(("pred", "gold"), [("2 \\frac{1}{2}", "2.5"), ("2\\ \\frac12", "\\frac{5}{2}"),
+                                            ("-3 \\frac{1}{4}", "-3.25")])  # fmt: skip
+def test_mixed_number_with_a_space_is_its_value(pred: str, gold: str) -> None:
+    # Math-Verify reads `2 \frac{1}{2}` as 5/2, as `2\frac{1}{2}` already is here; never as the product 1
+    assert is_equivalent(pred, gold, timeout=30)
+    assert not is_equivalent("2 \\frac{1}{2}", "1", timeout=30)
+
+
+@pytest.mark.parametrize(("pred", "gold", "equal"), [("x=2, x=-2", "2, -2", True), ("x=2, x=-2", "\\pm 2", True),
+                                                     ("x = 1, y = 2", "(1, 2)", True), ("x=2, x=3", "2, -2", False),
+                                                     ("x=1, y=2", "(2, 1)", False)])  # fmt: skip
+def test_a_list_of_assignments_equals_the_list_of_values(pred: str, gold: str, equal: bool) -> None:
+    # `x = 3` equals `3`, so "all solutions" written as equations equal the bare values (as Math-Verify judges)
+    assert is_equivalent(pred, gold, timeout=30) is equal
+
+
+def test_two_boxed_assignments_are_read_as_the_solution_set() -> None:
+    assert math_scorer("so \\boxed{x=2} and \\boxed{x=-2}", "\\pm 2").score == 1.0

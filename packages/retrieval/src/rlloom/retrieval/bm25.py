@@ -104,6 +104,12 @@ class BM25Backend:
                 for text in batch:
                     ids.append([vocab.setdefault(tok, len(vocab)) for tok in analyzer.tokens(text)])
                 bar.update(len(batch))
+        if len(vocab) == 1:  # bm25s would divide by an average length of 0 and index NaN scores
+            raise ValueError(
+                f"no passage has an indexable term: all {total} are empty, whitespace or stopwords (stopwords="
+                f"{config.stopwords if isinstance(config.stopwords, str) else 'a custom list'}); check the corpus's "
+                "text field, or pass stopwords='none'"
+            )
         model = bm25s.BM25(k1=config.k1, b=config.b, delta=config.delta, method=config.method)
         model.index(Tokenized(ids=ids, vocab=vocab), show_progress=total >= 50_000)
         return cls(model, config)

@@ -9,6 +9,7 @@ and the same scheme for ids (`ids.bin`, `id_offsets.npy`).
 from __future__ import annotations
 
 import mmap
+from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -17,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlloom.retrieval.corpus import Document
-from rlloom.retrieval.types import IndexLoadError
+from rlloom.retrieval.types import CorpusFormatError, IndexLoadError
 
 DOCS_DIR = "docs"
 
@@ -34,6 +35,7 @@ class DocStoreWriter:
         self._title_ends: list[int] = []
         self._has_title: list[bool] = []
         self._id_offsets: list[int] = [0]
+        self._id_hashes = array("q")  # 8 bytes a passage: finds repeated ids without a set of 21M strings
 
     def add(self, doc: Document) -> None:
         title = (doc.title or "").encode("utf-8")
@@ -47,6 +49,27 @@ class DocStoreWriter:
         raw_id = doc.doc_id.encode("utf-8")
         self._ids.write(raw_id)
         self._id_offsets.append(self._id_offsets[-1] + len(raw_id))
+        self._id_hashes.append(hash(raw_id))
+
+    def repeated_id(self) -> tuple[str, int, int] | None:
+        """The first id held by two passages, with both passage numbers (1-based), or None when ids are unique.
+
+        A repeated id makes qrels ambiguous (which passage is relevant?) and counts one hit twice in nDCG.
+        """
+        hashes = np.frombuffer(self._id_hashes, dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+        if not len(same):
+            return None
+        self._ids.flush()
+        raw = (self.folder / "ids.bin").read_bytes()
+        offsets = self._id_offsets
+        first: tuple[str, int, int] | None = None
+        for i in same.tolist():
+            a, b = sorted((int(order[i]), int(order[i + 1])))
+            if raw[offsets[a] : offsets[a + 1]] == raw[offsets[b] : offsets[b + 1]] and (first is None or b < first[2]):
+                first = (raw[offsets[a] : offsets[a + 1]].decode("utf-8"), a + 1, b + 1)
+        return first
 
     def close(self) -> int:
         """Flush everything and return the number of passages written."""
@@ -123,12 +146,22 @@ def _map_bytes(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def write_docstore(folder: Path, docs: Iterable[Document]) -> int:
-    """Stream passages into a new store under `folder/docs`, returning how many were written."""
+def write_docstore(folder: Path, docs: Iterable[Document], source: str = "the corpus") -> int:
+    """Stream passages into a new store under `folder/docs`, returning how many were written.
+
+    Raises `CorpusFormatError` when two passages share an id, naming the id and both passages.
+    """
     writer = DocStoreWriter(folder)
     try:
         for doc in docs:
             writer.add(doc)
+        repeated = writer.repeated_id()
     finally:
         count = writer.close()
+    if repeated is not None:
+        doc_id, first, second = repeated
+        raise CorpusFormatError(
+            f"{source}: passage id {doc_id!r} is used by passages {first} and {second} (counting non-blank lines); "
+            "ids must be unique, so drop or renumber the duplicate"
+        )
     return count

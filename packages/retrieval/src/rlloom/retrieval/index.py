@@ -173,7 +173,7 @@ def build_index(corpus: str | Path, out_dir: str | Path, backend: str = "bm25", 
     config = backend_config(backend, options)
     checksum = file_checksum(corpus)
     with atomic_folder(out_dir) as tmp:
-        count = write_docstore(tmp, read_corpus(corpus))
+        count = write_docstore(tmp, read_corpus(corpus), source=str(corpus))
         if count == 0:
             raise ValueError(f"corpus {corpus} holds no passages")
         store = DocStore(tmp)

@@ -13,7 +13,13 @@ import string
 from collections.abc import Mapping, Sequence
 
 
+def _first_occurrences(ranked: Sequence[str]) -> list[str]:
+    """The ranking with repeats dropped (the first rank counts), as a run keyed by id (trec_eval's) holds them."""
+    return list(dict.fromkeys(ranked))
+
+
 def ndcg_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    ranked = _first_occurrences(ranked)
     ideal = sorted((r for r in qrels.values() if r > 0), reverse=True)[:k]
     idcg = sum(rel / math.log2(i + 2) for i, rel in enumerate(ideal))
     if idcg == 0:
@@ -26,11 +32,11 @@ def recall_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> floa
     relevant = {d for d, r in qrels.items() if r > 0}
     if not relevant:
         return 0.0
-    return len(relevant.intersection(ranked[:k])) / len(relevant)
+    return len(relevant.intersection(_first_occurrences(ranked)[:k])) / len(relevant)
 
 
 def mrr_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
-    for i, doc in enumerate(ranked[:k]):
+    for i, doc in enumerate(_first_occurrences(ranked)[:k]):
         if qrels.get(doc, 0) > 0:
             return 1.0 / (i + 1)
     return 0.0

@@ -204,19 +204,22 @@ def _watch(proc: subprocess.Popen[bytes], res_r: int, *, nonce: str, limits: Lim
     finally:
         sel.close()
         _kill_tree(proc)
+        # Stop reading for good: `unshare` may still write to a pipe we left full (after an output cap), and
+        # would block there instead of exiting; a closed read end makes that write fail at once.
+        proc.stdout.close()
+        proc.stderr.close()
         if not select.select([pidfd], [], [], 5.0)[0]:  # unshare did not finish: take the whole session down
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
         _, status, usage = os.wait4(proc.pid, 0)
         os.close(pidfd)
-        proc.stdout.close()
-        proc.stderr.close()
         proc.returncode = os.waitstatus_to_exitcode(status)
     duration = time.monotonic() - start
     stdout = bytes(data[out_fd]).decode("utf-8", "replace")
     stderr = bytes(data[err_fd]).decode("utf-8", "replace")
     records, forged = _parse_records(bytes(data[res_r]), nonce)
-    code = proc.returncode
+    # A run we stopped (deadline, output cap) died of our SIGKILL; `unshare`'s own status would say 1 or SIGPIPE.
+    code = -signal.SIGKILL if verdict is not None else proc.returncode
     sealed = bool(records) and records[0][0] == "SEALED"
     if verdict is None:
         if not sealed:

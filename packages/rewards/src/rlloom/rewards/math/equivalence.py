@@ -17,7 +17,7 @@ from rlloom.rewards.math.approximate import evaluate, screen
 from rlloom.rewards.math.guard import symbolic_refusal
 from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, strip_assignment
 from rlloom.rewards.math.numeric import approximates, numbers_match, parse_number
-from rlloom.rewards.math.structure import Shape, parse_shape
+from rlloom.rewards.math.structure import Shape, parse_shape, split_top_level
 from rlloom.rewards.math.worker import bounded_symbolic_equal
 
 DEFAULT_TIMEOUT = 3.0
@@ -213,6 +213,14 @@ def _fraction_text(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
+def _strip_assignments(text: str) -> str:
+    """`x=3` -> `3`, and item by item in a list: `x=2, x=-2` -> `2, -2` (MATH's "all solutions" as equations)."""
+    parts = split_top_level(text, ",")
+    if len(parts) == 1:
+        return strip_assignment(text)
+    return ", ".join(strip_assignment(part) for part in parts)
+
+
 def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
     """Full verdict for one (pred, gold) pair: see `is_equivalent`."""
     if not isinstance(pred, str) or not isinstance(gold, str):
@@ -226,8 +234,8 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
     if gold_letter is not None:
         return Verdict(choice_letter(pred) == gold_letter, "multiple-choice letter")
     if ("=" in pn.text) != ("=" in gn.text):
-        pn = Normalized(strip_assignment(pn.text), pn.percent)
-        gn = Normalized(strip_assignment(gn.text), gn.percent)
+        pn = Normalized(_strip_assignments(pn.text), pn.percent)
+        gn = Normalized(_strip_assignments(gn.text), gn.percent)
     if ("=" in pn.text) != ("=" in gn.text):
         return Verdict(False, "an equation against a value")
     budget = _Budget(timeout)

@@ -18,7 +18,8 @@ MAX_FACTORIAL = 1000
 MAX_BITS = 20_000
 _TOKEN_RE = re.compile(r"\s*(\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|\\frac|\\cdot|\\times|\\div|[-+*/^!(){}])")
 _PLAIN_DECIMAL_RE = re.compile(r"^[-+]?(\d*)\.(\d+)$")
-_MIXED_RE = re.compile(r"^(-?)(\d+)(?:\\frac\{(\d+)\}\{(\d+)\}| (\d+)/(\d+))$")
+# `2\frac{1}{2}` and `2 \frac{1}{2}` (as Math-Verify's parser reads both) and `2 1/2` are mixed numbers
+_MIXED_RE = re.compile(r"^(-?)(\d+)(?: ?\\frac\{(\d+)\}\{(\d+)\}| (\d+)/(\d+))$")
 
 
 class _NotNumericError(Exception):

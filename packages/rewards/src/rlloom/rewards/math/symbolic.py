@@ -9,6 +9,7 @@ non-zero constant factor, so `y = 2x + 1` matches `2x - y + 1 = 0`.
 
 from __future__ import annotations
 
+import cmath
 import random
 import re
 from fractions import Fraction
@@ -58,6 +59,8 @@ def _agree_at_random_points(a: Any, b: Any) -> bool:
             va = complex(sympy.N(a.subs(point), _PRECISION))
             vb = complex(sympy.N(b.subs(point), _PRECISION))
         except (TypeError, ValueError, ZeroDivisionError):
+            return False
+        if not (cmath.isfinite(va) and cmath.isfinite(vb)):  # `x/0` is NaN everywhere: NaN equals nothing
             return False
         if abs(va - vb) > 1e-9 * max(1.0, abs(va), abs(vb)):
             return False
