@@ -106,3 +106,42 @@ def test_prepare_data_reads_gzip(tmp_path: Path) -> None:
         handle.write('{"question": "who wrote hamlet", "answer": ["Shakespeare"]}\n')
     main(["prepare-data", "--data-source", "nq", "--input", str(source), "--out", str(tmp_path / "o.jsonl")])
     assert json.loads((tmp_path / "o.jsonl").read_text())["reward_model"]["ground_truth"] == {"target": ["Shakespeare"]}
+
+
+def test_odd_answers_are_read_as_text_or_refused() -> None:
+    assert answers_of({"answer": 1972}, 0) == ["1972"]  # a year stored as a number is its text
+    assert answers_of({"answer": [3.0, 2.5]}, 0) == ["3", "2.5"]
+    assert answers_of({"answer": None, "answers": ["x"]}, 0) == ["x"]  # an explicit null does not hide 'answers'
+    for bad in ([1972, None], {"a": 1}, True):  # would have become golds "None", "a" or crashed
+        with pytest.raises(ValueError, match="record 4 has an answer that is not text or a number"):
+            answers_of({"answer": bad}, 4)
+
+
+def test_empty_question_is_refused() -> None:
+    for question in ("", "   "):
+        with pytest.raises(ValueError, match="record 2 has an empty question"):
+            to_row("nq", {"question": question, "answer": ["x"]}, 2, "test")
+
+
+def test_out_equal_to_input_is_refused_and_the_input_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "nq.jsonl"
+    raw = json.dumps({"question": "when", "answer": ["1972"]}) + "\n"
+    source.write_text(raw)
+    with pytest.raises(SystemExit):
+        main(["prepare-data", "--data-source", "nq", "--input", str(source), "--out", str(tmp_path / "." / "nq.jsonl")])
+    assert "is the --input file" in capsys.readouterr().err
+    assert source.read_text() == raw
+
+
+def test_empty_input_and_prepared_rows_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(SystemExit):
+        main(["prepare-data", "--data-source", "nq", "--input", str(empty), "--out", str(tmp_path / "out.jsonl")])
+    assert "holds no records" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+    prepared = tmp_path / "rows.jsonl"
+    prepared.write_text(json.dumps(to_row("nq", {"question": "q", "answer": "a"}, 0, "test")) + "\n")
+    with pytest.raises(SystemExit):
+        main(["prepare-data", "--data-source", "nq", "--input", str(prepared), "--out", str(tmp_path / "again.jsonl")])
+    assert "looks like a prepared row" in capsys.readouterr().err

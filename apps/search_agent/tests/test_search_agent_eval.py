@@ -277,6 +277,7 @@ def test_infer_command_prints_each_conversation(
         (["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--limit", "-1"], "--limit must be 0"),
         (["eval", "--data", "{nq}", "--method", "direct", "--engine-url", "http://x"], "needs --tokenizer DIR"),
         (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
+        (["infer", "q", " ", "--model", "{root}", "--index", "{root}/index"], "question 2 of 2 is empty"),
     ],
 )
 def test_bad_invocations_are_refused_by_name(
@@ -335,3 +336,42 @@ def test_each_method_is_written_as_it_finishes(
     preds = [json.loads(line) for line in (out / "predictions_direct.jsonl").read_text().splitlines()]
     assert len(preds) == 2 and list(json.loads((out / "results.json").read_text())) == ["direct"]
     assert not (out / "predictions_rag.jsonl").exists()
+
+
+def test_the_overlong_warning_gives_the_budget_the_model_capped(
+    tiny_model: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the character model's context is 2,048 tokens (positions), so --max-total-tokens 4096 cannot be the limit;
+    # a ~2,400-character question (about a token per character) does not fit
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps({"question": "capital of italy " + "and of nowhere " * 160, "answer": "Rome"}) + "\n")
+    prepare("nq", raw, tmp_path / "rows.jsonl")
+    main(
+        [
+            "eval", "--data", str(tmp_path / "rows.jsonl"), "--method", "direct", "--model", str(tiny_model["model"]),
+            "--tokenizer", str(tiny_model["tokenizer"]), "--device", "cpu", "--max-tokens-per-turn", "4",
+            "--max-total-tokens", "4096", "--out", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert "1 of 1 prompts do not fit a conversation (2048 tokens: the model's context" in err
+    (pred,) = [json.loads(line) for line in (tmp_path / "out" / "predictions_direct.jsonl").read_text().splitlines()]
+    assert (pred["finish_reason"], pred["token_budget"]) == ("overlong_prompt", 2048)
+
+
+def test_rows_without_a_prompt_are_refused_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"data_source": "nq", "reward_model": {"ground_truth": {"target": ["x"]}}}) + "\n")
+    with pytest.raises(SystemExit):  # the model folder does not exist: the row must be refused first
+        main(["eval", "--data", str(rows), "--method", "direct", "--model", str(tmp_path / "no_model")])
+    assert "row 0 has no prompt" in capsys.readouterr().err
+    legacy = tmp_path / "legacy.jsonl"  # a prompt without 'Question: ...' and no extra_info.question
+    legacy.write_text(
+        json.dumps({"data_source": "nq", "prompt": [{"role": "user", "content": "hi"}],
+                    "reward_model": {"ground_truth": {"target": ["x"]}}}) + "\n"
+    )  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["eval", "--data", str(legacy), "--method", "direct", "--model", str(tmp_path / "no_model")])
+    assert f"--data {legacy} row 0: row has no question" in capsys.readouterr().err

@@ -142,3 +142,36 @@ def test_geometry3k_counts_only_a_boxed_answer_in_eval_and_training(response: st
     with RegistryReward(workers=1, scorers=SCORERS) as reward:
         (result,) = reward([Traj()])
     assert result.components["accuracy"] == accuracy
+
+
+def test_cli_names_bad_rows_and_flags_before_sampling(
+    tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    moved = {**to_row(DATA / "11", "test"), "images": [str(tmp_path / "gone" / "img_diagram.png")]}
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text(json.dumps(to_row(DATA / "12", "test")) + "\n" + json.dumps(moved) + "\n")
+    base = ["eval", "--model", str(tiny.model), "--tokenizer", str(tiny.tokenizer), "--data", str(rows_file),
+            "--n", "1", "--max-tokens", "2", "--score-workers", "1", "--device", "cpu"]  # fmt: skip
+    with pytest.raises(SystemExit):  # was a FileNotFoundError traceback after the model had loaded
+        main(base)
+    err = capsys.readouterr().err
+    assert "--data row 1: image " in err and "gone/img_diagram.png does not exist" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):  # was named by the training config's keys, vision.min_pixels
+        main([*base, "--min-pixels", "20000", "--max-pixels", "12544"])
+    assert "--min-pixels 20000 exceeds --max-pixels 12544" in capsys.readouterr().err
+
+
+def test_train_names_a_row_whose_markers_and_images_disagree(tiny: Any, tmp_path: Path) -> None:
+    from rlloom_apps.vlm_geo3k.train import load_config, run_train
+
+    from rlloom.core_rl.config import ConfigError
+
+    row = to_row(DATA / "11", "train")
+    row["prompt"][0]["content"] = "<image>" + row["prompt"][0]["content"]  # two markers, one image
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text(json.dumps(row) + "\n")
+    config, vision = load_config("grpo", [f"model.path={tiny.model}", f"model.tokenizer_path={tiny.tokenizer}"])
+    with pytest.raises(
+        ConfigError, match=r"--train-data .*rows.jsonl: image row \(extra_info.id=11.*2 <image> markers"
+    ):
+        run_train(config, vision, train_data=rows_file)

@@ -72,3 +72,77 @@ def test_vision_grid_matches_the_qwen2_vl_image_processor(height: int, width: in
     assert grid.grid_thw == expected
     assert grid.num_tokens == math.prod(expected) // 4
     assert out["pixel_values"].shape[0] == math.prod(expected)
+
+
+def test_transparent_pixels_are_composited_on_white_like_transformers() -> None:
+    from transformers.image_transforms import convert_to_rgb
+
+    # a diagram on a transparent background: black lines, fully transparent (0, 0, 0, 0) elsewhere
+    diagram = Image.new("RGBA", (4, 2), (0, 0, 0, 0))
+    diagram.putpixel((0, 0), (0, 0, 0, 255))
+    diagram.putpixel((1, 0), (0, 0, 0, 128))
+    got = np.asarray(load_image(diagram))
+    assert got[0, 0].tolist() == [0, 0, 0]  # the line stays black
+    assert got[0, 1].tolist() == [127, 127, 127]  # 255 * (1 - 128 / 255), half covered
+    assert got[1, 0].tolist() == [255, 255, 255]  # the background turns white, not black
+    assert np.array_equal(got, np.asarray(convert_to_rgb(diagram)))
+    grey_alpha = Image.new("LA", (2, 2), (0, 0))
+    assert np.asarray(load_image(grey_alpha))[0, 0].tolist() == [255, 255, 255]
+    palette = Image.new("P", (2, 2), 0)
+    palette.putpalette([0, 0, 0] * 256)
+    buffer = io.BytesIO()
+    palette.save(buffer, format="PNG", transparency=0)
+    assert np.asarray(load_image(buffer.getvalue()))[0, 0].tolist() == [255, 255, 255]
+
+
+def test_sixteen_bit_images_keep_their_contrast() -> None:
+    values = np.array([[0, 1000, 30000, 65535]], dtype=np.uint16)
+    buffer = io.BytesIO()
+    Image.fromarray(values).save(buffer, format="PNG")
+    got = np.asarray(load_image(buffer.getvalue()))[0, :, 0]
+    assert got.tolist() == [v // 257 for v in values[0].tolist()] == [0, 3, 116, 255]
+
+
+def test_exif_orientation_is_applied_like_transformers() -> None:
+    from transformers.image_utils import load_image as hf_load_image
+
+    picture = Image.new("RGB", (40, 20), (255, 0, 0))
+    picture.paste((0, 0, 255), (0, 0, 10, 20))  # a blue band on the left
+    exif = picture.getexif()
+    exif[0x0112] = 6  # stored sideways: rotate 90 degrees clockwise to view
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", exif=exif)
+    got = load_image(buffer.getvalue())
+    assert got.size == (20, 40)
+    assert np.array_equal(np.asarray(got), np.asarray(hf_load_image(Image.open(io.BytesIO(buffer.getvalue())))))
+    assert tuple(np.asarray(got)[0, 15]) == (0, 0, 255)  # the left band is now on top
+
+
+def test_line_wrapped_base64_data_uri() -> None:
+    data = _png_bytes()
+    encoded = base64.encodebytes(data).decode()  # MIME style: a newline every 76 characters
+    assert "\n" in encoded.strip()
+    assert np.array_equal(np.asarray(load_image("data:image/png;base64," + encoded)), np.asarray(load_image(data)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 700), st.integers(1, 700))
+def test_processing_vision_grid_predicts_what_process_images_makes(height: int, width: int) -> None:
+    from rlloom.multimodal import QwenVLProcessing, process_images
+
+    processing = QwenVLProcessing(min_pixels=56 * 56, max_pixels=28 * 28 * 64)
+    if max(height, width) / min(height, width) > 60:  # the budget's floors must not push it over 200:1
+        return
+    _, grid = process_images([Image.new("RGB", (width, height))], processing)
+    predicted = processing.vision_grid(height, width)
+    assert predicted.grid_thw == tuple(grid[0].tolist())
+    assert predicted.num_tokens == math.prod(predicted.grid_thw) // 4
+
+
+def test_extreme_aspect_ratio_names_the_image_and_the_fix() -> None:
+    from rlloom.multimodal import QwenVLProcessing, process_images
+
+    with pytest.raises(ValueError, match=r"image 1 is 969x3 pixels .* 323:1.*crop or pad"):
+        process_images([Image.new("RGB", (60, 60)), Image.new("RGB", (300, 1))], QwenVLProcessing())
+    with pytest.raises(ValueError, match=r"1000x1 pixels .*crop or pad"):
+        vision_grid(1, 1000)

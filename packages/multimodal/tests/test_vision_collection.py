@@ -113,3 +113,19 @@ def test_overlong_prompts_fail_in_the_collector_and_are_dropped_up_front(
     assert drop_overlong_rows(rows, tok, tight) == rows[1:2]
     assert drop_overlong_rows(rows, tok, tight.model_copy(update={"max_prompt_tokens": 40})) == rows[:2]
     assert drop_overlong_rows(rows, tok, tight.model_copy(update={"max_prompt_tokens": 43})) == rows
+
+
+def test_bad_image_rows_name_the_row_and_the_fix(tok: Any, noise_image: Any, tmp_path: Any) -> None:
+    from rlloom.multimodal.collection import row_request
+
+    processing = QwenVLProcessing(min_pixels=56 * 56, max_pixels=10_000)
+    sampling = SamplingParams(max_tokens=2)
+    two_markers = {"prompt": "<image><image>Which?", "images": [noise_image(60, 60)], "extra_info": {"id": 7}}
+    with pytest.raises(ValueError, match=r"extra_info.id=7.*2 <image> markers .* 'images' lists 1"):
+        row_request(two_markers, sampling, tok, processing)
+    no_marker = {"prompt": "Which?", "images": [noise_image(60, 60)], "extra_info": {"id": 8}}
+    with pytest.raises(ValueError, match=r"extra_info.id=8.*0 <image> markers .* 'images' lists 1"):
+        row_request(no_marker, sampling, tok, processing)
+    moved = {"prompt": "<image>Which?", "images": [str(tmp_path / "gone.png")], "extra_info": {"id": 9}}
+    with pytest.raises(ValueError, match=r"extra_info.id=9.*image file not found: .*gone.png"):
+        row_request(moved, sampling, tok, processing)  # a FileNotFoundError with no row named, before

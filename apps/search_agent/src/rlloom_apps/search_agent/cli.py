@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_file_arguments(parser, args.input, args.out, f"{args.data_source}.jsonl")
+    if args.out.resolve() == args.input.resolve():
+        parser.error(f"--out {args.out} is the --input file; it would be overwritten: give another path")
     try:
         n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
     except DataError as err:
@@ -280,6 +282,9 @@ def _infer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
     if args.index is None and args.retrieval_url is None:
         parser.error("infer needs --index DIR or --retrieval-url URL")
+    empty = [i for i, q in enumerate(args.question, 1) if not q.strip()]
+    if empty:  # before the model loads
+        parser.error(f"question {empty[0]} of {len(args.question)} is empty; give each question as a non-empty string")
 
     async def run(engine: Any, tokenizer: Any, retriever: Any, settings: Any) -> Any:
         return await ask(engine, tokenizer, args.question, retriever, settings)
@@ -295,6 +300,7 @@ def _infer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _eval_rows(parser: argparse.ArgumentParser, files: list[Path], limit: int | None) -> list[dict[str, Any]]:
     """Every file's rows (checked as train checks them), the first `limit` of each data source when given."""
     from rlloom_apps.search_agent.data import read_rows
+    from rlloom_apps.search_agent.evaluate import row_question
 
     rows: list[dict[str, Any]] = []
     taken: dict[str, int] = {}
@@ -303,7 +309,11 @@ def _eval_rows(parser: argparse.ArgumentParser, files: list[Path], limit: int | 
             found = read_rows(path, "--data")
         except DataError as err:
             parser.error(str(err))
-        for row in found:
+        for i, row in enumerate(found):
+            try:  # the bare question goes into the rag and direct prompts and the predictions file
+                row_question(row)
+            except ValueError as err:
+                parser.error(f"--data {path} row {i}: {err}")
             source = str(row["data_source"])
             if limit is not None and taken.get(source, 0) >= limit:
                 continue

@@ -25,21 +25,31 @@ def search_r1_prompt(question: str) -> str:
 
 def question_of(record: dict[str, Any], index: int, data_source: str) -> str:
     """NQ-open and HotpotQA: `question`; IRCoT: `question_text`; BEIR queries.jsonl: `text` (with `_id`)."""
+    found: str | None = None
     for key in ("question", "question_text"):
         if isinstance(record.get(key), str):
-            return str(record[key])
-    if "_id" in record and isinstance(record.get("text"), str):
-        return str(record["text"])
-    raise DataError(
-        f"{data_source} record {index} has no question: expected 'question' (NQ-open, HotpotQA), 'question_text' "
-        f"(IRCoT) or '_id' + 'text' (BEIR queries); it has {sorted(record)}"
-    )
+            found = str(record[key])
+            break
+    if found is None and "_id" in record and isinstance(record.get("text"), str):
+        found = str(record["text"])
+    if found is None:
+        already = " (it looks like a prepared row: give the raw QA file)" if "reward_model" in record else ""
+        raise DataError(
+            f"{data_source} record {index} has no question: expected 'question' (NQ-open, HotpotQA), "
+            f"'question_text' (IRCoT) or '_id' + 'text' (BEIR queries); it has {sorted(record)}{already}"
+        )
+    if not found.strip():
+        raise DataError(f"{data_source} record {index} has an empty question; fix or remove the record")
+    return found
 
 
 def answers_of(record: dict[str, Any], index: int) -> list[str]:
     """NQ-open stores a list of aliases under `answer`; HotpotQA a single string; BEIR queries
-    `metadata.answers`; IRCoT `answers_objects[].spans`."""
-    answer = record.get("answer", record.get("answers", record.get("golden_answers")))
+    `metadata.answers`; IRCoT `answers_objects[].spans`. A number is taken as its text; null, true/false or an
+    object as an alias is refused (it would become a gold such as "None" that a model could match)."""
+    answer = next(
+        (record[k] for k in ("answer", "answers", "golden_answers") if record.get(k) is not None), None
+    )  # the first present and non-null, so `"answer": null, "answers": [...]` reads the list
     metadata = record.get("metadata")
     if answer is None and isinstance(metadata, dict):
         answer = metadata.get("answers", metadata.get("answer"))
@@ -50,10 +60,22 @@ def answers_of(record: dict[str, Any], index: int) -> list[str]:
             f"record {index} has no answer: expected 'answer', 'answers', 'golden_answers', 'metadata.answers' "
             f"(BEIR queries) or 'answers_objects' (IRCoT); it has {sorted(record)}"
         )
-    aliases = [answer] if isinstance(answer, str) else [str(a) for a in answer]
+    listed = answer if isinstance(answer, list | tuple) else [answer]
+    bad = [a for a in listed if isinstance(a, bool) or not isinstance(a, str | int | float)]
+    if bad:
+        raise DataError(
+            f"record {index} has an answer that is not text or a number: {answer!r}; each gold alias must be a "
+            "string (a list of strings for several aliases)"
+        )
+    aliases = [a if isinstance(a, str) else _number_text(a) for a in listed]
     if not aliases or not all(a.strip() for a in aliases):
         raise DataError(f"record {index} has an empty answer: {answer!r}")
     return aliases
+
+
+def _number_text(value: int | float) -> str:
+    """1972 -> "1972", 3.0 -> "3" (the way the number is written in text), 2.5 -> "2.5"."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
@@ -104,6 +126,12 @@ def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
             qa_golds(row["reward_model"].get("ground_truth"))
         except (AttributeError, TypeError, ValueError) as err:
             raise DataError(f"{flag} {path} row {i}: bad reward_model.ground_truth ({err})") from None
+        prompt = row.get("prompt", row.get("question"))
+        if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
+            raise DataError(
+                f"{flag} {path} row {i} has no prompt (a 'prompt' list of chat messages, or a 'question'); "
+                "make rows with `search-agent prepare-data`"
+            )
     return rows
 
 
@@ -119,4 +147,6 @@ def prepare(data_source: str, source: Path, out: Path, *, split: str = "test", l
             rows.append(to_row(data_source, record, index, split))
     except DataError as err:
         raise DataError(str(err) if str(err).startswith(str(source)) else f"--input {source}: {err}") from None
+    if not rows and limit != 0:
+        raise DataError(f"--input {source} holds no records; give a JSONL file or a JSON list of QA records")
     return write_jsonl(out, rows)

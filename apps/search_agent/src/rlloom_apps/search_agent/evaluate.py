@@ -104,6 +104,7 @@ class RowResult:
     finish_reason: str  # "stop", "length", "max_turns", or "overlong_prompt" (not run: see `evaluate`)
     response: str
     error: str | None = None  # the scorer's error, when scoring failed (the row then scores 0)
+    token_budget: int | None = None  # the conversation's tokens: --max-total-tokens capped by the model's context
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,8 +173,11 @@ async def evaluate(
         loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric, stop=["</answer>"]), loop_config)
     fits = [_prompt_tokens(loop, s) < loop.max_total_tokens for s in samples]
     trajectories = iter(await loop.arun([s for s, ok in zip(samples, fits, strict=True) if ok]))
+    budget = loop.max_total_tokens
     return [
-        _row_result(next(trajectories), q, tokenizer, settings.fallback_to_text) if ok else _overlong(s, q)
+        _row_result(next(trajectories), q, tokenizer, settings.fallback_to_text, budget)
+        if ok
+        else _overlong(s, q, budget)
         for s, q, ok in zip(samples, questions, fits, strict=True)
     ]
 
@@ -184,7 +188,7 @@ def _prompt_tokens(loop: AgentLoop, sample: Sample) -> int:
     return len(loop.template.prompt_ids(loop.make_env().reset(sample)))
 
 
-def _overlong(sample: Sample, question: str) -> RowResult:
+def _overlong(sample: Sample, question: str, budget: int) -> RowResult:
     """A row whose prompt does not fit the conversation: scored 0 and reported, never dropped."""
     return RowResult(
         data_source=sample.data_source,
@@ -199,10 +203,11 @@ def _overlong(sample: Sample, question: str) -> RowResult:
         turns=0.0,
         finish_reason=OVERLONG,
         response="",
+        token_budget=budget,
     )
 
 
-def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool) -> RowResult:
+def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool, budget: int) -> RowResult:
     components = traj.reward_components
     written = model_text(traj, tokenizer)
     prediction = extract_tagged_answer(written)
@@ -222,6 +227,7 @@ def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_tex
         finish_reason=traj.finish_reason,
         response=traj.response_text,
         error=traj.extra_info.get("reward_error"),
+        token_budget=budget,
     )
 
 
@@ -264,10 +270,17 @@ def problems_report(method: str, results: Sequence[RowResult], max_total_tokens:
     lines = []
     overlong = [r for r in results if r.finish_reason == OVERLONG]
     if overlong:
+        # the budget the rows really ran under: a model with a shorter context caps --max-total-tokens
+        budget = min((r.token_budget for r in overlong if r.token_budget is not None), default=max_total_tokens)
+        cause = (
+            f"--max-total-tokens {max_total_tokens}"
+            if budget >= max_total_tokens
+            else f"the model's context; --max-total-tokens {max_total_tokens} cannot raise it"
+        )
         lines.append(
             f"WARNING: --method {method}: {len(overlong)} of {len(results)} prompts do not fit a conversation "
-            f"({max_total_tokens} tokens: --max-total-tokens, capped by the model's context); they scored 0 with "
-            f"finish_reason '{OVERLONG}'. Lower --top-k or use a model with a longer context."
+            f"({budget} tokens: {cause}); they scored 0 with finish_reason '{OVERLONG}'. Lower --top-k or use a "
+            "model with a longer context."
         )
     errors = [r.error for r in results if r.error is not None]
     if errors:

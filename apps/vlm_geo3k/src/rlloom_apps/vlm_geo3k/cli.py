@@ -145,6 +145,7 @@ def _eval_parser(commands: Any) -> None:
 
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
+    from rlloom_apps.vlm_geo3k.data import check_image_paths
     from rlloom_apps.vlm_geo3k.evaluate import vision_request
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
@@ -166,6 +167,8 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                      "vLLM or an HTTP server are not wired yet)")  # fmt: skip
     if args.limit is not None and args.limit < 0:
         parser.error(f"--limit must be 0 or more, got {args.limit}")
+    if args.min_pixels > args.max_pixels:  # named by flag: VisionSettings would name the training config's keys
+        parser.error(f"--min-pixels {args.min_pixels} exceeds --max-pixels {args.max_pixels}; lower --min-pixels")
     try:
         spec.check()
         settings = settings_from_args(args)
@@ -178,6 +181,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         print(f"warning: {warning}", file=sys.stderr)
     try:
         rows = read_rows(args.data, limit=args.limit, made_by="vlm-geo3k prepare-data")
+        check_image_paths(rows, "--data")  # before the model loads, not mid-sampling
     except ValueError as err:
         parser.error(str(err))
     config_path = str(spec.model or spec.tokenizer)

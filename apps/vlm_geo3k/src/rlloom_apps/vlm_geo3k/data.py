@@ -51,6 +51,19 @@ def to_row(problem_dir: Path, split: str) -> dict[str, Any]:
     }
 
 
+def check_image_paths(rows: list[dict[str, Any]], label: str) -> None:
+    """Refuse, before a model loads, a row whose image path does not exist (the problem folders moved after
+    prepare-data); data URIs, bytes and PIL images are left to the loader."""
+    for i, row in enumerate(rows):
+        images = row.get("images") or []
+        for image in [images] if isinstance(images, str) else images:
+            if isinstance(image, str) and not image.startswith("data:") and not Path(image).is_file():
+                raise DataError(
+                    f"{label} row {i}: image {image} does not exist; rerun `vlm-geo3k prepare-data` where the "
+                    "problem folders now are"
+                )
+
+
 def prepare(source: Path, out: Path, *, split: str = "train") -> int:
     """Convert every problem folder under `source` (sorted by numeric id) into one JSONL file.
 

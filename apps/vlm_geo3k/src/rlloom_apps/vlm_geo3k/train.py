@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from rlloom_apps.vlm_geo3k.data import check_image_paths
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from torch import nn
 from transformers import AutoConfig
 
 from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.config_loading import bundled_config
-from rlloom.core_rl.rows_io import read_jsonl
+from rlloom.core_rl.rows_io import DataError, read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
+from rlloom.multimodal import QwenVLProcessing
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.hf_engine import HFEngine
@@ -67,10 +70,10 @@ def run_train(
         raise ConfigError(f"model.path={config.model.path} has no vision_config: pass a vision-language model")
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     processing = vision.processing(model_config.vision_config)
-    train_rows = drop_overlong_rows(list(read_jsonl(train_data)), tokenizer, processing)
+    train_rows = _fitting_rows(train_data, "--train-data", tokenizer, processing)
     if not train_rows:
         raise ConfigError(f"--train-data {train_data} holds no rows (that fit vision.max_prompt_tokens)")
-    val_rows = drop_overlong_rows(list(read_jsonl(val_data)), tokenizer, processing) if val_data else None
+    val_rows = _fitting_rows(val_data, "--val-data", tokenizer, processing) if val_data else None
     engines: list[HFEngine] = []
 
     def engine_on(module: nn.Module) -> HFEngine:
@@ -90,3 +93,14 @@ def run_train(
         finally:
             for engine in engines:
                 engine.close()
+
+
+def _fitting_rows(path: Path, label: str, tokenizer: Any, processing: QwenVLProcessing) -> list[Mapping[str, Any]]:
+    """The file's rows that fit the prompt limit; a row that cannot be built at all (a missing image, markers
+    and images that disagree) is named with its file before the model loads, not as a traceback."""
+    rows = list(read_jsonl(path))
+    check_image_paths(rows, f"{label} {path}")
+    try:
+        return drop_overlong_rows(rows, tokenizer, processing)
+    except ValueError as err:
+        raise DataError(f"{label} {path}: {err}") from None

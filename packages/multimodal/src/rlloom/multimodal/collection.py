@@ -72,11 +72,24 @@ def row_vision_inputs(
 ) -> VisionInputs:
     """`VisionInputs` of one image row; one `<image>` marker (or image content part) per entry of `images`."""
     images = row_images(row)
+    row_id = (row.get("extra_info") or {}).get("id", "?")
+    where = f"image row (extra_info.id={row_id}, {len(images)} images)"
+    messages = vision_messages(row)
+    slots = sum(1 for m in messages for p in _parts(m) if p.get("type") == "image" and "image" not in p)
+    if slots != len(images):  # named here: build_vision_inputs only sees content parts, not the row's markers
+        raise ValueError(
+            f"{where}: the prompt has {slots} {IMAGE_MARKER} markers (or image parts without an image) but "
+            f"'images' lists {len(images)}; put one {IMAGE_MARKER} in the prompt text per image, in order"
+        )
     try:
-        return build_vision_inputs(vision_messages(row), tokenizer, processing, images=images, tokens=tokens)
-    except ValueError as err:
-        row_id = (row.get("extra_info") or {}).get("id", "?")
-        raise ValueError(f"image row (extra_info.id={row_id}, {len(images)} images): {err}") from err
+        return build_vision_inputs(messages, tokenizer, processing, images=images, tokens=tokens)
+    except (ValueError, OSError) as err:  # OSError: a missing or unreadable image file
+        raise ValueError(f"{where}: {err}") from err
+
+
+def _parts(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
 
 
 def drop_overlong_rows(rows: Sequence[Row], tokenizer: Any, processing: QwenVLProcessing) -> list[Row]:

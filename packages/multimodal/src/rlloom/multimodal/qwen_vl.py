@@ -19,7 +19,15 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from rlloom.multimodal.image import ImageInput, fit_pixel_budget, load_image
+from rlloom.multimodal.image import (
+    ImageInput,
+    VisionGrid,
+    check_aspect_ratio,
+    fit_pixel_budget,
+    fitted_size,
+    load_image,
+    vision_grid,
+)
 
 
 class QwenVLProcessing(BaseModel):
@@ -50,6 +58,20 @@ class QwenVLProcessing(BaseModel):
             patch_size=self.patch_size,
             temporal_patch_size=self.temporal_patch_size,
             merge_size=self.merge_size,
+        )
+
+    def vision_grid(self, height: int, width: int) -> VisionGrid:
+        """The grid and token count `process_images` / `build_vision_inputs` give an image of this size: the pixel
+        budget's resize (`fit_pixel_budget`) and then the processor's `smart_resize`, which can land one patch row
+        or column away from `smart_resize` of the original size alone."""
+        fit_w, fit_h = fitted_size(width, height, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return vision_grid(
+            fit_h,
+            fit_w,
+            patch_size=self.patch_size,
+            merge_size=self.merge_size,
+            min_pixels=self.min_pixels,
+            max_pixels=self.max_pixels,
         )
 
 
@@ -127,6 +149,8 @@ def process_images(images: Sequence[ImageInput], processing: QwenVLProcessing) -
         fit_pixel_budget(load_image(i), min_pixels=processing.min_pixels, max_pixels=processing.max_pixels)
         for i in images
     ]
+    for i, image in enumerate(fitted):
+        check_aspect_ratio(image.width, image.height, f"image {i}")
     out = processing.image_processor()(images=fitted, return_tensors="pt")
     return out["pixel_values"], out["image_grid_thw"].long()
 
