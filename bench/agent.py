@@ -8,7 +8,10 @@ caching, emptied before each method). The tiny model is first warmed up with 2,0
 `<answer> gold </answer>` EOS, 1-3 searches each. The loss covers everything after the prompt, observations
 included, as pretraining does for a real LLM: so, like Search-R1's Qwen2.5 models, the model writes on past
 `</search>` (a made-up `<information>` block...) when nothing stops it (`--warmup-loss model` trains on its own
-turns only; that model ends a turn with EOS right after `</search>`, which real LLMs do not). Every method prints
+turns only; that model ends a turn with EOS right after `</search>`, which real LLMs do not). The warm-up is
+deterministic (each scripted conversation draws from its own seeded generator, whatever order the retrieval threads
+finish in; one torch thread), so the same code on the same kind of CPU builds the same model: the run prints its
+weights' digest, and readings with different digests ran different models. Every method prints
 its mean searches and answered fraction; the run stops if a method made no searches (then nothing was
 retrieved and the comparison would be void). Per-turn budget: Search-R1's 500 tokens (`--max-tokens-per-turn`).
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -57,6 +61,7 @@ from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
 DATA = Path("/work/shared/data/hotpotqa/beir_style_from_ircot500")
+DEFAULT_N = 256  # conversations per run; the warm-up learns from the questions after the first max(256, --n)
 TEMPLATE = "Search with <search> query </search>, answer with <answer> answer </answer>. Question: {question}\n"
 
 
@@ -95,10 +100,13 @@ class Delayed:
 class ScriptedPolicy:
     """Writes 1-3 searches then the gold answer; used only to make warm-up conversations through AgentLoop."""
 
-    def __init__(self, tokenizer: Any, answers: dict[str, str], rng: random.Random) -> None:
-        self.tok, self.answers, self.rng = tokenizer, answers, rng
+    def __init__(self, tokenizer: Any, answers: dict[str, str], seed: int) -> None:
+        self.tok, self.answers, self.seed = tokenizer, answers, seed
         self.eos_token_ids = {int(tokenizer.eos_token_id)}
         self.plan: dict[int, int] = {}  # searches planned per conversation
+        # One generator per conversation: conversations interleave in whatever order their retrieval threads
+        # finish, so a shared generator would hand out different draws (and build a different model) every run.
+        self.rngs: dict[int, random.Random] = {}
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         assert request.prompt_ids is not None
@@ -107,11 +115,12 @@ class ScriptedPolicy:
         done = context.count("<information>")
         # AgentLoop seeds turn t of conversation c with base + 1_000_003 * c + t; here turn t == searches done
         conversation = (request.sampling.seed or 0) - done
-        n_search = self.plan.setdefault(conversation, self.rng.randint(1, 3))
+        rng = self.rngs.setdefault(conversation, random.Random(self.seed * 1_000_003 + conversation))
+        n_search = self.plan.setdefault(conversation, rng.randint(1, 3))
         if done < n_search:
             words = question.rstrip("?").split()
-            span = self.rng.randint(2, 5)
-            start = self.rng.randint(0, max(0, len(words) - span))
+            span = rng.randint(2, 5)
+            start = rng.randint(0, max(0, len(words) - span))
             text = "<search> " + " ".join(words[start : start + span]) + " </search>"
             ids = self.tok(text, add_special_tokens=False)["input_ids"]
         else:
@@ -156,7 +165,7 @@ def warm_up(
         q["text"].strip() + ("" if q["text"].strip().endswith("?") else "?"): q["metadata"]["answers"][0]
         for q in queries
     }
-    policy = ScriptedPolicy(tok, answers, rng)
+    policy = ScriptedPolicy(tok, answers, seed=0)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     sampling = loop_cfg.sampling.model_copy(update={"seed": 0})  # the seeds tell conversations apart
     cfg = loop_cfg.model_copy(update={"compute_reward": False, "sampling": sampling})
@@ -196,6 +205,15 @@ def warm_up(
     print(f"  warm-up final loss {loss_value:.3f}", flush=True)
     model.eval()
     return loss_value
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short hash of the weights, so two readings can tell whether they ran the same warmed-up model."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _never(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:
@@ -306,7 +324,7 @@ def _sample(row: dict[str, Any]) -> Any:
 # ----------------------------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=256, help="conversations per run")
+    ap.add_argument("--n", type=int, default=DEFAULT_N, help="conversations per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=50.0, help="added latency per retrieval call")
     ap.add_argument("--warmup-steps", type=int, default=2000)
@@ -366,16 +384,29 @@ def main() -> None:
         max_concurrency=args.n,
         sampling=SamplingParams(temperature=args.temperature),
     )
-    cache = Path(args.cache_dir) / f"rlloom_bench_agent_tiny_v3_{args.warmup_loss}_{args.warmup_steps}.pt"
+    # The warm-up never sees a benchmarked question, and its questions do not depend on --n (up to 256), so a
+    # quick `--n 64` look runs the same model as the full run; the cache name records what the model learnt from.
+    first_warmup_question = max(DEFAULT_N, args.n)
+    name = f"rlloom_bench_agent_tiny_v4_{args.warmup_loss}_{args.warmup_steps}_from{first_warmup_question}.pt"
+    cache = Path(args.cache_dir) / name
     if cache.exists():
         model.load_state_dict(torch.load(cache))
         print(f"warm-up: loaded {cache}", flush=True)
     else:
         print(f"warm-up: {args.warmup_steps} supervised steps on scripted search conversations", flush=True)
         t0 = time.perf_counter()
-        warm_up(model, tok, base, queries[args.n :], steps=args.warmup_steps, loop_cfg=cfg, loss_on=args.warmup_loss)
+        warm_up(
+            model,
+            tok,
+            base,
+            queries[first_warmup_question:],
+            steps=args.warmup_steps,
+            loop_cfg=cfg,
+            loss_on=args.warmup_loss,
+        )
         print(f"warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
         torch.save(model.state_dict(), cache)
+    print(f"warm-up model: sha256 {weights_digest(model)} (same code, same CPU kind: same digest)", flush=True)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
     torch.nn.Module.to(model, torch.device(args.device))
