@@ -2,7 +2,8 @@
 
 The replay engine stands in for a policy in unit tests of the loop (the issue allows it); the real `HFEngine`
 runs in test_hf_engine_integration.py. It behaves like a real engine on the points the loop relies on: it
-receives token ids, stops right after a stop string (keeping it), appends EOS when the scripted text ends
+receives token ids, stops right after a stop string (keeping it in the ids, and in the text unless
+`include_stop_str_in_output` is off), appends EOS when the scripted text ends
 naturally, honours max_tokens (finish 'length'), and returns one distinct logprob per token.
 """
 
@@ -53,11 +54,14 @@ class ReplayEngine:
         if len(ids) > request.sampling.max_tokens:
             ids, finish = ids[: request.sampling.max_tokens], "length"
         logprobs = [-0.01 * (self.calls + k) for k in range(len(ids))]
+        out_text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if stop_hit is not None and finish == "stop" and not request.sampling.include_stop_str_in_output:
+            out_text = out_text[: len(out_text) - len(stop_hit[0])]  # as HFEngine/vLLM: ids keep it, text not
         return Completion(
             request_id=request.request_id,
             prompt_ids=list(request.prompt_ids),
             token_ids=ids,
-            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            text=out_text,
             finish_reason=finish,
             logprobs=logprobs,
             stop_reason=stop_hit[0] if stop_hit else None,

@@ -148,3 +148,26 @@ def test_default_total_limit_stops_at_the_model_context(tokenizer: Any, fixed_re
         engine.close()
     assert [t.finish_reason for t in trajectories] == ["length", "length"]
     assert [len(t.prompt_ids) + len(t.response_ids) for t in trajectories] == [128, 128]
+
+
+def test_a_rollout_pool_caps_conversations_at_its_replicas_context(
+    tokenizer: Any, fixed_retriever: Any, hit: Any
+) -> None:
+    """The same limit through a `RolloutPool` of HFEngines: the pool passes the replicas' context window on, so
+    conversations end 'length' at 128 tokens instead of the run failing on a prompt the replica refuses."""
+    from rlloom.rollout.pool import RolloutPool
+
+    model = tiny_qwen2(tokenizer, max_position_embeddings=128, seed=1)
+    pool = RolloutPool(lambda: HFEngine(model, tokenizer), replicas=2, backend="thread")
+    retriever = fixed_retriever([hit("1", 1.0, "Some passage text.", "T")])
+    env_cfg = SearchEnvConfig(template="Question: {question}\n")
+    sampling = SamplingParams(temperature=1.0, seed=0, ignore_eos=True)  # every turn runs to its budget
+    loop = AgentLoop(
+        pool, tokenizer, lambda: SearchEnv(retriever, AgentRubric(never), env_cfg), AgentLoopConfig(sampling=sampling)
+    )
+    try:
+        trajectories = loop.run([{"question": "q one", "answer": "a"}], n=2)
+    finally:
+        pool.close()
+    assert [t.finish_reason for t in trajectories] == ["length", "length"]
+    assert [len(t.prompt_ids) + len(t.response_ids) for t in trajectories] == [128, 128]

@@ -240,3 +240,30 @@ def test_tool_results_are_valid_text_and_bools_are_not_numbers() -> None:
         assert not refused.ok
         assert "Input should be a number, not a boolean" in refused.content
     toolset.close()
+
+
+def test_bools_are_not_numbers_inside_lists_and_dicts_either() -> None:
+    """README: a boolean is refused for int/float. Inside `list[float]` or `dict[str, int]` pydantic took
+    `true` as 1.0 and the tool ran on it."""
+
+    def total(values: list[float], weights: dict[str, int] | None = None, flags: list[bool] | None = None) -> float:
+        """Sum.
+
+        Args:
+            values: numbers to add
+            weights: optional integer weights by name
+            flags: switches (booleans are right here)
+        """
+        return sum(values) + sum((weights or {}).values()) + len(flags or [])
+
+    toolset = Toolset([total])
+
+    def call(**args: Any) -> Any:
+        return asyncio.run(toolset.call(ToolCall("total", args)))
+
+    assert call(values=[1, "2.5"], weights={"a": 3}, flags=[True, False]).content == "8.5"  # 1 + 2.5 + 3 + 2
+    refused = call(values=[1.0, True])
+    assert not refused.ok and "values.1: Input should be a number, not a boolean" in refused.content
+    refused = call(values=[1.0], weights={"a": 2, "b": False})
+    assert not refused.ok and "weights.b: Input should be a number, not a boolean" in refused.content
+    toolset.close()

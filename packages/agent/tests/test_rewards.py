@@ -33,3 +33,42 @@ def test_a_crashing_outcome_still_reports_format_and_tool_use() -> None:
     assert out.components == {"outcome": 0.0, "format": 0.75, "tool_use": 0.75}
     assert out.score == 0.0  # format and tool use are not rewarded on their own
     assert out.error == "RuntimeError: scorer broke"
+
+
+def test_a_slow_outcome_scorer_does_not_stall_the_other_conversations(tokenizer: Any, replay_engine: Any) -> None:
+    """A scorer that runs for a while (code tests, a judge) ran on the event loop: every other conversation, its
+    tool calls and searches stood still meanwhile. A ticker on the same loop must keep ticking."""
+    import asyncio
+    import time
+
+    from rlloom.agent.envs.single_turn import SingleTurnEnv
+    from rlloom.agent.loop import AgentLoop
+
+    def slow_exact(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:
+        time.sleep(0.4)  # blocking, as sandboxed code execution is
+        return float(response.strip() == ground_truth)
+
+    engine = replay_engine(tokenizer, lambda context: "5")
+    loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(AgentRubric(slow_exact)))
+
+    async def run() -> tuple[list[Any], float]:
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.02)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        trajectories = await loop.arun([{"question": "2+3?", "answer": "5"}], n=4)
+        done.set()
+        await tick
+        return trajectories, max(gaps)
+
+    trajectories, longest_gap = asyncio.run(run())
+    assert [t.reward for t in trajectories] == [1.0] * 4
+    assert longest_gap < 0.3  # a blocked loop misses ticks for 0.4 s per conversation scored

@@ -194,3 +194,17 @@ def test_groups_share_ids_and_results_follow_sample_order(tokenizer: Any, make_l
     assert [t.data_source for t in trajs] == ["src0", "src0", "src1", "src1", "src2", "src2"]
     assert trajs[0].group_id == trajs[1].group_id != trajs[2].group_id
     assert "q1?" in trajs[2].prompt_text
+
+
+def test_a_vllm_style_sampling_config_still_shows_the_env_its_stop_string(
+    tokenizer: Any, make_loop: Any, retriever: Any
+) -> None:
+    """vLLM's default `include_stop_str_in_output=False`, copied into the loop's sampling, must not hide the
+    `</search>` the trajectory holds from the env (every search was an invalid action)."""
+    from rlloom.core_rl.generation import SamplingParams
+
+    loop, engine = make_loop(search_script, retriever, sampling=SamplingParams(include_stop_str_in_output=False))
+    [traj] = loop.run([{"question": "what is the capital of France", "golden_answers": "Paris"}])
+    assert traj.metrics.get("searches") == 1 and "invalid_actions" not in traj.metrics
+    assert traj.finish_reason == "stop" and traj.reward_components["outcome"] == 1.0
+    assert all(r.sampling.include_stop_str_in_output for r in engine.requests)

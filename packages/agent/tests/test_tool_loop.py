@@ -183,3 +183,91 @@ def test_tool_results_follow_call_order_one_message_per_call(tokenizer: Any, rep
     ]
     assert traj.metrics["tool_calls"] == 4
     assert traj.metrics["tool_errors"] == 2
+
+
+# Qwen3's chat template, cut to what a tool conversation uses (tools, the last-query rule that gives only the
+# final assistant turn an empty <think></think>, merged <tool_response> turns), as in its tokenizer_config.json.
+QWEN3_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\n<tools>' }}{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' and not(message.content.startswith('<tool_response>') "
+    "and message.content.endswith('</tool_response>')) %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}{%- set content = message.content %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}{%- set reasoning_content = '' %}"
+    "{%- if '</think>' in content %}"
+    "{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index %}"
+    "{%- if loop.last or (not loop.last and reasoning_content) %}"
+    "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' "
+    "+ content.lstrip('\\n') }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_qwen3_template_tool_turns_get_its_tool_response_glue(replay_engine: Any) -> None:
+    """Qwen3's template renders a final assistant turn with an empty <think></think> but an earlier one without,
+    so the earlier turn's rendering changes once tool results follow; the glue must still come out (it raised)."""
+    from rlloom.core_rl.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = QWEN3_TEMPLATE
+    turns = [
+        '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>',
+        "<answer>5</answer>",
+    ]
+    engine = replay_engine(tok, lambda context: turns[context.count("<|im_start|>assistant") - 1])
+    loop = AgentLoop(engine, tok, lambda: ToolEnv(Toolset([add]), AgentRubric(answer_is)))
+    [traj] = loop.run([{"question": "What is 2+3?", "answer": "5"}])
+
+    response = tok.decode(traj.response_ids, skip_special_tokens=False)
+    # hand-written: both results in one user turn, as Qwen3 renders consecutive tool messages
+    glue = "\n<|im_start|>user\n<tool_response>\n5\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+    assert response == f"{turns[0]}<|im_end|>{glue}<|im_start|>assistant\n{turns[1]}<|im_end|>"
+    assert tok.decode(traj.prompt_ids, skip_special_tokens=False).endswith(
+        "</tools><|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    sampled = tok.decode([t for t, m in zip(traj.response_ids, traj.loss_mask, strict=True) if m], False)
+    assert sampled == "".join(t + "<|im_end|>" for t in turns)
+    assert traj.finish_reason == "stop" and traj.reward == 1.0 and traj.metrics["tool_errors"] == 0
+
+
+def test_a_template_without_a_tool_role_names_the_tool_role_fix(replay_engine: Any) -> None:
+    """Mistral/Gemma-style templates raise on a `tool` message; the error must say which roles and what to pass,
+    and `tool_role="user"` must then work."""
+    from rlloom.core_rl.tiny import CHATML_TEMPLATE, char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = (
+        "{%- for m in messages %}{%- if m.role not in ['system', 'user', 'assistant'] %}"
+        "{{ raise_exception('Only user and assistant roles are supported!') }}{%- endif %}{%- endfor %}"
+        + CHATML_TEMPLATE
+    )
+    turns = ['<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', "<answer>5</answer>"]
+    engine = replay_engine(tok, lambda context: turns[context.count("<|im_start|>assistant") - 1])
+    toolset = Toolset([add])
+    loop = AgentLoop(engine, tok, lambda: ToolEnv(toolset, AgentRubric(answer_is)))
+    with pytest.raises(ValueError, match=r"roles 'tool' .*Only user and assistant.*tool_role='user'"):
+        loop.run([{"question": "2+3?", "answer": "5"}])
+    as_user = AgentLoop(engine, tok, lambda: ToolEnv(toolset, AgentRubric(answer_is), tool_role="user"))
+    [traj] = as_user.run([{"question": "2+3?", "answer": "5"}])
+    assert "<|im_start|>user\n5<|im_end|>" in tok.decode(traj.response_ids, skip_special_tokens=False)
+    assert traj.reward == 1.0

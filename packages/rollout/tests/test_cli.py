@@ -151,3 +151,49 @@ def test_serve_answers_the_openai_client(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_engine_url_without_served_model_uses_the_name_the_server_lists(
+    saved: SavedTinyModel, server_thread: type
+) -> None:
+    """`serve --model DIR/model --tokenizer DIR/tokenizer` serves the name "model"; a client given only
+    `--engine-url` and `--tokenizer DIR/tokenizer` named it "tokenizer" and every request was a 404."""
+    from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+    from rlloom.rollout.cli import served_name
+    from rlloom.rollout.hf_engine import HFEngine
+    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+    from rlloom.rollout.server import create_app
+
+    served = HFEngine.from_pretrained(saved.model, tokenizer_path=saved.tokenizer, device="cpu")
+    try:
+        with server_thread(create_app(served, served_name(saved.model, None), served.tokenizer)) as srv:
+            engine, tokenizer = build_engine(PolicySpec(url=f"http://127.0.0.1:{srv.port}", tokenizer=saved.tokenizer))
+            try:
+                assert engine.config.model == "model"
+                prompt = tokenizer("hi", add_special_tokens=False)["input_ids"]
+                request = GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(max_tokens=3, seed=0))
+                [completion] = engine.generate([request])[0]
+                assert 1 <= len(completion.token_ids) <= 3
+            finally:
+                close_engine(engine)
+            explicit, _ = build_engine(
+                PolicySpec(url=srv.base_url, tokenizer=saved.tokenizer, served_model="other-name")
+            )
+            assert explicit.config.model == "other-name"  # an explicit --served-model is never overridden
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("max_batch_rows", 0, "--max-batch-rows 0: give 1 or more"), ("prefix_cache_tokens", -1, "--prefix-cache")],
+)
+def test_policy_spec_refuses_bad_engine_sizes_before_loading(
+    saved: SavedTinyModel, field: str, value: int, says: str
+) -> None:
+    """The apps' `--max-batch-rows 0` loaded the model, then failed in a pydantic error naming no flag."""
+    from rlloom.rollout.policy_spec import PolicySpec
+
+    spec = PolicySpec(model=saved.model, tokenizer=saved.tokenizer, **{field: value})
+    with pytest.raises(ValueError, match=says):
+        spec.check()

@@ -103,6 +103,12 @@ def test_stop_token_id_ends_generation(engine: HFEngine, encode: Any) -> None:
     got = engine.generate([_req(p, seed=11, max_tokens=30, ignore_eos=True, stop_token_ids=[target])])[0][0]
     assert got.token_ids == full.token_ids[: first + 1]
     assert got.finish_reason == "stop" and got.stop_reason == target
+    # its text (one character here) follows include_stop_str_in_output, as in vLLM; the ids keep the token
+    assert got.text == full.text[: first + 1]
+    dropped = engine.generate(
+        [_req(p, seed=11, max_tokens=30, ignore_eos=True, stop_token_ids=[target], include_stop_str_in_output=False)]
+    )[0][0]
+    assert dropped.token_ids == got.token_ids and dropped.text == full.text[:first]
 
 
 def test_chat_messages_render_with_the_template(engine: HFEngine, encode: Any) -> None:

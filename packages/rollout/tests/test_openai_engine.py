@@ -130,3 +130,18 @@ def test_update_weights_pushes_to_the_server(served: Any, tok: Any, encode: Any,
     remote.update_weights(peaked_state(tok, seed=5))
     after = remote.generate([req])[0][0]
     assert after.logprobs != before.logprobs and after.token_ids != before.token_ids
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"), [("top_k", 5), ("min_p", 0.1), ("stop_token_ids", [3]), ("ignore_eos", True)]
+)
+def test_knobs_a_plain_openai_api_cannot_take_are_refused_not_dropped(
+    served: Any, encode: Any, knob: str, value: Any
+) -> None:
+    """With vllm_extensions=False these fields were left out of the body: the server sampled without them."""
+    plain = _remote(served, vllm_extensions=False, max_retries=0)
+    sampling = SamplingParams(max_tokens=4, seed=0, **{knob: value})
+    with pytest.raises(ValueError, match=rf"SamplingParams\.{knob} cannot be sent .*vllm_extensions=True"):
+        plain.generate([GenerationRequest(prompt_ids=encode("abc"), sampling=sampling)])
+    ok = plain.generate([GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(max_tokens=4, seed=0))])
+    assert len(ok[0][0].token_ids) >= 1

@@ -127,3 +127,19 @@ def test_ray_replicas(tok: Any, encode: Any, peaked_state: Any) -> None:
         ray.shutdown()
     alone = HFEngine(tiny_qwen2(tok), tok).generate(reqs)
     assert [g[0].token_ids for g in got] == [a[0].token_ids for a in alone]
+
+
+def test_pool_reports_its_replicas_context_window_and_eos_ids(tok: Any) -> None:
+    """AgentLoop caps conversations at `engine.context_window` and reads `eos_token_ids`: a pool must pass
+    them on, or conversations on a pool outgrow the model and fail the run."""
+    model = tiny_qwen2(tok, max_position_embeddings=96)
+    model.generation_config.eos_token_id = [tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")]
+    pool = RolloutPool(lambda: HFEngine(model, tok), replicas=2, backend="thread")
+    try:
+        assert pool.context_window == 96
+        assert pool.eos_token_ids == {
+            tok.convert_tokens_to_ids("<|im_end|>"),
+            tok.convert_tokens_to_ids("<|endoftext|>"),
+        }
+    finally:
+        pool.close()

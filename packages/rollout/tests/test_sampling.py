@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from rlloom.core_rl.generation import SamplingParams
-from rlloom.rollout.sampling import RowSampling, counter_uniform, inverse_cdf, sample_next, stream_keys
+from rlloom.rollout.sampling import (
+    RowSampling,
+    counter_uniform,
+    filter_logits,
+    inverse_cdf,
+    sample_next,
+    stream_keys,
+)
 
 
 def test_inverse_cdf_reads_the_interval_holding_the_uniform() -> None:
@@ -110,3 +117,33 @@ def test_greedy_and_unseeded_rows_beside_seeded_ones() -> None:
     assert int(tokens[0]) == 1  # greedy: the argmax
     assert int(tokens[1]) == int(alone[0])  # seeded: as if alone
     assert int(tokens[2]) == 0  # unseeded: the only token with any mass (1 - 2e-43)
+
+
+def test_top_p_applies_to_the_top_k_survivors_as_transformers_does() -> None:
+    """top-k first, then top-p over the renormalised survivors (HF's warper chain and vLLM's sampler)."""
+    from transformers.generation.logits_process import MinPLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    # hand-computed: top-k=2 leaves [0.4, 0.35] -> [0.533, 0.467]; top-p=0.5 then keeps the first token only
+    logits = torch.log(torch.tensor([[0.4, 0.35, 0.25]]))
+    kept = torch.isfinite(filter_logits(logits, _rows([SamplingParams(top_k=2, top_p=0.5)], 3)))
+    assert kept.tolist() == [[True, False, False]]
+
+    torch.manual_seed(0)
+    vocab = 40
+    params = [
+        SamplingParams(top_k=k, top_p=p, min_p=m)
+        for k in (0, 1, 3, 10)
+        for p in (0.3, 0.6, 0.95, 1.0)
+        for m in (0.0, 0.05)
+    ]
+    logits = torch.randn(len(params), vocab) * 2.5
+    ours = torch.isfinite(filter_logits(logits, _rows(params, vocab)))
+    for i, p in enumerate(params):
+        ref = logits[i : i + 1].clone()
+        if p.min_p:
+            ref = MinPLogitsWarper(p.min_p)(None, ref)
+        if p.top_k:
+            ref = TopKLogitsWarper(p.top_k)(None, ref)
+        if p.top_p < 1.0:
+            ref = TopPLogitsWarper(p.top_p)(None, ref)
+        assert ours[i].tolist() == torch.isfinite(ref[0]).tolist(), p

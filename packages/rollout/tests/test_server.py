@@ -276,3 +276,61 @@ def test_update_weights_json_errors_name_path(served: Any, tmp_path: Any, body: 
     r = httpx.post(f"{served.base_url}/update_weights", json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "path" and says in r.json()["error"]["message"]
     assert "errors.pydantic.dev" not in r.text
+
+
+def test_usage_counts_every_prompt_of_a_batched_completion(served: Any, encode: Any) -> None:
+    """OpenAI/vLLM usage: each prompt's tokens once (not n times), summed over the prompts of the body."""
+    prompts = ["ab", "abcdefgh", "xyz"]
+    resp = _client(served).completions.create(model="tiny", prompt=prompts, max_tokens=3, n=2, seed=0)
+    expected_prompt = sum(len(encode(p)) for p in prompts)  # 2 + 8 + 3 with the character tokenizer
+    assert resp.usage.prompt_tokens == expected_prompt == 13
+    completion = sum(len((c.model_extra or {})["token_ids"]) for c in resp.choices)
+    assert len(resp.choices) == 6 and resp.usage.completion_tokens == completion
+    assert resp.usage.total_tokens == expected_prompt + completion
+
+
+# Qwen2.5's rendering of an assistant turn's tool calls (its chat template's `arguments | tojson`), on ChatML
+TOOL_CALLS_TEMPLATE = (
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content }}"
+    '{%- for c in m.tool_calls or [] %}{{- \'\\n<tool_call>\\n{"name": "\' + c.function.name + \'", "arguments": \' }}'
+    "{{- c.function.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_tool_call_history_renders_arguments_as_objects_as_vllm_does(
+    model: torch.nn.Module, tok: Any, server_thread: Any
+) -> None:
+    """OpenAI sends `function.arguments` as a JSON string; the template must get the object (vLLM parses it), or
+    the prompt holds a double-encoded string the model never saw in training. Bad JSON is a 400 naming it."""
+    import copy
+
+    from rlloom.rollout.server import create_app
+
+    tools_tok = copy.deepcopy(tok)
+    tools_tok.chat_template = TOOL_CALLS_TEMPLATE
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    messages = [
+        {"role": "user", "content": "2+3?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"},
+    ]
+    engine = HFEngine(model, tools_tok)
+    try:
+        with server_thread(create_app(engine, "tiny", tools_tok)) as srv:
+            body = {"model": "tiny", "messages": messages, "max_tokens": 2}
+            r = httpx.post(f"{srv.base_url}/chat/completions", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            prompt = tools_tok.decode(r.json()["prompt_token_ids"], skip_special_tokens=False)
+            assert prompt == (
+                "<|im_start|>user\n2+3?<|im_end|>\n"
+                '<|im_start|>assistant\n\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+                "<|im_end|>\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+            )
+            bad = {**call, "function": {"name": "add", "arguments": "{a: 2"}}
+            body["messages"] = [messages[0], {**messages[1], "tool_calls": [bad]}, messages[2]]
+            r = httpx.post(f"{srv.base_url}/chat/completions", json=body, timeout=60)
+            assert r.status_code == 400
+            assert r.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
+    finally:
+        engine.close()

@@ -59,7 +59,8 @@ class AgentLoopConfig(BaseModel):
     max_concurrency: int = Field(default=512, ge=1, description="Conversations in flight at once.")
     sampling: SamplingParams = Field(
         default_factory=SamplingParams,
-        description="Per-turn sampling; `n` and `max_tokens` are set by the loop, `stop` is extended by the env's.",
+        description="Per-turn sampling; `n` and `max_tokens` are set by the loop, `stop` is extended by the env's, "
+        "and `include_stop_str_in_output` is always on (the env reads the stop string its action ends with).",
     )
     compute_reward: bool = Field(default=True, description="Call the environment's reward hook on each trajectory.")
     progress: bool = Field(default=False, description="Show a progress bar over finished conversations.")
@@ -161,7 +162,9 @@ class AgentLoop:
         finish = "max_turns"
         for turn in range(cfg.max_turns):
             budget = min(cfg.max_tokens_per_turn, conv.remaining)
-            update: dict[str, Any] = {"n": 1, "max_tokens": budget, "stop": stop}
+            # the env must read the stop string the trajectory holds (`</search>` is the action); vLLM-style
+            # configs default it off, which made every search an invalid action
+            update: dict[str, Any] = {"n": 1, "max_tokens": budget, "stop": stop, "include_stop_str_in_output": True}
             if cfg.sampling.seed is not None:
                 update["seed"] = cfg.sampling.seed + 1_000_003 * seed_offset + turn
             request = GenerationRequest(prompt_ids=conv.context, sampling=cfg.sampling.model_copy(update=update))

@@ -9,6 +9,7 @@ fraction of tool calls that succeeded (0 with no calls). Components are always r
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,11 @@ class AgentRubric:
     outcome: Scorer
     format_weight: float = 0.0
     tool_use_weight: float = 0.0
+
+    async def ascore(self, episode: EpisodeSummary) -> RewardOutput:
+        """`score` on a worker thread: an outcome scorer may run code or a model for seconds, and run on the event
+        loop it would stall every other conversation (their tool calls, searches and next turns) meanwhile."""
+        return await asyncio.to_thread(self.score, episode)
 
     def score(self, episode: EpisodeSummary) -> RewardOutput:
         fmt = episode.turns_well_formed / episode.turns if episode.turns else 0.0

@@ -13,6 +13,7 @@ Sync tools run on a thread pool sized for many concurrent conversations, async t
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import functools
 import inspect
 import json
@@ -68,11 +69,17 @@ class Tool:
         self.schema: dict[str, Any] = schema
         self.is_async = inspect.iscoroutinefunction(fn)
         self._validated = validate_call(fn)
-        self._numeric = _numeric_parameters(fn)
+        self._hints = _parameter_hints(fn)
 
     def bool_for_number(self, arguments: dict[str, Any]) -> str | None:
-        """The error for a JSON true/false given to an int/float parameter (pydantic would take it as 1/0)."""
-        bad = [k for k in self._numeric if isinstance(arguments.get(k), bool)]
+        """The error for a JSON true/false given where a number goes (pydantic would take it as 1/0): an int/float
+        parameter, or an element of a list/tuple/set or a value of a dict of numbers."""
+        bad = [
+            p
+            for name, hint in self._hints.items()
+            if name in arguments
+            for p in _bools_for_numbers(hint, arguments[name], name)
+        ]
         if not bad:
             return None
         return "; ".join(f"{k}: Input should be a number, not a boolean" for k in bad)
@@ -107,18 +114,46 @@ def _check_callable_by_json(fn: Callable[..., Any]) -> None:
         )
 
 
-def _numeric_parameters(fn: Callable[..., Any]) -> list[str]:
-    """Parameters typed int or float (alone or in a union without bool)."""
+def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Each parameter's type hint ({} when they cannot be resolved: pydantic alone then checks the arguments)."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
-        return []
-    out = []
-    for name, hint in hints.items():
-        options = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, type(int | None)) else {hint}
-        if options & {int, float} and bool not in options:
-            out.append(name)
-    return out
+        return {}
+    hints.pop("return", None)
+    return hints
+
+
+_UNIONS = (typing.Union, type(int | None))
+_SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Set)
+_MAPPINGS = (dict, collections.abc.Mapping)
+
+
+def _bools_for_numbers(hint: Any, value: Any, path: str) -> list[str]:
+    """Where in `value` a JSON boolean stands for a number of `hint` (int/float, alone or in unions and
+    containers); a union that admits bool takes it as given."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _bools_for_numbers(args[0], value, path)
+    if origin in _UNIONS:
+        if bool in args:
+            return []
+        if isinstance(value, bool):
+            return [path] if any(option in (int, float) for option in args) else []
+        return next((found for option in args if (found := _bools_for_numbers(option, value, path))), [])
+    if isinstance(value, bool):
+        return [path] if hint in (int, float) else []
+    if origin in _SEQUENCES and isinstance(value, list) and args:
+        fixed = origin is tuple and Ellipsis not in args  # tuple[int, bool]: one hint per position
+        hints = [args[i] if fixed and i < len(args) else args[0] for i in range(len(value))]
+        return [
+            p
+            for i, (h, v) in enumerate(zip(hints, value, strict=True))
+            for p in _bools_for_numbers(h, v, f"{path}.{i}")
+        ]
+    if origin in _MAPPINGS and isinstance(value, dict) and len(args) == 2:
+        return [p for k, v in value.items() for p in _bools_for_numbers(args[1], v, f"{path}.{k}")]
+    return []
 
 
 def _as_text(value: Any) -> str:

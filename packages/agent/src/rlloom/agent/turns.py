@@ -60,7 +60,6 @@ class TurnTemplate:
         if tokenizer.eos_token_id is not None:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = frozenset(eos)
-        self._assistant_end = self._render_assistant_end() if self.has_chat_template else ""
         self._renders_tools: bool | None = None
 
     # -- text -> ids -----------------------------------------------------------------------------------------
@@ -117,39 +116,51 @@ class TurnTemplate:
             ]
         assert obs.messages is not None
         self._require_template("render observation messages")
-        texts = [self._end_of_turn_glue(last_turn_ids)]
         contents: list[str] = []
         placeholders = []
         for i, message in enumerate(obs.messages):
             placeholders.append({**message, "content": _SENTINEL.format(i)})
             contents.append(str(message.get("content", "")))
         pieces = self._render_between(placeholders)
-        segments = [Segment(self.encode(texts[0] + pieces[0]), False)]
+        segments = [Segment(self.encode(self._without_sampled_eos(pieces[0], last_turn_ids)), False)]
         for content, glue in zip(contents, pieces[1:], strict=True):
             segments.append(Segment(self.encode(content), True, obs.truncate))
             segments.append(Segment(self.encode(glue), False))
         return segments
 
-    def _end_of_turn_glue(self, last_turn_ids: Sequence[int]) -> str:
-        """What the template writes after an assistant turn, minus an EOS the model already sampled."""
-        suffix = self._assistant_end
+    def _without_sampled_eos(self, glue: str, last_turn_ids: Sequence[int]) -> str:
+        """`glue` (which opens with the assistant turn's end) minus an EOS the model already sampled."""
         if last_turn_ids and last_turn_ids[-1] in self.eos_token_ids:
             sampled = self.tokenizer.decode([last_turn_ids[-1]], skip_special_tokens=False)
-            if suffix.startswith(sampled):
-                return suffix[len(sampled) :]
-        return suffix
+            if glue.startswith(sampled):
+                return glue[len(sampled) :]
+        return glue
 
     def _render_between(self, messages: list[dict[str, Any]]) -> list[str]:
-        """Template text before, between and after the placeholder contents of `messages`."""
-        base = [*_BASE, {"role": "assistant", "content": "A"}]
-        head = str(self.tokenizer.apply_chat_template(base, tokenize=False))
-        full = str(self.tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True))
-        if not full.startswith(head):
+        """Template text after an assistant turn's content, between the placeholder contents of `messages`, and
+        after them (the first piece holds the assistant turn's end).
+
+        Only what follows the assistant's content is read, so a template may render that earlier turn itself
+        differently once messages follow (Qwen3 adds an empty `<think></think>` to a final assistant turn
+        only): the model's own tokens for it are in the context already, as sampled.
+        """
+        marker = _SENTINEL.format("A")
+        base = [*_BASE, {"role": "assistant", "content": marker}]
+        try:
+            full = str(self.tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True))
+        except Exception as exc:  # jinja's raise_exception: e.g. "roles must alternate user/assistant"
+            roles = ", ".join(repr(m.get("role")) for m in messages)
             raise ValueError(
-                "the chat template renders earlier turns differently once new messages follow, so turn glue cannot "
-                "be inserted as tokens; use an environment that appends observations as text instead"
+                f"the chat template cannot render observation messages with roles {roles} after an assistant turn "
+                f"({type(exc).__name__}: {exc}); give the env a role the template accepts (ToolEnv(tool_role='user') "
+                "for templates without a tool role)"
+            ) from exc
+        if full.count(marker) != 1:
+            raise ValueError(
+                "the chat template does not render an assistant turn's content once messages follow it, so turn "
+                "glue cannot be inserted as tokens; use an environment that appends observations as text instead"
             )
-        delta = full[len(head) :]
+        delta = full.split(marker, 1)[1]
         pieces = []
         for i in range(len(messages)):
             marker = _SENTINEL.format(i)
@@ -159,15 +170,6 @@ class TurnTemplate:
             pieces.append(before)
         pieces.append(delta)
         return pieces
-
-    def _render_assistant_end(self) -> str:
-        marker = _SENTINEL.format("A")
-        text = str(
-            self.tokenizer.apply_chat_template([*_BASE, {"role": "assistant", "content": marker}], tokenize=False)
-        )
-        if marker not in text:
-            raise ValueError("the chat template does not render assistant message content")
-        return text.split(marker, 1)[1]
 
     def _require_template(self, what: str) -> None:
         if not self.has_chat_template:

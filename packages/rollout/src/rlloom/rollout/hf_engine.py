@@ -275,9 +275,16 @@ class HFEngine:
         return SampleRow(i, s, prompt, params, frozenset(stop_ids), watcher)
 
     def _completion(self, request: GenerationRequest, row: SampleRow) -> Completion:
-        """Turn a finished row into a `Completion`; text is cut at a stop string, token ids never are."""
-        text = self.tokenizer.decode(row.token_ids, skip_special_tokens=self.config.skip_special_tokens)
+        """Turn a finished row into a `Completion`; text is cut at a stop string, token ids never are.
+
+        A stop token (EOS or `stop_token_ids`) stays in `token_ids`; its text is kept only with
+        `include_stop_str_in_output`, as vLLM does (special tokens are left out by decoding anyway).
+        """
         stop_reason = row.stop_reason
+        text_ids = row.token_ids
+        if isinstance(stop_reason, int) and not request.sampling.include_stop_str_in_output:
+            text_ids = row.token_ids[:-1]
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=self.config.skip_special_tokens)
         if row.finish_reason == "stop" and stop_reason is None and request.sampling.stop:
             match = find_stop(text, request.sampling.stop)
             if match is not None:

@@ -152,6 +152,8 @@ class OpenAIEngine:
             raise ValueError(f"request {request.request_id}: mode='chat' needs `messages`, got only prompt_ids")
         if not use_chat and request.prompt_ids is None:
             raise ValueError(f"request {request.request_id}: mode='completions' needs `prompt_ids`, got messages")
+        if not self.config.vllm_extensions:
+            _refuse_unsendable(request)
         started = time.perf_counter()
         path = "/chat/completions" if use_chat else "/completions"
         body = self._body(request, use_chat)
@@ -273,6 +275,27 @@ class OpenAIEngine:
         if len(out) != request.sampling.n:
             raise OpenAIEngineError(f"asked for n={request.sampling.n} samples, the server returned {len(out)}")
         return out
+
+
+def _refuse_unsendable(request: GenerationRequest) -> None:
+    """Without vLLM's extensions these knobs cannot be sent: refuse them rather than sample without them."""
+    p = request.sampling
+    unsent = [
+        name
+        for name, is_set in (
+            ("top_k", p.top_k > 0),
+            ("min_p", p.min_p > 0.0),
+            ("stop_token_ids", bool(p.stop_token_ids)),
+            ("ignore_eos", p.ignore_eos),
+        )
+        if is_set
+    ]
+    if unsent:
+        raise ValueError(
+            f"request {request.request_id}: SamplingParams.{', '.join(unsent)} cannot be sent with "
+            "OpenAIEngineConfig.vllm_extensions=False (the OpenAI API has no such fields); leave them at their "
+            "defaults, or set vllm_extensions=True for a vLLM-compatible server"
+        )
 
 
 def _choice_logprobs(choice: dict[str, Any], use_chat: bool) -> list[float] | None:

@@ -9,6 +9,7 @@ at their neutral values. Validators raise `FieldError`, so the server's 400 name
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -111,6 +112,8 @@ def chat_message(i: int, message: Any) -> dict[str, Any]:
     role = message.get("role")
     if role not in CHAT_ROLES:
         raise FieldError(f"messages[{i}].role", f"unknown role {role!r}; use one of {', '.join(CHAT_ROLES)}")
+    if role == "assistant" and message.get("tool_calls") is not None:
+        message = {**message, "tool_calls": _template_tool_calls(i, message["tool_calls"])}
     content = message.get("content")
     if content is None:
         # OpenAI lets an assistant turn that only calls tools leave its content out
@@ -118,6 +121,32 @@ def chat_message(i: int, message: Any) -> dict[str, Any]:
             return {**message, "content": ""}
         raise FieldError(f"messages[{i}].content", "missing or null; give a string or a list of text parts")
     return {**message, "content": _content_text(f"messages[{i}].content", content)}
+
+
+def _template_tool_calls(i: int, calls: Any) -> list[Any]:
+    """An assistant turn's OpenAI `tool_calls` with each `function.arguments` JSON string parsed to an object.
+
+    OpenAI sends arguments as a JSON string, but chat templates (Qwen's `arguments | tojson`) expect the object;
+    a string would be rendered double-encoded, unlike anything the model was trained on. vLLM parses them too.
+    """
+    if not isinstance(calls, list):
+        raise FieldError(f"messages[{i}].tool_calls", "give a list of {'type': 'function', 'function': ...} calls")
+    out: list[Any] = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise FieldError(
+                f"messages[{i}].tool_calls[{j}]", "give {'type': 'function', 'function': {'name', 'arguments'}}"
+            )
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            where = f"messages[{i}].tool_calls[{j}].function.arguments"
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise FieldError(where, f"is not valid JSON ({exc.msg}); send a JSON-encoded object") from None
+        out.append({**call, "function": {**function, "arguments": arguments}})
+    return out
 
 
 class ChatCompletionBody(_SamplingFields):

@@ -63,6 +63,10 @@ class PolicySpec:
             raise ValueError(f"--tokenizer {self.tokenizer} is not a folder")
         if self.url is not None and self.tokenizer is None:
             raise ValueError("--engine-url needs --tokenizer DIR: the agent loop sends token ids, not text")
+        if self.max_batch_rows < 1:
+            raise ValueError(f"--max-batch-rows {self.max_batch_rows}: give 1 or more")
+        if self.prefix_cache_tokens < 0:
+            raise ValueError(f"--prefix-cache-tokens {self.prefix_cache_tokens}: give 0 (off) or more")
 
     def check_loadable(self) -> None:
         """Refuse, before loading anything, a folder that is not a model, a missing tokenizer, or a runtime
@@ -118,7 +122,10 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "
     policy.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
     policy.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="how to run --model")
     policy.add_argument("--engine-url", help="an OpenAI-compatible server (vllm serve, rlloom-rollout serve)")
-    policy.add_argument("--served-model", help="the model name the server expects (default: tokenizer folder name)")
+    policy.add_argument(
+        "--served-model",
+        help="the model name the server expects (default: the one model it lists, else the tokenizer folder's name)",
+    )
     policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
     policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
     policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
@@ -143,7 +150,8 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
 
         base = spec.url.rstrip("/")
         base = base if base.endswith("/v1") else f"{base}/v1"
-        name = spec.served_model or (spec.tokenizer.name if spec.tokenizer is not None else "model")
+        fallback = spec.tokenizer.name if spec.tokenizer is not None else "model"
+        name = spec.served_model or served_model_name(base, fallback)
         return OpenAIEngine(OpenAIEngineConfig(base_url=base, model=name)), tokenizer
     assert spec.model is not None
     if spec.engine == "vllm":
@@ -172,6 +180,24 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     # Multi-turn conversations re-send their whole context each turn: the prefix cache prefills only what is new.
     config = HFEngineConfig(max_batch_rows=spec.max_batch_rows, prefix_cache_tokens=spec.prefix_cache_tokens)
     return HFEngine(model, tokenizer, config), tokenizer
+
+
+def served_model_name(base_url: str, fallback: str) -> str:
+    """The one model a server lists in GET /models (what `--served-model` defaults to), else `fallback`.
+
+    `rlloom-rollout serve` and `vllm serve` name the model after its folder, which is not the tokenizer folder
+    the client was given when the two are saved apart; asking the server avoids a 404 on the first request.
+    """
+    import httpx
+
+    try:
+        response = httpx.get(base_url.rstrip("/") + "/models", timeout=10.0)
+        response.raise_for_status()
+        cards = response.json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return fallback  # unreachable now: the first request will say so
+    ids = [str(c["id"]) for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    return ids[0] if len(ids) == 1 else fallback
 
 
 def close_engine(engine: Any) -> None:

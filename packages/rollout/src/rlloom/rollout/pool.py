@@ -72,6 +72,12 @@ class RolloutPool:
         self._lock = threading.Lock()
         self._latest_weights: Mapping[str, torch.Tensor] | None = None
         self._replicas: list[Replica] = [self._spawn() for _ in range(replicas)]
+        # replicas come from one factory: the first one's context window and EOS ids are the pool's
+        engine_info = self._replicas[0].describe()
+        self.context_window: int | None = engine_info["context_window"]
+        """The replicas' context length (agent loops cap conversations at it); None when they name none."""
+        self.eos_token_ids: frozenset[int] | None = engine_info["eos_token_ids"]
+        """The replicas' EOS ids (the tokenizer's and the model's generation config's), when they report them."""
         self.pending_tokens = [0] * replicas
         self.dispatched = [0] * replicas  # requests sent to each replica so far
         self._threads = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="rlloom-pool")

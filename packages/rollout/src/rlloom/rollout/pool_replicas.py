@@ -31,7 +31,19 @@ class Replica(Protocol):
 
     def update_weights(self, named_tensors: Any) -> None: ...
 
+    def describe(self) -> dict[str, Any]: ...
+
     def close(self) -> None: ...
+
+
+def describe_engine(engine: Any) -> dict[str, Any]:
+    """What callers read off an engine besides its calls: `context_window` (agent loops cap conversations at
+    it) and `eos_token_ids` (where they tell a sampled end of turn); None when the engine does not say."""
+    eos = getattr(engine, "eos_token_ids", None)
+    return {
+        "context_window": getattr(engine, "context_window", None),
+        "eos_token_ids": frozenset(int(t) for t in eos) if eos is not None else None,
+    }
 
 
 class LocalReplica:
@@ -48,6 +60,9 @@ class LocalReplica:
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         self.engine.update_weights(named_tensors)
+
+    def describe(self) -> dict[str, Any]:
+        return describe_engine(self.engine)
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)
@@ -69,6 +84,9 @@ class _EngineActorBody:
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         self.engine.update_weights(named_tensors)
+
+    def describe(self) -> dict[str, Any]:
+        return describe_engine(self.engine)
 
     def ready(self) -> bool:
         return True
@@ -106,6 +124,10 @@ class RayReplica:
     def update_weights(self, named_tensors: Any) -> None:
         ref = named_tensors if isinstance(named_tensors, self._ray.ObjectRef) else self.put(named_tensors)
         self._ray.get(self.actor.update_weights.remote(ref), timeout=self._timeout)
+
+    def describe(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._ray.get(self.actor.describe.remote(), timeout=self._timeout)
+        return result
 
     def close(self) -> None:
         self._ray.kill(self.actor, no_restart=True)

@@ -168,7 +168,10 @@ def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
 
 
 def filter_logits(scaled: torch.Tensor, rows: RowSampling) -> torch.Tensor:
-    """Apply top-k, top-p and min-p per row to temperature-scaled logits ([B, V]); dropped tokens get -inf."""
+    """Apply min-p, top-k, then top-p (on the renormalised top-k) per row to temperature-scaled logits ([B, V]).
+
+    Dropped tokens get -inf.
+    """
     out = scaled
     if rows.needs_min_p:
         probs = torch.softmax(out, dim=-1)
@@ -177,10 +180,11 @@ def filter_logits(scaled: torch.Tensor, rows: RowSampling) -> torch.Tensor:
     if rows.needs_sort:
         sorted_logits, order = torch.sort(out, dim=-1, descending=True)
         ranks = torch.arange(out.shape[-1], device=out.device).unsqueeze(0)
-        drop = ranks >= rows.top_k.unsqueeze(-1)
+        sorted_logits = sorted_logits.masked_fill(ranks >= rows.top_k.unsqueeze(-1), float("-inf"))
+        # top-p over the top-k survivors, renormalised (HF's and vLLM's order: k first, then p)
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        drop |= mass_before > rows.top_p.unsqueeze(-1)  # the top token always stays (mass_before = 0)
+        drop = mass_before > rows.top_p.unsqueeze(-1)  # the top token always stays (mass_before = 0)
         out = out.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return out
 

@@ -90,7 +90,8 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
             for c in completions:
                 choices.append(_text_choice(c, prompt_index * body.n, tokenizer, body.logprobs is not None))
                 flat.append(c)
-        return _envelope("text_completion", body.model, flat, choices)
+        prompt_tokens = sum(len(r.prompt_ids or []) for r in requests)  # each prompt once, whatever n
+        return _envelope("text_completion", body.model, flat, choices, prompt_tokens)
 
     @app.post("/v1/update_weights", response_model=None)
     async def update_weights(request: Request) -> JSONResponse | dict[str, Any]:
@@ -207,8 +208,16 @@ def _text_choice(c: Completion, first_index: int, tokenizer: Any, logprobs: bool
     return choice
 
 
-def _envelope(kind: str, model: str, completions: list[Completion], choices: list[dict[str, Any]]) -> dict[str, Any]:
-    prompt_tokens = len(completions[0].prompt_ids) if completions else 0
+def _envelope(
+    kind: str,
+    model: str,
+    completions: list[Completion],
+    choices: list[dict[str, Any]],
+    prompt_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The response body; `prompt_tokens` sums a batch's prompts (default: the one prompt of `completions`)."""
+    if prompt_tokens is None:
+        prompt_tokens = len(completions[0].prompt_ids) if completions else 0
     return {
         "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex}",
         "object": kind,

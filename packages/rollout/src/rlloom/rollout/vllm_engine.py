@@ -43,7 +43,9 @@ class VLLMEngineConfig(BaseModel):
     seed: int = Field(default=0)
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",
-        description="processed: after temperature scaling, like HFEngine and the trainer's logits/T.",
+        description="processed: after temperature scaling, like HFEngine and the trainer's logits/T, but (in vLLM) "
+        "also after top-k/top-p/min-p truncation, renormalised over the kept tokens: equal to HFEngine's only "
+        "when those are off. raw: before temperature.",
     )
     weight_bucket_bytes: int = Field(default=512 << 20, ge=1 << 20, description="Bytes per weight-update RPC.")
     max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")

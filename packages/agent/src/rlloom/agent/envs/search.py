@@ -181,7 +181,7 @@ class SearchEnv:
             turns_well_formed=self._well_formed if self._answered else 0,
             turns=len(self._actions),
         )
-        return self.rubric.score(episode)
+        return await self.rubric.ascore(episode)
 
     # -- retrieval -----------------------------------------------------------------------------------------
     def _information(self, body: str) -> Observation:

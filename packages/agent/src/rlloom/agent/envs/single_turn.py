@@ -71,4 +71,4 @@ class SingleTurnEnv:
             turns_well_formed=well_formed,
             turns=1,
         )
-        return self.rubric.score(episode)
+        return await self.rubric.ascore(episode)

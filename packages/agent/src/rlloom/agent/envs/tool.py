@@ -107,4 +107,4 @@ class ToolEnv:
             tool_calls=self._calls,
             tool_errors=self._errors,
         )
-        return self.rubric.score(episode)
+        return await self.rubric.ascore(episode)
