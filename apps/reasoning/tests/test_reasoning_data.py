@@ -93,6 +93,11 @@ def test_prepare_data_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytes
     assert "--limit must be 0 or more" in _refused(
         prep("--dataset", "math500", "--input", str(math500), "--limit", "-1"), capsys
     )
+    no_final = tmp_path / "no_final.jsonl"  # the second record's answer lacks GSM8K's '#### <number>' line
+    no_final.write_text("\n".join(json.dumps({"question": "q", "answer": a}) for a in ("#### 1", "It is 2")) + "\n")
+    line = _refused(prep("--dataset", "gsm8k", "--input", str(no_final)), capsys)
+    assert f"--input {no_final}:2: the GSM8K answer has no '#### <number>' final line" in line
+    assert "is --dataset right for this file?" in line
     assert not out.exists()  # no partial or empty output was left behind by any failure
     assert list(tmp_path.glob(".rows.jsonl.*")) == []
     line = _refused(["prepare-data", "--dataset", "math500", "--input", str(math500), "--out", str(tmp_path)], capsys)

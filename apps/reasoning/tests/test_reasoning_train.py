@@ -96,3 +96,31 @@ def test_config_errors_are_named(tiny: dict[str, Path], tmp_path: Path) -> None:
         load_train_config("grpo", ["actor.lrr=1e-6"])
     with pytest.raises(SystemExit):  # model.path left at SET_ME
         main(["train", "--config", "grpo", "--train-data", str(tiny["rows"])])
+
+
+def test_data_and_flag_errors_are_one_line(
+    tiny: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad data and flags end in one `reasoning: error:` line naming the file:line or the key, not a traceback."""
+    argv = ["train", "--config", "grpo", "--train-data", str(tiny["rows"]), *small(tiny, tmp_path / "run", "grpo")]
+    with pytest.raises(SystemExit):  # the tiny chat template alone is longer than 5 tokens
+        main([*argv, "--score-workers", "1", "data.max_prompt_length=5"])
+    assert f"error: {tiny['rows']}:1: the prompt is" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # 4 rows cannot fill one batch of 20 with drop_last
+        main([*argv, "--score-workers", "1", "data.drop_last=true", "data.train_batch_size=20"])
+    assert "error: data.train_batch_size=20 exceeds the 4 training rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # training scores in worker processes only
+        main([*argv, "--score-workers", "0"])
+    assert "--score-workers must be 1 or more" in capsys.readouterr().err
+    parquet = tmp_path / "train.parquet"
+    parquet.write_bytes(b"PAR1\x15\x04\xff\xfe")
+    bad_data = ["train", "--config", "grpo", "--train-data", str(parquet), "--score-workers", "1"]
+    with pytest.raises(SystemExit):
+        main([*bad_data, *small(tiny, tmp_path / "run", "grpo")])
+    assert f"error: {parquet}: a parquet file" in capsys.readouterr().err
+    empty = tmp_path / "val.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(SystemExit):  # it validated nothing, silently
+        main([*argv, "--score-workers", "1", "--val-data", str(empty)])
+    assert f"error: --val-data {empty} holds no rows" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -313,9 +313,13 @@ def test_registered_gae_remax_and_reinforce_pp() -> None:
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     values = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
     inputs = AdvantageInputs(rewards, mask, values=values, baseline_scores=torch.tensor([1.0, 1.0]), gamma=0.9)
-    torch.testing.assert_close(
-        get_advantage_estimator("gae")(inputs)[0], gae_advantages(rewards, values, mask, gamma=0.9, lam=1.0)[0]
-    )
+    # veRL whitens GAE advantages over the batch; the returns (critic targets) stay A + V, un-whitened
+    gae_adv, gae_ret = get_advantage_estimator("gae")(inputs)
+    ref_adv, ref_ret = ref.gae(rewards.numpy(), values.numpy(), mask.numpy(), gamma=0.9, lam=1.0)
+    torch.testing.assert_close(gae_adv, torch.tensor(ref.whiten(ref_adv, mask.numpy()), dtype=torch.float32))
+    torch.testing.assert_close(gae_ret, torch.tensor(ref_ret, dtype=torch.float32))
+    valid = mask.bool()
+    assert abs(float(gae_adv[valid].mean())) < 1e-6 and float(gae_adv[valid].std()) == pytest.approx(1.0, abs=1e-4)
     remax_adv, remax_ret = get_advantage_estimator("remax")(inputs)
     torch.testing.assert_close(remax_ret, torch.tensor([[1.5, 1.5, 1.0], [2.0, 2.0, 0.0]]))
     torch.testing.assert_close(remax_adv, torch.tensor([[0.5, 0.5, 0.0], [1.0, 1.0, 0.0]]))
@@ -356,3 +360,18 @@ def test_a_new_estimator_is_one_decorated_function() -> None:
     finally:
         ADVANTAGE_ESTIMATORS.unregister("test_only_score_as_advantage")
     assert "test_only_score_as_advantage" not in ADVANTAGE_ESTIMATORS
+
+
+def test_gae_gives_wrong_answers_a_negative_advantage_from_a_fresh_critic() -> None:
+    """Outcome rewards 1 (right) and 0 (wrong), critic values all 0 (the zero-initialised value head), γ = λ = 1:
+    raw GAE is 1 on every right token and 0 on every wrong one; whitened (veRL), the wrong answer is pushed down.
+    By hand: tokens 1,1,1,0,0 (right: 3 tokens, wrong: 2), mean 0.6, Bessel var 0.3, so right (1 − 0.6)/√0.3 and
+    wrong −0.6/√0.3."""
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    adv, returns = get_advantage_estimator("gae")(AdvantageInputs(rewards, mask, values=torch.zeros(2, 3)))
+    right, wrong = 0.4 / 0.3**0.5, -0.6 / 0.3**0.5
+    torch.testing.assert_close(adv, torch.tensor([[right, right, right], [wrong, wrong, 0.0]]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(returns, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    one_token = AdvantageInputs(torch.tensor([[2.0, 0.0]]), torch.tensor([[1, 0]]), values=torch.zeros(1, 2))
+    torch.testing.assert_close(get_advantage_estimator("gae")(one_token)[0], torch.tensor([[2.0, 0.0]]))  # no var

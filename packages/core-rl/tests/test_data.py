@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from rlloom.core_rl.data import PromptLoader, generation_request, ground_truth, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.rows_io import DataError, read_jsonl
 from rlloom.core_rl.tiny import char_tokenizer
 
 ROWS = [{"prompt": f"q{i}", "id": i} for i in range(10)]
@@ -33,7 +35,8 @@ def test_drop_last() -> None:
     loader = PromptLoader(ROWS, 4, drop_last=True, shuffle=False)
     assert loader.batches_per_epoch == 2
     assert [ids(loader.next_batch()) for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
-    with pytest.raises(ValueError, match="drop_last"):
+    # a DataError (a ConfigError): the apps print it as one line naming the keys, not a traceback
+    with pytest.raises(DataError, match=r"^data.train_batch_size=11 exceeds the 10 training rows and data.drop_last"):
         PromptLoader(ROWS, 11, drop_last=True)
 
 
@@ -93,7 +96,7 @@ def test_prompt_length_limit_counts_the_prompt_as_the_engine_renders_it(caplog: 
         {"prompt": [{"role": "user", "content": "c"}]},  # 20
     ]
     assert limit_prompt_length(rows, tok, 31, drop=False) == rows
-    with pytest.raises(ValueError, match=r"train row 1: the prompt is 31 tokens, over data.max_prompt_length=30"):
+    with pytest.raises(DataError, match=r"train row 2 of 4: the prompt is 31 tokens, over data.max_prompt_length=30"):
         limit_prompt_length(rows, tok, 30, drop=False)
     with caplog.at_level(logging.WARNING):
         kept = limit_prompt_length(rows, tok, 24, drop=True, split="validation")
@@ -103,5 +106,14 @@ def test_prompt_length_limit_counts_the_prompt_as_the_engine_renders_it(caplog: 
         limit_prompt_length(rows, tok, 19, drop=True)
     with pytest.raises(ValueError, match="images"):  # their length is known only after image expansion
         limit_prompt_length([{"prompt": "x", "images": ["a.png"]}], tok, 100, drop=True)
-    with pytest.raises(ValueError, match=r"train row 0: .*AgentLoopConfig.max_total_tokens"):
+    with pytest.raises(DataError, match=r"train row 1 of 1: .*AgentLoopConfig.max_total_tokens"):
         limit_prompt_length([{"question": "rendered by an agent environment"}], tok, 100, drop=True)
+
+
+def test_prompt_length_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    """Rows read from a file are named by file:line, as `check_rows` names them, not by a 0-based index."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "%s"}\n' % ("b" * 40), encoding="utf-8")
+    rows = read_jsonl(path)
+    with pytest.raises(DataError, match=rf"^{path}:3: the prompt is 59 tokens, over data.max_prompt_length=30"):
+        limit_prompt_length(rows, char_tokenizer(), 30, drop=False)

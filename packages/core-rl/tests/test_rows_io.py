@@ -45,3 +45,19 @@ def test_writing_is_all_or_nothing(tmp_path: Path) -> None:
         write_jsonl(out, failing())
     assert read_jsonl(out) == ROWS  # the previous file stands
     assert [p.name for p in out.parent.iterdir()] == ["rows.jsonl"]  # no temporary file left behind
+
+
+def test_files_that_are_not_utf8_jsonl_are_named_with_the_fix(tmp_path: Path) -> None:
+    """A veRL parquet file or a broken gzip is a one-line DataError saying how to convert, not a decoder traceback."""
+    parquet = tmp_path / "train.parquet"
+    parquet.write_bytes(b"PAR1\x15\x04\x15\xff\xfe")
+    with pytest.raises(DataError, match=rf"^{parquet}: a parquet file; .*pandas.read_parquet"):
+        read_jsonl(parquet)
+    binary = tmp_path / "train.jsonl"  # the same bytes under a JSONL name
+    binary.write_bytes(b"PAR1\x15\x04\x15\xff\xfe")
+    with pytest.raises(DataError, match=rf"^{binary}: not UTF-8 JSONL text .*pandas.read_parquet"):
+        read_jsonl(binary)
+    broken = tmp_path / "rows.jsonl.gz"
+    broken.write_bytes(b'{"prompt": "not gzip"}\n')
+    with pytest.raises(DataError, match=rf"^{broken}: not UTF-8 JSONL text"):
+        read_jsonl(broken)

@@ -208,3 +208,24 @@ def test_a_model_folder_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=rf"no tokenizer in {saved.model}; give the folder the tokenizer was saved in"):
         load_pretrained_tokenizer(saved.model)
     assert load_pretrained_tokenizer(saved.tokenizer)("ab")["input_ids"]
+
+
+def test_a_non_finite_score_is_a_reward_error_not_a_nan_step(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A reward function's nan (say 0/0 in a custom rule) scores 0 and is reported; left in, it made its group's
+    GRPO advantages nan and the optimizer skip every update of the step (grad_norm_nonfinite)."""
+
+    def nan_for_mystery(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
+        good = digit_reward(trajectories)
+        pairs = zip(trajectories, good, strict=True)
+        return [RewardOutput(score=float("nan")) if t.data_source == "mystery" else g for t, g in pairs]
+
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path, ["trainer.total_steps=1", "actor.warmup_steps=0", "data.shuffle=false"]),
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=nan_for_mystery,
+        train_data=rows_with_sources(["toy_sum", "mystery", "toy_sum", "toy_sum"]),
+    )
+    metrics = trainer.fit()
+    assert metrics["rollout/reward_error/mean"] == 0.25  # the 4 samples of the mystery row, of 16
+    assert metrics["reward/min"] == 0.0 and metrics["reward/mean"] == metrics["reward/mean"]  # finite: not nan
+    assert metrics["actor/grad_norm_nonfinite"] == 0.0 and metrics["actor/grad_norm"] > 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -13,9 +14,10 @@ from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.config import ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
-from rlloom.core_rl.data import generation_request
+from rlloom.core_rl.data import DataError, generation_request
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -49,7 +51,7 @@ def test_max_prompt_length_stops_or_filters_before_training(tiny_model_dir: Path
     assert short <= 30 < long
     config = tiny_config(tiny_model_dir, tmp_path, ["data.max_prompt_length=30", "trainer.total_steps=null"])
     rows, val = [*sum_rows(8), long_row], [long_row, *sum_rows(3, seed=5)]
-    with pytest.raises(ValueError, match=rf"train row 8: the prompt is {long} tokens, over data.max_prompt_length=30"):
+    with pytest.raises(DataError, match=rf"train row 9 of 9: the prompt is {long} tokens, over data.max_prompt_len"):
         Trainer(config, engine=engine, reward_fn=digit_reward, train_data=rows)
     config.data.filter_overlong_prompts = True
     trainer = Trainer(config, engine=engine, reward_fn=digit_reward, train_data=rows, val_data=val)
@@ -211,6 +213,32 @@ def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: P
     # validation reports the task reward alone: greedy validation equals a run without the punishment
     plain_trainer = make_trainer(tiny_model_dir, tmp_path / "plain", ["rollout.max_tokens=8"])
     assert trainer.validate()["val/reward/mean"] == plain_trainer.validate()["val/reward/mean"]
+
+
+def test_overlong_metrics_cover_every_dynamic_sampling_round(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """With dynamic sampling the step samples several rounds; the overlong metrics describe all of them (they
+    described only the last round's samples)."""
+    overrides = ["rollout.max_tokens=8", "algorithm.overlong_buffer=4", "algorithm.dynamic_sampling=true"]
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, tmp_path, [*overrides, "algorithm.max_sampling_rounds=3"]),
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=lambda trajectories: [RewardOutput(score=1.0) for _ in trajectories],  # no group has signal
+        train_data=sum_rows(8),
+    )
+    drawn: list[Trajectory] = []
+    collect = trainer.collect
+
+    def recording(rows: Any, sampling: Any, prefix: str) -> list[Trajectory]:
+        drawn.extend(out := collect(rows, sampling, prefix))
+        return out
+
+    trainer.collect = recording
+    _, metrics = trainer._collect_scored(PhaseTimer())
+    assert metrics["dynamic_sampling/rounds"] == 3 and len(drawn) == 3 * 16
+    penalties = [-max(0, len(t.response_ids) - 4) / 4 for t in drawn]  # DAPO eq. 13 by hand, factor 1
+    assert len({len(t.response_ids) for t in drawn}) > 1  # lengths differ, so the rounds' means differ
+    assert metrics["overlong/penalty_mean"] == pytest.approx(sum(penalties) / len(penalties))
+    assert metrics["overlong/penalised_frac"] == pytest.approx(sum(p < 0 for p in penalties) / len(penalties))
 
 
 def test_validation_sampling_settings_reach_the_engine(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -72,3 +72,23 @@ def test_resume_at_epoch_boundary_and_finished_run(tiny_model_dir: Path, tmp_pat
     metrics = read_metrics(out)
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert [m["train/epoch"] for m in metrics] == [0.0, 0.0, 1.0]
+
+
+def test_a_resumed_run_trains_at_the_config_it_resumes_with(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`actor.lr` / `actor.weight_decay` changed on resume take effect (the resume warning lists them as changes);
+    the checkpoint restored the old ones over them, so step 3 trained at the old lr while config.yaml said the new.
+    Adam's moments and the schedule's position still come from the checkpoint."""
+    out = tmp_path / "lr"
+    constant = ["actor.lr_schedule=constant", "actor.warmup_steps=0"]
+    run(tiny_model_dir, out, [*constant, "trainer.total_steps=2", "actor.lr=3e-4", "actor.weight_decay=0.01"])
+    trainer = Trainer(
+        tiny_config(tiny_model_dir, out, [*constant, "trainer.total_steps=3", "actor.lr=1e-4", "actor.weight_decay=0"]),
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+    )
+    optimizer = trainer.parts.actor.optimizer  # type: ignore[union-attr]
+    assert [g["lr"] for g in optimizer.param_groups] == [1e-4] and optimizer.param_groups[0]["weight_decay"] == 0.0
+    assert all(int(s["step"]) == 8 for s in optimizer.state.values())  # 2 steps x 2 epochs x 2 mini-batches, kept
+    trainer.fit()
+    assert [m["actor/lr"] for m in read_metrics(out)] == [3e-4, 3e-4, 1e-4]

@@ -161,7 +161,9 @@ def _train_parser(commands: Any) -> None:
     fit.add_argument("--config", default="grpo", help=f"{', '.join(ALGORITHMS)}, or a YAML file")
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
-    fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
+    fit.add_argument(
+        "--score-workers", type=int, default=None, help="scoring processes, 1 or more (default: one per core)"
+    )
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=5e-7")
 
@@ -176,8 +178,10 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():
             parser.error(f"{label} {path} does not exist (make rows with `reasoning prepare-data`)")
-    if args.score_workers is not None and args.score_workers < 0:
-        parser.error(f"--score-workers must be 0 (score in this process) or more, got {args.score_workers}")
+    if args.score_workers is not None and args.score_workers < 1:
+        # training scores in worker processes kept for the whole run (a scorer that hangs or crashes cannot take
+        # the run with it); unlike `reasoning eval`, there is no in-process mode
+        parser.error(f"--score-workers must be 1 or more (scoring processes), got {args.score_workers}")
     if args.score_timeout <= 0:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
     check_yaml(parser, args.config)

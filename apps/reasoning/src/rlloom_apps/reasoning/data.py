@@ -44,7 +44,10 @@ MBPP_SPLITS: dict[str, range] = {
 def gsm8k_final_answer(solution: str) -> str:
     """GSM8K solutions end with `#### <number>`; the number (without thousands commas) is the ground truth."""
     if "####" not in solution:
-        raise DataError(f"GSM8K solution has no '#### answer' line: {solution[-80:]!r}")
+        raise DataError(
+            f"the GSM8K answer has no '#### <number>' final line ({solution[-80:]!r}); GSM8K answers end with one "
+            "(openai/gsm8k main or socratic); is --dataset right for this file?"
+        )
     return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
 
@@ -127,8 +130,9 @@ def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit
     if dataset == "mbpp" and split not in MBPP_SPLITS:
         raise DataError(f"mbpp --split must be one of {sorted(MBPP_SPLITS)} (its task-id ranges), got {split!r}")
     count = 0
+    records = read_jsonl(source)
     with atomic_output(out) as handle:
-        for index, record in enumerate(read_jsonl(source)):
+        for index, record in enumerate(records):
             if limit is not None and count >= limit:
                 break
             try:
@@ -136,7 +140,7 @@ def prepare(dataset: str, source: Path, out: Path, *, split: str = "test", limit
                     continue
                 row = to_row(dataset, record, index, split)
             except DataError as err:
-                raise DataError(f"--input {source}: {err}") from None
+                raise DataError(f"--input {records.where(index)}: {err}") from None  # file:line of the record
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count

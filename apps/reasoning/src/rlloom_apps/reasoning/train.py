@@ -48,10 +48,12 @@ def run_train(
         raise ConfigError(
             f"model.path={config.model.path} is not a folder; pass a local model, e.g. model.path=/models/Qwen2.5-1.5B"
         )
-    train_rows = list(read_jsonl(train_data))
+    train_rows = read_jsonl(train_data)  # JsonlRows: errors about a row name its file:line
     if not train_rows:
         raise ConfigError(f"--train-data {train_data} holds no rows")
-    val_rows = list(read_jsonl(val_data)) if val_data is not None else None
+    val_rows = read_jsonl(val_data) if val_data is not None else None
+    if val_data is not None and not val_rows:  # else the run would quietly never validate
+        raise ConfigError(f"--val-data {val_data} holds no rows; give prepared rows or leave --val-data out")
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     engines: list[HFEngine] = []
 

@@ -7,6 +7,7 @@ trajectories; the trainer does not care which produced them.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -68,17 +69,25 @@ def sample_trajectories(
 
 
 def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> list[str | None]:
-    """Fill `reward` and `reward_components` of each trajectory in place; returns each one's scoring error."""
+    """Fill `reward` and `reward_components` of each trajectory in place; returns each one's scoring error.
+
+    A nan or inf score is a scoring error (scored 0, reported like any other): left in, it would make its whole
+    group's advantages nan and every update of the step non-finite, so the optimizer would skip them all.
+    """
     outputs = reward_fn(trajectories)
     if len(outputs) != len(trajectories):
         raise RuntimeError(f"reward function returned {len(outputs)} rewards for {len(trajectories)} trajectories")
     errors: list[str | None] = []
     for traj, out in zip(trajectories, outputs, strict=True):
-        traj.reward = float(out.score)
+        value, error = float(out.score), str(out.error) if out.error else None
+        if not math.isfinite(value):
+            error = error or f"the reward function returned a non-finite score ({value}); scored 0 instead"
+            value = 0.0
+        traj.reward = value
         traj.reward_components = dict(out.components)
-        if out.error:
+        if error:
             traj.metrics["reward_error"] = 1.0
-        errors.append(str(out.error) if out.error else None)
+        errors.append(error)
     return errors
 
 

@@ -37,13 +37,18 @@ def check_rows(rows: Sequence[Any], *, split: str, agent_rows: bool = False) -> 
     if not bad:
         return
     index, problem = bad[0]
-    where = rows.where(index) if isinstance(rows, JsonlRows) else f"{split} row {index + 1} of {len(rows)}"
+    where = row_location(rows, index, split)
     more = f" ({len(bad) - 1} more {split} rows have problems)" if len(bad) > 1 else ""
     fields = "`prompt` (chat messages or a string) or `prompt_ids`" + (" or `question`" if agent_rows else "")
     raise DataError(
         f"{where}: {problem}{more}; each {split} row needs {fields}, in the veRL row shape (make rows with the "
         "app's prepare-data command)"
     )
+
+
+def row_location(rows: Sequence[Any], index: int, split: str) -> str:
+    """Where row `index` is: `file:line` for rows from `read_jsonl`, else its 1-based position in the split."""
+    return rows.where(index) if isinstance(rows, JsonlRows) else f"{split} row {index + 1} of {len(rows)}"
 
 
 def _row_problem(row: Any, agent_rows: bool) -> str | None:
@@ -76,10 +81,10 @@ class PromptLoader:
         self, rows: Sequence[Row], batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False
     ) -> None:
         if not rows:
-            raise ValueError("PromptLoader: the training data has no rows")
-        if drop_last and batch_size > len(rows):
-            raise ValueError(
-                f"PromptLoader: data.train_batch_size={batch_size} exceeds the {len(rows)} rows and drop_last "
+            raise DataError("PromptLoader: the training data has no rows")
+        if drop_last and batch_size > len(rows):  # a DataError: the apps report it as one line, not a traceback
+            raise DataError(
+                f"data.train_batch_size={batch_size} exceeds the {len(rows)} training rows and data.drop_last "
                 "is set, so no batch could be formed; lower the batch size or set data.drop_last=false"
             )
         self.rows = rows
@@ -151,7 +156,7 @@ class PromptLoader:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
-            raise ValueError(
+            raise DataError(
                 f"PromptLoader: the checkpoint was taken over {state['num_rows']} rows but the data now has "
                 f"{len(self.rows)}; resume with the same training data or start a new run in a new trainer.output_dir"
             )
@@ -186,32 +191,34 @@ def limit_prompt_length(
     """veRL's `data.max_prompt_length`: the rows whose prompt, rendered as the engine renders it, fits.
 
     With `drop` (veRL's `filter_overlong_prompts`) longer rows are left out and counted in a warning; without
-    it the first one raises, naming the row, so a run never stops hours in on a prompt the model cannot take.
+    it the first one raises a `DataError` naming the row (`file:line` for `read_jsonl` rows), so a run never stops
+    hours in on a prompt the model cannot take.
     Image rows are measured after image expansion by rlloom-multimodal (`QwenVLProcessing.max_prompt_tokens`),
     not here: their text alone would undercount them.
     """
     kept: list[Row] = []
     sampling = SamplingParams()
     for index, row in enumerate(tqdm(rows, desc=f"{split} prompt lengths", disable=len(rows) < 20_000)):
+        where = row_location(rows, index, split)
         if row.get("images"):
-            raise ValueError(
-                f"{split} row {index} has images: data.max_prompt_length counts text prompts only; limit image "
-                "rows after image expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
+            raise DataError(
+                f"{where} has images: data.max_prompt_length counts text prompts only; limit image rows after "
+                "image expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
             )
         try:
             request = generation_request(row, sampling)
         except ValueError as err:
-            raise ValueError(
-                f"{split} row {index}: {err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an "
-                "agent environment renders (no `prompt`) are limited by AgentLoopConfig.max_total_tokens instead"
+            raise DataError(
+                f"{where}: {err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an agent "
+                "environment renders (no `prompt`) are limited by AgentLoopConfig.max_total_tokens instead"
             ) from err
         length = len(render_prompt(tokenizer, request))
         if length <= max_length:
             kept.append(row)
         elif not drop:
-            raise ValueError(
-                f"{split} row {index}: the prompt is {length} tokens, over data.max_prompt_length={max_length}; "
-                "raise the limit, shorten the prompt, or set data.filter_overlong_prompts=true to leave such rows out"
+            raise DataError(
+                f"{where}: the prompt is {length} tokens, over data.max_prompt_length={max_length}; raise the limit"
+                ", shorten the prompt, or set data.filter_overlong_prompts=true to leave such rows out"
             )
     if len(kept) < len(rows):
         logger.warning(
@@ -222,5 +229,5 @@ def limit_prompt_length(
             max_length,
         )
     if rows and not kept:
-        raise ValueError(f"every {split} row is over data.max_prompt_length={max_length} tokens; raise the limit")
+        raise DataError(f"every {split} row is over data.max_prompt_length={max_length} tokens; raise the limit")
     return kept

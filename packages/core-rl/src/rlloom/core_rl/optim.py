@@ -9,6 +9,7 @@ count.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -88,6 +89,30 @@ def training_state(optimizer: torch.optim.Optimizer, scheduler: LambdaLR, genera
 def load_training_state(
     state: Mapping[str, Any], optimizer: torch.optim.Optimizer, scheduler: LambdaLR, generator: torch.Generator
 ) -> None:
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    with configured_hyperparameters(optimizer, scheduler):
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
     generator.set_state(state["generator"])
+
+
+_CONFIGURED_KEYS = ("betas", "weight_decay", "eps", "initial_lr")
+
+
+@contextmanager
+def configured_hyperparameters(optimizer: torch.optim.Optimizer, scheduler: LambdaLR) -> Iterator[None]:
+    """Around loading a checkpoint's optimizer and scheduler state: keep the moments and the schedule's position
+    from the checkpoint, but the peak lr, betas and weight decay of the config the run resumes with.
+
+    `load_state_dict` restores the saved param groups' hyperparameters and the scheduler's `base_lrs`, so a resumed
+    run with a new `actor.lr` kept training at the old one while its config.yaml (and the resume warning) said the
+    new one. With an unchanged config the lr comes out bit for bit as saved (the same base · lambda(step)).
+    """
+    configured = [{k: g[k] for k in _CONFIGURED_KEYS if k in g} for g in optimizer.param_groups]
+    base_lrs = list(scheduler.base_lrs)
+    yield
+    scheduler.base_lrs = base_lrs
+    lrs = [base * fn(scheduler.last_epoch) for base, fn in zip(base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, values, lr in zip(optimizer.param_groups, configured, lrs, strict=True):
+        group.update(values)
+        group["lr"] = lr
+    scheduler._last_lr = lrs

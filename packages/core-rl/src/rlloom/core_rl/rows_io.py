@@ -42,23 +42,38 @@ class JsonlRows(list[dict[str, Any]]):
         return f"{self.path}:{self.lines[index]}"
 
 
+PARQUET_HINT = (
+    "rows are read from JSONL (one JSON object per line, UTF-8, optionally .gz); convert a veRL parquet file with "
+    "`pandas.read_parquet(path).to_json(out, orient='records', lines=True, force_ascii=False)`"
+)
+
+
 def read_jsonl(path: str | Path) -> JsonlRows:
-    """The rows of a JSONL file (blank lines skipped); a line that is not a JSON object raises naming file:line."""
+    """The rows of a JSONL file (blank lines skipped); a line that is not a JSON object raises naming file:line.
+
+    A file that is not UTF-8 text (a veRL parquet file, a broken gzip) raises a `DataError` saying what to convert
+    it to, rather than a decoder traceback.
+    """
     path = Path(path)
+    if path.suffix == ".parquet":
+        raise DataError(f"{path}: a parquet file; {PARQUET_HINT}")
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
-    with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{number}: not valid JSON ({err.msg}); one JSON object per line") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
-            rows.append(row)
-            lines.append(number)
+    try:
+        with open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{path}:{number}: not valid JSON ({err.msg}); one JSON object per line") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}:{number}: a row must be a JSON object, got {type(row).__name__}")
+                rows.append(row)
+                lines.append(number)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
+        raise DataError(f"{path}: not UTF-8 JSONL text ({err}); {PARQUET_HINT}") from None
     return JsonlRows(path, rows, lines)
 
 

@@ -101,7 +101,7 @@ class Trainer:
             tokenizer, limit = load_tokenizer(config), config.data.max_prompt_length
             drop = config.data.filter_overlong_prompts
             train_data = limit_prompt_length(train_data, tokenizer, limit, drop=drop, split="train")
-            self.val_data = limit_prompt_length(self.val_data, tokenizer, limit, drop=drop, split="validation")
+            self.val_data = limit_prompt_length(val_data or [], tokenizer, limit, drop=drop, split="validation")
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,
@@ -306,6 +306,7 @@ class Trainer:
         seen_groups = 0
         metrics: dict[str, float] = {}
         errors: list[str | None] = []
+        penalties: list[float] = []  # every round's, so the overlong metrics describe the whole step's sampling
         while True:
             rounds += 1
             prefix = f"s{self.step}r{rounds}"
@@ -316,7 +317,8 @@ class Trainer:
             with timer("reward"):
                 errors += score(trajectories, self.reward_fn)
                 if algo.overlong_buffer:
-                    metrics.update(self._punish_overlong(trajectories))
+                    penalties += self._punish_overlong(trajectories)
+                    metrics.update(_overlong_metrics(penalties))
                 if algo.adv_estimator == "remax":
                     errors += self._greedy_baselines(rows, trajectories, prefix)
             if self.prompt_filter is not None:
@@ -350,9 +352,9 @@ class Trainer:
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
 
-    def _punish_overlong(self, trajectories: list[Trajectory]) -> dict[str, float]:
+    def _punish_overlong(self, trajectories: list[Trajectory]) -> list[float]:
         """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component
-        (the config refuses a buffer longer than any stage's response limit)."""
+        (the config refuses a buffer longer than any stage's response limit); returns the penalties."""
         algo, limit = self.cfg.algorithm, self.sampling.max_tokens
         lengths = torch.tensor([len(t.response_ids) for t in trajectories])
         penalties = overlong_reward_penalty(
@@ -361,10 +363,7 @@ class Trainer:
         for traj, penalty in zip(trajectories, penalties, strict=True):
             traj.reward = (traj.reward or 0.0) + penalty
             traj.reward_components["overlong_penalty"] = penalty
-        return {
-            "overlong/penalty_mean": sum(penalties) / max(len(penalties), 1),
-            "overlong/penalised_frac": sum(p < 0 for p in penalties) / max(len(penalties), 1),
-        }
+        return penalties
 
     def _next_prompt_ids(self, metrics: dict[str, float]) -> list[int]:
         """The next batch's row ids; at an epoch boundary, online filtering first retires the prompts the last
@@ -520,7 +519,10 @@ class Trainer:
         self.parts.actor.load_state_dict(state["actor"])
         if self.parts.critic is not None:
             if state.get("critic") is None:
-                raise ValueError(f"{self.resume_from} has no critic state but the config trains a critic")
+                raise ConfigError(
+                    f"{self.resume_from} has no critic state but algorithm.adv_estimator=gae trains a critic; resume "
+                    "with the checkpoint's own algorithm.adv_estimator, or start a new run in a new trainer.output_dir"
+                )
             self.parts.critic.load_state_dict(state["critic"])
         self.loader.load_state_dict(state["loader"])
         self.kl_ctrl.load_state_dict(state["kl_controller"])
@@ -543,6 +545,15 @@ def outcome_token_rewards(scores: torch.Tensor, loss_mask: torch.Tensor) -> torc
     rows = torch.arange(loss_mask.shape[0], device=loss_mask.device)
     rewards[rows[has_tokens], last[has_tokens]] = scores[has_tokens].float()
     return rewards
+
+
+def _overlong_metrics(penalties: Sequence[float]) -> dict[str, float]:
+    """Mean soft overlong penalty and penalised share over every sample the step drew (all sampling rounds)."""
+    count = max(len(penalties), 1)
+    return {
+        "overlong/penalty_mean": sum(penalties) / count,
+        "overlong/penalised_frac": sum(p < 0 for p in penalties) / count,
+    }
 
 
 def _seed_everything(seed: int) -> None:

@@ -29,7 +29,7 @@ from rlloom.core_rl.algorithms.advantages import (
     rloo_advantages,
 )
 from rlloom.core_rl.algorithms.groups import GroupIds
-from rlloom.core_rl.algorithms.masked_stats import check_same_shape
+from rlloom.core_rl.algorithms.masked_stats import check_same_shape, masked_whiten
 from rlloom.core_rl.algorithms.registry import Registry
 
 
@@ -105,10 +105,19 @@ def _broadcast(per_response: Tensor, mask: Tensor) -> Tensor:
 
 @register_advantage("gae")
 def gae_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
-    """GAE with a critic (`gae_advantages`), not whitened."""
+    """GAE with a critic (`gae_advantages`), advantages whitened over the batch's valid tokens; returns = A + V
+    before whitening (the critic's targets).
+
+    The whitening is what veRL's `compute_gae_advantage_return`, TRL's PPO and OpenRLHF do: with an outcome reward
+    and a fresh critic (V ≈ 0) the raw advantages are the scores themselves, so a wrong answer (score 0) would get
+    no push down until the critic learns. A batch with a single valid token is left as it is (no variance).
+    """
     if inputs.values is None:
         raise ValueError("advantage estimator 'gae' needs values from a critic; enable the critic or pick 'grpo'")
-    return gae_advantages(inputs.token_rewards, inputs.values, inputs.mask, gamma=inputs.gamma, lam=inputs.lam)
+    adv, returns = gae_advantages(inputs.token_rewards, inputs.values, inputs.mask, gamma=inputs.gamma, lam=inputs.lam)
+    if int(inputs.mask.bool().sum()) >= 2:
+        adv = masked_whiten(adv, inputs.mask)
+    return adv, returns
 
 
 @register_advantage("grpo", group_relative=True)

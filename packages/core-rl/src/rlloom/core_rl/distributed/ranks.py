@@ -34,6 +34,7 @@ from rlloom.core_rl.distributed.fsdp import (
 )
 from rlloom.core_rl.distributed.partition import balance_rows
 from rlloom.core_rl.model_forward import autocast, rope_rows
+from rlloom.core_rl.optim import configured_hyperparameters
 from rlloom.core_rl.weight_sync import bucket_names
 
 RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
@@ -147,8 +148,9 @@ def full_training_state(worker: PolicyActor | ValueCritic) -> dict[str, Any]:
 
 def load_full_training_state(worker: PolicyActor | ValueCritic, state: Mapping[str, Any]) -> None:
     """Load a state saved by any number of ranks (or one process) into a sharded worker."""
-    load_full_optimizer_state(worker.optimizer, state["optimizer"])
-    worker.scheduler.load_state_dict(state["scheduler"])
+    with configured_hyperparameters(worker.optimizer, worker.scheduler):  # the resumed config's lr and decay
+        load_full_optimizer_state(worker.optimizer, state["optimizer"])
+        worker.scheduler.load_state_dict(state["scheduler"])
     worker.generator.set_state(state["generator"])
 
 
