@@ -102,6 +102,10 @@ def test_prepare_data_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytes
     assert list(tmp_path.glob(".rows.jsonl.*")) == []
     line = _refused(["prepare-data", "--dataset", "math500", "--input", str(math500), "--out", str(tmp_path)], capsys)
     assert line.endswith(f"--out {tmp_path} is a folder; give a file path, e.g. {tmp_path / 'math500.jsonl'}")
+    kept = math500.read_bytes()
+    line = _refused(["prepare-data", "--dataset", "math500", "--input", str(math500), "--out", str(math500)], capsys)
+    assert line.endswith(f"--out {math500} is the --input file; it would be overwritten: give another path")
+    assert math500.read_bytes() == kept
 
 
 def test_prepare_data_reads_gzip(tmp_path: Path) -> None:

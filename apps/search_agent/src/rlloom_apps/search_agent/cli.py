@@ -70,8 +70,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_file_arguments(parser, args.input, args.out, f"{args.data_source}.jsonl")
-    if args.out.resolve() == args.input.resolve():
-        parser.error(f"--out {args.out} is the --input file; it would be overwritten: give another path")
     try:
         n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
     except DataError as err:

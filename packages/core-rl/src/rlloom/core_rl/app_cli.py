@@ -48,10 +48,12 @@ def check_yaml(parser: argparse.ArgumentParser, config: str) -> None:
 
 
 def check_file_arguments(parser: argparse.ArgumentParser, source: Path, out: Path, out_name: str) -> None:
-    """`--input` must be an existing file and `--out` not a folder; each refusal names the flag and an example."""
+    """`--input` must be an existing file and `--out` neither a folder nor the input; each refusal names the flag."""
     if source.is_dir():
         parser.error(f"--input {source} is a folder; give the file, e.g. {source / 'test.jsonl'}")
     if not source.is_file():
         parser.error(f"--input {source} does not exist")
     if out.is_dir():
         parser.error(f"--out {out} is a folder; give a file path, e.g. {out / out_name}")
+    if out.resolve() == source.resolve():
+        parser.error(f"--out {out} is the --input file; it would be overwritten: give another path")
