@@ -147,6 +147,7 @@ def warm_up(
     batch_size: int = 8,
     copies: int = 6,
     loss_on: str = "conversation",
+    seed: int = 0,
 ) -> float:
     """Supervised steps on scripted conversations; returns the last loss.
 
@@ -160,12 +161,12 @@ def warm_up(
     (`../shared/design/notes/search_r1_retrieval.md`). `loss_on="model"` puts loss on the model's own tokens
     only (SFT style); that model ends its turn with EOS right after `</search>`, which real LLMs do not.
     """
-    rng = random.Random(0)
+    rng = random.Random(seed)
     answers = {
         q["text"].strip() + ("" if q["text"].strip().endswith("?") else "?"): q["metadata"]["answers"][0]
         for q in queries
     }
-    policy = ScriptedPolicy(tok, answers, seed=0)
+    policy = ScriptedPolicy(tok, answers, seed=seed)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     sampling = loop_cfg.sampling.model_copy(update={"seed": 0})  # the seeds tell conversations apart
     cfg = loop_cfg.model_copy(update={"compute_reward": False, "sampling": sampling})
@@ -354,6 +355,13 @@ def main() -> None:
         help="conversation: LM loss on all tokens after the prompt, as pretraining (the model writes on past "
         "</search> when nothing stops it, like a real LLM); model: loss on the model's own turns only",
     )
+    ap.add_argument(
+        "--warmup-seed",
+        type=int,
+        default=0,
+        help="seeds the tiny model's initial weights, the scripted conversations and the warm-up batches; another "
+        "seed builds another model (how much the reading depends on the model)",
+    )
     ap.add_argument("--cache-dir", default="/tmp", help="where the warmed-up tiny model is kept between runs")
     ap.add_argument(
         "--prefix-cache-tokens",
@@ -370,12 +378,12 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(args.warmup_seed)
 
     _, queries = load_corpus()
     base = bm25_retriever(args.cache_dir)
     tok = char_tokenizer()
-    model = tiny_qwen2(tok, max_position_embeddings=1024, seed=0)
+    model = tiny_qwen2(tok, max_position_embeddings=1024, seed=args.warmup_seed)
     cfg = AgentLoopConfig(
         max_turns=4,
         max_tokens_per_turn=args.max_tokens_per_turn,
@@ -387,7 +395,8 @@ def main() -> None:
     # The warm-up never sees a benchmarked question, and its questions do not depend on --n (up to 256), so a
     # quick `--n 64` look runs the same model as the full run; the cache name records what the model learnt from.
     first_warmup_question = max(DEFAULT_N, args.n)
-    name = f"rlloom_bench_agent_tiny_v4_{args.warmup_loss}_{args.warmup_steps}_from{first_warmup_question}.pt"
+    name = f"rlloom_bench_agent_tiny_v4_{args.warmup_loss}_{args.warmup_steps}_from{first_warmup_question}"
+    name += f"_seed{args.warmup_seed}.pt" if args.warmup_seed else ".pt"
     cache = Path(args.cache_dir) / name
     if cache.exists():
         model.load_state_dict(torch.load(cache))
@@ -403,6 +412,7 @@ def main() -> None:
             steps=args.warmup_steps,
             loop_cfg=cfg,
             loss_on=args.warmup_loss,
+            seed=args.warmup_seed,
         )
         print(f"warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
         torch.save(model.state_dict(), cache)
