@@ -62,6 +62,14 @@ def test_hermes_parser_valid_malformed_and_unclosed() -> None:
     assert not parser.parse("just text").found_any
 
 
+def test_hermes_parser_reads_null_arguments_as_none_given() -> None:
+    parsed = HermesToolCallParser().parse(
+        '<tool_call>{"name": "now", "arguments": null}</tool_call><tool_call>{"name": "f", "arguments": 3}</tool_call>'
+    )
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("now", {})]
+    assert list(parsed.errors) == ["tool call 'f': \"arguments\" must be a JSON object"]
+
+
 def lookup(key: str, limit: int = 2) -> list[str]:
     """Find entries.
 

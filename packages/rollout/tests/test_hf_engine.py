@@ -111,6 +111,27 @@ def test_stop_token_id_ends_generation(engine: HFEngine, encode: Any) -> None:
     assert dropped.token_ids == got.token_ids and dropped.text == full.text[:first]
 
 
+def test_an_eos_stop_has_no_stop_reason_as_in_vllm(
+    model: Any, tok: Any, encode: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM: stop_reason is the stop string or stop_token_ids entry that ended a sample, None for the EOS."""
+    p = encode("eos")
+    plain = HFEngine(model, tok)
+    full = plain.generate([_req(p, seed=11, max_tokens=30, ignore_eos=True)])[0][0]
+    plain.close()
+    target = full.token_ids[5]
+    first = full.token_ids.index(target)
+    # the model's generation config names `target` as a second EOS (as Qwen instruct configs list two)
+    monkeypatch.setattr(model.generation_config, "eos_token_id", [tok.eos_token_id, target])
+    engine = HFEngine(model, tok)
+    got = engine.generate([_req(p, seed=11, max_tokens=30)])[0][0]
+    asked = engine.generate([_req(p, seed=11, max_tokens=30, stop_token_ids=[target])])[0][0]
+    engine.close()
+    assert got.token_ids == full.token_ids[: first + 1] and got.finish_reason == "stop"
+    assert got.stop_reason is None
+    assert asked.token_ids == got.token_ids and asked.stop_reason == target
+
+
 def test_chat_messages_render_with_the_template(engine: HFEngine, encode: Any) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
     req = GenerationRequest(messages=messages, sampling=SamplingParams(temperature=0.0, max_tokens=5))

@@ -83,6 +83,8 @@ class HermesToolCallParser:
         if not isinstance(name, str) or not name:
             return None, 'tool call has no "name" string'
         args: Any = payload.get("arguments", payload.get("parameters", {}))
+        if args is None:  # `"arguments": null` for a tool without parameters, as some models write it
+            args = {}
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}

@@ -278,14 +278,18 @@ class HFEngine:
         """Turn a finished row into a `Completion`; text is cut at a stop string, token ids never are.
 
         A stop token (EOS or `stop_token_ids`) stays in `token_ids`; its text is kept only with
-        `include_stop_str_in_output`, as vLLM does (special tokens are left out by decoding anyway).
+        `include_stop_str_in_output`, as vLLM does (special tokens are left out by decoding anyway). As in vLLM,
+        `stop_reason` names the stop string or `stop_token_ids` entry that ended the sample, and is None for EOS.
         """
         stop_reason = row.stop_reason
+        ended_on_token = isinstance(stop_reason, int)
+        if ended_on_token and stop_reason not in request.sampling.stop_token_ids:
+            stop_reason = None  # the model's own EOS
         text_ids = row.token_ids
-        if isinstance(stop_reason, int) and not request.sampling.include_stop_str_in_output:
+        if ended_on_token and not request.sampling.include_stop_str_in_output:
             text_ids = row.token_ids[:-1]
         text = self.tokenizer.decode(text_ids, skip_special_tokens=self.config.skip_special_tokens)
-        if row.finish_reason == "stop" and stop_reason is None and request.sampling.stop:
+        if row.finish_reason == "stop" and not ended_on_token and request.sampling.stop:
             match = find_stop(text, request.sampling.stop)
             if match is not None:
                 text = cut_at_stop(text, match, request.sampling.include_stop_str_in_output)
