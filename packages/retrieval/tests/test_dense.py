@@ -167,3 +167,46 @@ def test_cross_encoder_reranks_the_fused_candidates(tmp_path: Path, hotpot: Path
     got = reranked.rank([query], 3)[0]
     assert got.rows.tolist() == candidates.rows[np.argsort(-scores, kind="stable")[:3]].tolist()
     assert got.scores.tolist() == pytest.approx(np.sort(scores)[::-1][:3].tolist(), abs=1e-5)
+
+
+def _other_encoder(minilm_path: str, folder: Path, hidden: int) -> str:
+    """A BERT with MiniLM's tokenizer but random weights: what pointing at the wrong checkpoint looks like."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    shutil.copytree(minilm_path, folder)
+    torch.manual_seed(0)
+    config = BertConfig.from_pretrained(minilm_path, hidden_size=hidden, num_attention_heads=4, intermediate_size=64)
+    BertModel(config).save_pretrained(folder)
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True})
+    )
+    return str(folder)
+
+
+def test_a_moved_model_folder_is_accepted_at_load_and_another_encoder_refused(
+    tmp_path: Path, hotpot: Path, minilm_path: str, cache: str, dense_flat: IndexRetriever
+) -> None:
+    import shutil
+
+    from rlloom.retrieval.types import IndexLoadError
+
+    model = tmp_path / "minilm"
+    shutil.copytree(minilm_path, model)
+    path = build_index(hotpot / "corpus.jsonl", tmp_path / "idx", backend="dense", model=str(model), cache_dir=cache)
+    model.rename(tmp_path / "moved")
+    with pytest.raises(IndexLoadError, match=r"not a folder.*load_index\(path, model=\.\.\.\)"):
+        load_index(path)
+    moved = load_index(path, model=str(tmp_path / "moved"))
+    queries = _queries(hotpot)[:5]
+    assert [[h.doc_id for h in q] for q in moved.search(queries, 5)] == [
+        [h.doc_id for h in q] for q in dense_flat.search(queries, 5)
+    ]
+    same_width = _other_encoder(minilm_path, tmp_path / "random384", hidden=384)
+    with pytest.raises(IndexLoadError, match=r"does not reproduce the stored passage embeddings"):
+        load_index(path, model=same_width)
+    narrow = _other_encoder(minilm_path, tmp_path / "random128", hidden=128)
+    with pytest.raises(IndexLoadError, match=r"embeds into 128 dimensions but the index stores 384"):
+        load_index(path, model=narrow)

@@ -106,3 +106,13 @@ def test_a_sandbox_timeout_is_counted_as_a_timeout_not_an_error() -> None:
     table = summary_table(items, results, 0)
     cells = [column._cells[0] for column in table.columns]
     assert cells[4:] == ["1", "2", "1"]  # errors, timeouts, crashes: each error counted once
+
+
+@pytest.mark.parametrize("spec", ["gsm8kk", "no_such_module_xyz:fn", "rlloom.rewards.qa:no_such_fn"])
+def test_an_unknown_scorer_fails_before_scoring(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [json.dumps({"response": "#### 72", "ground_truth": "72"})])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["score", str(src), "--scorer", spec, "--out", str(out), "--workers", "0", "--quiet"])
+    assert exit_info.value.code == 2 and not out.exists()
+    assert "--scorer: " in capsys.readouterr().err

@@ -112,3 +112,22 @@ def test_io_scorer_call_based_refuses_always_equal_results() -> None:
     cheat = "class Eq:\n    def __eq__(self, other):\n        return True\n\ndef f(x):\n    return Eq()"
     result = io_scorer(cheat, {"fn_name": "f", "inputs": [[1]], "outputs": [[2]]})
     assert result.score == 0.0 and "overrides comparison" in result.details["tests"][0]["reason"]
+
+
+def test_extra_info_knobs_are_validated_not_coerced() -> None:
+    # 1 of 2 asserts passes: partial credit is 0.5, all-or-nothing is 0.
+    half = {"test_list": ["assert f() == 2", "assert f() == 1"]}
+    answer = "def f():\n    return 1\n"
+    for off in (False, "false", "False", 0, "0", "no"):
+        assert mbpp_scorer(answer, half, extra_info={"partial": off}).score == 0.0, off
+    for on in (True, "true", 1, None):
+        assert mbpp_scorer(answer, half, extra_info={"partial": on}).score == 0.5, on
+    assert mbpp_scorer(answer, half, extra_info={"timeout": None}).score == 0.5  # None means the default
+    for key, value in [("timeout", "abc"), ("timeout", 0), ("memory_mb", "1e3"), ("partial", "maybe")]:
+        for scorer, truth in [
+            (mbpp_scorer, half),
+            (humaneval_scorer, {"test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}),
+            (io_scorer, {"inputs": ["1\n"], "outputs": ["1\n"]}),
+        ]:
+            result = scorer(answer, truth, extra_info={key: value})
+            assert result.score == 0.0 and f"extra_info[{key!r}]" in (result.error or ""), (scorer, key, result)

@@ -81,6 +81,20 @@ def test_search_r1_reward_table() -> None:
     assert search_r1_format_reward(wrong_but_retrieved, ["paris"], retrieval_score=0.1).score == pytest.approx(0.3)
 
 
+def test_search_r1_retrieval_bonus_is_judged_block_by_block() -> None:
+    # Search-R1's is_retrieval_correct tests each <information> block alone: a gold split across two blocks
+    # ("... New" | "York ...") was never retrieved, so the bonus is not paid.
+    split = (
+        "<think>t</think><search>q1</search><information>Doc 1: he moved to New</information>"
+        "<think>t</think><search>q2</search><information>York Times is a paper</information>"
+        "<think>t</think><answer>Boston</answer>"
+    )
+    assert search_r1_sequence(split).score == 1.0
+    assert search_r1_format_reward(split, ["New York"], retrieval_score=0.1).score == pytest.approx(0.2)
+    whole = split.replace("moved to New", "moved to New York")
+    assert search_r1_format_reward(whole, ["New York"], retrieval_score=0.1).score == pytest.approx(0.3)
+
+
 @pytest.mark.parametrize(
     ("text", "score", "reason"),
     [

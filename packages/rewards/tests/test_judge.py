@@ -171,3 +171,23 @@ def test_score_mode_and_inside_a_rubric(server_url: str) -> None:
     assert result.components["judge"] == pytest.approx(0.8) and result.components["em"] == 1.0
     assert result.score == pytest.approx(0.5 * 0.8 + 0.5 * 1.0)
     assert rubric("<answer>Lyon</answer>", ["Paris"]).score == pytest.approx(0.5 * 0.2)  # sync path runs the judge too
+
+
+def test_a_long_response_keeps_its_final_answer(server_url: str) -> None:
+    reasoning = "Let me think about the capitals of Europe step by step. " * 600  # ~34k chars, over the 20k cap
+    result = asyncio.run(judge(server_url, "ok")(reasoning + "So the final answer is Paris.", "Paris"))
+    assert result.details["truncated"] is True
+    assert result.score == 1.0, "the judge must see the tail, where a chain of thought states its answer"
+
+
+def test_parquet_ground_truth_and_non_text_responses(server_url: str) -> None:
+    np = pytest.importorskip("numpy")
+    j = judge(server_url, "ok")
+    messages = j.build_messages("Paris", "x")
+    assert "Reference answer: x" in messages[0]["content"]
+    aliases = {"target": np.array(["Lutetia", "Paris"], dtype=object)}  # a Search-R1 parquet row
+    result = asyncio.run(j("The answer is Paris.", aliases))
+    assert result.score == 1.0 and result.error is None
+    not_text = asyncio.run(j(["Paris"], "Paris"))  # type: ignore[arg-type]
+    assert not_text.score == 0.0 and "response must be a str" in (not_text.error or "")
+    assert asyncio.run(j(b"It is Paris", "Paris")).score == 1.0

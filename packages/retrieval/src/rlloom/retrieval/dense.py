@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tqdm.auto import tqdm
 
 from rlloom.retrieval.ranking import Ranking
+from rlloom.retrieval.types import EncoderMismatchError
 
 DENSE_DIR = "dense"
 DEFAULT_CACHE = Path(os.environ.get("RLLOOM_RETRIEVAL_CACHE", Path.home() / ".cache" / "rlloom-retrieval"))
@@ -46,9 +47,11 @@ class DenseConfig(BaseModel):
     """Encoder and index settings; the defaults of well-known models are a preset away (see README)."""
 
     model_config = ConfigDict(extra="forbid")
-    # what changes only how queries are encoded or searched; the rest is baked into the stored embeddings/index
+    # what changes only how queries are encoded or searched; the rest is baked into the stored embeddings/index.
+    # `model` may change at load so an index survives its model folder moving (another machine, a cluster
+    # node); `DenseBackend.load` re-encodes a stored passage and refuses a folder holding another encoder.
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset(
-        {"query_prefix", "batch_size", "device", "hnsw_ef_search", "ivf_nprobe", "flat_fp16", "gpu"}
+        {"model", "query_prefix", "batch_size", "device", "hnsw_ef_search", "ivf_nprobe", "flat_fp16", "gpu"}
     )
 
     model: str = Field(description="Local sentence-transformers/HF model folder (models never load from a hub).")
@@ -253,18 +256,41 @@ def _maybe_gpu(index: Any, config: DenseConfig) -> Any:
     return faiss.index_cpu_to_all_gpus(index, co=options)
 
 
+def check_encoder(encoder: Any, stored: NDArray[np.float16], probe: str | None, config: DenseConfig) -> None:
+    """Refuse an encoder whose width differs from the stored embeddings, or (given `probe`, the text of row 0)
+    whose embedding of that passage differs from the stored one: its query vectors would score garbage."""
+    dim = _dimension(encoder)
+    if stored.ndim != 2 or stored.shape[1] != dim:
+        raise EncoderMismatchError(
+            f"model {config.model!r} embeds into {dim} dimensions but the index stores {stored.shape[-1]}-dimensional "
+            "embeddings; load it with the model folder it was built with (option model=...) or rebuild the index"
+        )
+    if probe is None or stored.shape[0] == 0:
+        return
+    fresh = encode(encoder, [config.passage_prefix + probe], config)[0]
+    kept = np.asarray(stored[0], dtype=np.float32)
+    cosine = float(fresh @ kept / max(float(np.linalg.norm(fresh) * np.linalg.norm(kept)), 1e-12))
+    if cosine < 0.99:
+        raise EncoderMismatchError(
+            f"model {config.model!r} does not reproduce the stored passage embeddings (cosine {cosine:.3f} on the "
+            "first passage; the same encoder gives > 0.99): it is not the model the index was built with. Load "
+            "it with that model's folder (option model=...) or rebuild the index with this one"
+        )
+
+
 class DenseBackend:
     """Encoder + faiss index; `rank` encodes the queries and searches in one batch."""
 
     def __init__(self, encoder: Any, index: Any, config: DenseConfig) -> None:
         self.encoder = encoder
         self.config = config
-        self.index = _maybe_gpu(index, config)
-        self.doc_count = int(index.ntotal)
+        # search parameters go on the CPU index before any GPU clone: the clone copies them, later edits are lost
         if config.index_type == "hnsw":
             index.hnsw.efSearch = config.hnsw_ef_search
         elif config.index_type == "ivfpq":
             index.nprobe = config.ivf_nprobe
+        self.index = _maybe_gpu(index, config)
+        self.doc_count = int(index.ntotal)
 
     @classmethod
     def build(
@@ -290,16 +316,21 @@ class DenseBackend:
         return cls(encoder, index, config)
 
     @classmethod
-    def load(cls, folder: Path, config: DenseConfig) -> DenseBackend:
+    def load(cls, folder: Path, config: DenseConfig, probe: str | None = None) -> DenseBackend:
+        """Load the stored index; with `probe` (the first passage's text), check the encoder reproduces its stored
+        embedding, so an index is never searched with query vectors from a different model."""
         _require_dense()
         import faiss
 
         target = folder / DENSE_DIR
+        stored = np.load(target / "embeddings.f16.npy", mmap_mode="r")
+        encoder = load_encoder(config)
+        check_encoder(encoder, stored, probe, config)
         if config.index_type == "flat":
-            index = build_faiss(np.load(target / "embeddings.f16.npy", mmap_mode="r"), config)
+            index = build_faiss(stored, config)
         else:
             index = faiss.read_index(str(target / "faiss.index"))
-        return cls(load_encoder(config), index, config)
+        return cls(encoder, index, config)
 
     def encode_queries(self, queries: list[str]) -> NDArray[np.float32]:
         return encode(self.encoder, [self.config.query_prefix + q for q in queries], self.config)

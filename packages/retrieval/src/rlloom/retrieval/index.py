@@ -26,7 +26,7 @@ from rlloom.retrieval.manifest import (
     write_manifest,
 )
 from rlloom.retrieval.ranking import Ranking, RankingBackend
-from rlloom.retrieval.types import Hit, IndexLoadError
+from rlloom.retrieval.types import EncoderMismatchError, Hit, IndexLoadError
 
 BACKENDS = ("bm25", "dense", "lucene", "hybrid")
 _LIBRARIES = ("bm25s", "PyStemmer", "numpy", "faiss-cpu", "faiss-gpu-cu12", "sentence-transformers", "pyserini")
@@ -148,7 +148,8 @@ def _load_backend(backend: str, config: BaseModel, folder: Path, store: DocStore
     if backend == "dense":
         from rlloom.retrieval.dense import DenseBackend
 
-        return DenseBackend.load(folder, config)  # type: ignore[arg-type]
+        probe = store.document(0).contents if len(store) else None
+        return DenseBackend.load(folder, config, probe)  # type: ignore[arg-type]
     if backend == "lucene":
         from rlloom.retrieval.lucene import LuceneBackend
 
@@ -239,9 +240,21 @@ def load_index(path: str | Path, corpus: str | Path | None = None, **overrides: 
     store = DocStore(path)
     if len(store) != manifest.doc_count:
         raise IndexLoadError(f"{path}: passage store holds {len(store)} docs, manifest says {manifest.doc_count}")
-    config = backend_config(manifest.backend, {**manifest.params, **overrides})
+    try:
+        config = backend_config(manifest.backend, {**manifest.params, **overrides})
+    except ValueError as err:
+        if manifest.backend == "dense" and "model" not in overrides:  # the model folder moved since the build
+            raise IndexLoadError(
+                f"{path}: {err}. If the model now lives elsewhere, pass its folder: load_index(path, model=...) or "
+                "`--opt model=/new/folder` (the index checks it is the same encoder)"
+            ) from None
+        raise
     try:
         backend = _load_backend(manifest.backend, config, path, store)
+    except IndexLoadError:
+        raise
+    except EncoderMismatchError as err:
+        raise IndexLoadError(f"{path}: {err}") from None
     except (OSError, ValueError, KeyError) as err:
         raise IndexLoadError(
             f"{path}: {manifest.backend} index files are unreadable ({err}); rebuild the index"

@@ -36,3 +36,7 @@ class IndexLoadError(RuntimeError):
 
 class CorpusFormatError(ValueError):
     """A corpus line cannot be read as Search-R1 JSONL (`id`, `contents`) or BEIR JSONL (`_id`, `title`, `text`)."""
+
+
+class EncoderMismatchError(ValueError):
+    """The model folder given at load is not the encoder a dense index was built with."""

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlloom.rewards.batch import DEFAULT_TIMEOUT, ScoreItem, score_batch
+from rlloom.rewards.registry import ScorerLoadError, get_scorer
 from rlloom.rewards.types import ScoreResult
 
 _MISSING = object()
@@ -112,6 +113,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         if args.out.is_dir():
             args.parser.error(f"--out {args.out} is a folder; give a file path, e.g. {args.out / 'scored.jsonl'}")
         args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.scorer is not None:  # a misspelt --scorer would otherwise score every row 0 and exit 0
+        try:
+            get_scorer(args.scorer)
+        except ScorerLoadError as exc:
+            args.parser.error(f"--scorer: {exc}")
     gt_keys = [args.gt_key] if args.gt_key else ["ground_truth", "reward_model.ground_truth"]
     rows, items, bad = read_items(args.input, scorer=args.scorer, response_key=args.response_key, gt_keys=gt_keys)
     for number, problem in bad[:20]:

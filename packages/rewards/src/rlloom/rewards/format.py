@@ -139,8 +139,10 @@ def search_r1_format_reward(
     answer = extract_tagged_answer(response)
     retrieved = False
     if valid.score and retrieval_score:
-        docs = " ".join(normalize_answer(d) for d in _INFORMATION.findall(response))
-        retrieved = any(normalize_answer(g) and normalize_answer(g) in docs for g in qa_golds(golds))
+        # block by block, as Search-R1's is_retrieval_correct: joined blocks would match a gold across a seam
+        docs = [normalize_answer(d) for d in _INFORMATION.findall(response)]
+        aliases = [a for a in (normalize_answer(g) for g in qa_golds(golds)) if a]
+        retrieved = any(a in doc for doc in docs for a in aliases)
     if answer is not None and exact_match(answer, golds):
         if valid.score:
             return FormatCheck(1.0, "correct answer, valid format")

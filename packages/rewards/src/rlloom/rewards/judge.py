@@ -23,6 +23,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
 BINARY_PROMPT = """You are grading an answer against a reference answer.
@@ -76,7 +77,9 @@ class JudgeConfig(BaseModel):
     )
     backoff: float = Field(default=0.5, ge=0, description="First retry delay in seconds; doubles each retry.")
     max_concurrency: int = Field(default=32, gt=0, description="Requests in flight at once per event loop.")
-    max_response_chars: int = Field(default=20_000, gt=0, description="Longer responses are cut (head kept).")
+    max_response_chars: int = Field(
+        default=20_000, gt=0, description="Longer responses are cut to their first and last halves of this size."
+    )
     cache_dir: Path | None = Field(default=None, description="Also cache replies as JSON files here.")
 
 
@@ -100,13 +103,25 @@ def parse_verdict(text: str, mode: Literal["binary", "score"] = "binary") -> tup
     return value / 10, None
 
 
+def cut_middle(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters by dropping its middle: a long chain of thought puts its final
+    answer at the end, so keeping only the head would show the judge a response with no answer."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]} [... {len(text) - limit} characters cut ...] {text[-tail:]}"
+
+
 def cache_key(payload: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical JSON request: same model, messages and parameters give the same key."""
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def _reference_text(ground_truth: Any) -> str:
-    """A string, a list of accepted aliases ("a OR b") or Search-R1's {"target": [...]}; else its JSON."""
+    """A string, a list of accepted aliases ("a OR b") or Search-R1's {"target": [...]}; else its JSON.
+    Parquet rows hold numpy arrays of aliases, made plain first so the judge never sees "['a' 'b']"."""
+    ground_truth = plain(ground_truth)
     if isinstance(ground_truth, Mapping) and "target" in ground_truth:
         ground_truth = ground_truth["target"]
     if isinstance(ground_truth, str):
@@ -229,10 +244,13 @@ class LLMJudge:
         self, response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None
     ) -> ScoreResult:
         info = extra_info or {}
-        if not response.strip():
+        text = response_text(response)
+        if text is None:
+            return ScoreResult(score=0.0, error=not_text_error(response))
+        if not text.strip():
             return ScoreResult(score=0.0, error="empty response; not sent to the judge")
-        truncated = len(response) > self.config.max_response_chars
-        body = response[: self.config.max_response_chars]
+        truncated = len(text) > self.config.max_response_chars
+        body = cut_middle(text, self.config.max_response_chars)
         reference = _reference_text(ground_truth)
         messages = self.build_messages(
             body, reference, question=str(info.get("question", "")), rubric=info.get("rubric")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from rlloom.rewards.code.harness import CodeResult, check_asserts, check_calls, check_function, check_io
 from rlloom.rewards.code.runner import Limits
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
@@ -33,10 +35,31 @@ def extract_code(response: str) -> str:
     return response
 
 
+class _RunOptions(BaseModel):
+    """The `extra_info` knobs of a code scorer, validated: `bool("false")` is True, so a string "false" from a
+    JSON or parquet row would silently keep partial credit; a bad value is reported per row instead."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    timeout: float | None = Field(default=None, gt=0, le=3600)  # None: the scorer's default
+    memory_mb: int | None = Field(default=None, ge=64)  # None: 512
+    partial: bool | None = None  # None: True
+
+
 def _limits(extra_info: Mapping[str, Any] | None, default_timeout: float) -> tuple[Limits, bool]:
-    info = extra_info or {}
-    limits = Limits(timeout=float(info.get("timeout", default_timeout)), memory_mb=int(info.get("memory_mb", 512)))
-    return limits, bool(info.get("partial", True))
+    """(limits, partial) from `extra_info`; raises ValueError naming the bad key and what it accepts."""
+    try:
+        options = _RunOptions.model_validate(dict(plain(extra_info or {})))
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        name = ".".join(str(part) for part in first["loc"])
+        raise ValueError(
+            f"extra_info[{name!r}]={first['input']!r}: {first['msg']} (timeout: seconds in (0, 3600]; memory_mb: "
+            "an integer >= 64; partial: true/false)"
+        ) from None
+    timeout = options.timeout if options.timeout is not None else default_timeout
+    memory_mb = options.memory_mb if options.memory_mb is not None else 512
+    return Limits(timeout=timeout, memory_mb=memory_mb), options.partial is not False
 
 
 def _field(ground_truth: Any, name: str, kind: type, source: str) -> Any:
@@ -80,6 +103,7 @@ def humaneval_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[st
     try:
         test = _field(ground_truth, "test", str, "humaneval")
         entry_point = _field(ground_truth, "entry_point", str, "humaneval")
+        limits, partial = _limits(extra_info, 10.0)
     except ValueError as exc:
         return ScoreResult(score=0.0, error=str(exc))
     code = extract_code(text)
@@ -87,7 +111,6 @@ def humaneval_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[st
     if isinstance(prompt, str) and prompt:
         defines = re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
         code = prompt + "\n" + code if defines else prompt + code
-    limits, partial = _limits(extra_info, 10.0)
     return _scored(lambda: check_function(code, test, entry_point, limits=limits, partial=partial), code)
 
 
@@ -101,10 +124,10 @@ def mbpp_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, An
         setup = ground_truth.get("test_setup_code") or ""
         if not isinstance(setup, str):
             raise ValueError(f"mbpp ground_truth['test_setup_code'] must be str, got {type(setup).__name__}")
+        limits, partial = _limits(extra_info, 10.0)
     except ValueError as exc:
         return ScoreResult(score=0.0, error=str(exc))
     code = extract_code(text)
-    limits, partial = _limits(extra_info, 10.0)
     return _scored(lambda: check_asserts(code, asserts, setup=setup, limits=limits, partial=partial), code)
 
 
@@ -146,14 +169,13 @@ def io_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any]
         return ScoreResult(score=0.0, error=not_text_error(response))
     try:
         inputs, outputs, fn_name = _io_task(ground_truth)
+        limits, partial = _limits(extra_info, 10.0 if fn_name is not None else 5.0)
     except ValueError as exc:
         return ScoreResult(score=0.0, error=str(exc))
     code = extract_code(text)
     if fn_name is not None:
-        limits, partial = _limits(extra_info, 10.0)
         calls = list(zip(inputs, outputs, strict=True))
         return _scored(lambda: check_calls(code, fn_name, calls, limits=limits, partial=partial), code)
-    limits, partial = _limits(extra_info, 5.0)
     cases = [(_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True)]
     return _scored(lambda: check_io(code, cases, limits=limits, partial=partial), code)
 
