@@ -115,7 +115,7 @@ def _make_isolated_session(folder: str, module: str) -> None:
         refresh = [f"--refresh-package=rlloom-{name}" for name in PACKAGES]
         session.install("--find-links", str(dist), *refresh, target, *_test_group(pkg / "pyproject.toml"))
         # The namespace is real: this package imports, packages it does not depend on do not.
-        installed = session.run("python", "-c", _NAMESPACE_PROBE, module, silent=True)
+        installed = session.run("python", "-c", _NAMESPACE_PROBE, module, *PACKAGES.values(), silent=True)
         session.log(f"namespace check: {str(installed).strip()}")
         with session.chdir(session.create_tmp()):  # never import from the source tree
             session.run("pytest", *_pytest_args(session, pkg / "tests"), env=_test_env())
@@ -123,10 +123,10 @@ def _make_isolated_session(folder: str, module: str) -> None:
 
 _NAMESPACE_PROBE = """
 import importlib, importlib.metadata as md, sys
-module = sys.argv[1]
+module, others = sys.argv[1], sys.argv[2:]
 importlib.import_module(f"rlloom.{module}")
 present = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("rlloom-"))
-for other in ["core_rl", "rollout", "agent", "retrieval", "rewards", "multimodal"]:
+for other in others:
     dist = "rlloom-" + other.replace("_", "-")
     try:
         importlib.import_module(f"rlloom.{other}")
@@ -296,13 +296,36 @@ def release(session: nox.Session) -> None:
     pkg = ROOT / "packages" / folder
     about = pkg / "src" / "rlloom" / PACKAGES[folder] / "__about__.py"
     old = re.search(r'__version__ = "([^"]+)"', about.read_text())
-    about.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', about.read_text()))
+    if old is None:  # checked before writing anything: a release must not date the changelog alone
+        session.error(f'{about} has no `__version__ = "X.Y.Z"` line to bump; add one (hatch reads it)')
     changelog = pkg / "CHANGELOG.md"
     text = changelog.read_text()
     if "## Unreleased" not in text:
         session.error(f"{changelog} has no '## Unreleased' section to release")
+    about.write_text(about.read_text().replace(old.group(0), f'__version__ = "{version}"', 1))
     changelog.write_text(text.replace("## Unreleased", f"## Unreleased\n\n## {version} ({date.today()})", 1))
-    session.log(f"rlloom-{folder}: {old.group(1) if old else '?'} -> {version}; tag it as {folder}-v{version}")
+    session.log(f"rlloom-{folder}: {old.group(1)} -> {version}; tag it as {folder}-v{version}")
+    for pyproject, requirement in _ranges_excluding(f"rlloom-{folder}", version):
+        session.warn(
+            f"{pyproject.relative_to(ROOT)} requires {requirement!r}, which excludes {version}: widen that range "
+            "and release that package too, or it cannot be installed beside this release (its `isolated-*` "
+            "session no longer resolves)"
+        )
+
+
+def _ranges_excluding(dist: str, version: str) -> list[tuple[Path, str]]:
+    """Sibling packages' and apps' requirements on `dist` (base and extras) that `version` does not satisfy."""
+    from packaging.requirements import Requirement  # nox's own dependency
+
+    stale = []
+    for pyproject in sorted([*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("apps/*/pyproject.toml")]):
+        project = nox.project.load_toml(pyproject).get("project", {})
+        extras = project.get("optional-dependencies", {}).values()
+        for text in [*project.get("dependencies", []), *(r for reqs in extras for r in reqs)]:
+            requirement = Requirement(text)
+            if requirement.name == dist and not requirement.specifier.contains(version, prereleases=True):
+                stale.append((pyproject, text))
+    return stale
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,3 +70,18 @@ def test_rng_state_round_trip() -> None:
     first = (random.random(), float(np.random.rand()), float(torch.rand(())))
     set_rng_state(state)
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == first
+
+
+@pytest.mark.parametrize("keep_last", [1, 2])
+def test_saving_after_a_resume_from_an_earlier_step_keeps_the_new_checkpoint(tmp_path: Path, keep_last: int) -> None:
+    """trainer.resume=<step_4> in a folder that also holds step_6: the rewound run's step_5 is the latest, and it
+    must survive pruning (the stale step_6 goes first), or an auto-resume would continue the abandoned run."""
+    for step in (4, 6):
+        save(tmp_path, step, keep_last=2)
+    new = save(tmp_path, 5, keep_last=keep_last)
+    assert new.is_dir()
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_5"
+    expected = ["step_5"] if keep_last == 1 else ["step_4", "step_5"]
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == expected
+    (tmp_path / "latest").unlink()  # the highest-step fallback finds the same one
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_5"

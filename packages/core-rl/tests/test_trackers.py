@@ -31,6 +31,21 @@ def test_jsonl_lines_and_resume_trimming(tmp_path: Path) -> None:
     assert records[2]["reward/mean"] == 0.9
 
 
+def test_jsonl_fresh_start_drops_an_earlier_attempts_step_zero(tmp_path: Path) -> None:
+    """A run that crashed before its first checkpoint (trainer.val_before_train logged step 0) and starts again
+    (resume_step=0) leaves one step-0 record, the new one, as the TensorBoard tracker does."""
+    path = tmp_path / "metrics.jsonl"
+    tracker = JSONLTracker(path)
+    tracker.log({"val/reward/mean": 0.1}, step=0)
+    tracker.log({"reward/mean": 0.2}, step=1)
+    tracker.close()
+    again = JSONLTracker(path, resume_step=0)
+    again.log({"val/reward/mean": 0.3}, step=0)
+    again.close()
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 0, "val/reward/mean": 0.3}]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_console_prints_a_compact_line() -> None:
     buffer = io.StringIO()
     tracker = ConsoleTracker(total_steps=3, console=Console(file=buffer, width=200))
@@ -62,3 +77,30 @@ def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tracker.log({"reward/mean": 0.5}, step=1)
     tracker.close()
     assert list(tmp_path.rglob("*.wandb"))
+
+
+@pytest.mark.parametrize(
+    ("resume_step", "expected"),
+    [
+        (2, [(0, 0.0), (1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]),
+        (0, [(0, 0.0), (1, 10.0), (2, 20.0), (3, 30.0), (4, 40.0)]),
+    ],
+)
+def test_tensorboard_resume_purges_the_abandoned_steps(
+    tmp_path: Path, resume_step: int, expected: list[tuple[int, float]]
+) -> None:
+    """A run killed after step 4 and resumed from its step-2 checkpoint shows steps 3 and 4 once, with the resumed
+    values, as metrics.jsonl does; a fresh start (resume_step=0) in the same folder shows only the new run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    first = TensorBoardTracker(tmp_path)
+    for step in range(5):
+        first.log({"reward/mean": float(step)}, step=step)
+    first.close()
+    resumed = TensorBoardTracker(tmp_path, resume_step=resume_step)
+    for step in range(resume_step + 1 if resume_step else 0, 5):
+        resumed.log({"reward/mean": 10.0 * step}, step=step)
+    resumed.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == expected

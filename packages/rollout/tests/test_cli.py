@@ -120,6 +120,17 @@ def test_help_describes_every_flag_with_its_default(capsys: pytest.CaptureFixtur
     assert "(default: None)" not in shown  # flags defaulting to None say what None means instead
 
 
+def test_version_flag_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    from rlloom.rollout.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rlloom-rollout {importlib.metadata.version('rlloom-rollout')}"
+
+
 @pytest.mark.slow
 def test_serve_answers_the_openai_client(tmp_path: Path) -> None:
     saved = save_tiny_model(tmp_path)  # the tokenizer in its own folder, as the tiny model keeps it

@@ -85,6 +85,15 @@ def test_unreachable_server_gives_up_after_retries(encode: Any) -> None:
         OpenAIEngine(cfg).generate([GenerationRequest(prompt_ids=encode("x"))])
 
 
+def test_weight_push_to_a_server_that_is_gone_names_the_url(tok: Any, peaked_state: Any) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = OpenAIEngineConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    with pytest.raises(OpenAIEngineError, match=f"127.0.0.1:{port}/v1/update_weights failed .*ConnectError"):
+        OpenAIEngine(cfg).update_weights(peaked_state(tok, seed=1))
+
+
 def test_context_window_is_read_from_the_server_once(served: Any, model: Any) -> None:
     remote = _remote(served)
     assert remote.context_window == model.config.max_position_embeddings

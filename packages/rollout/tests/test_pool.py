@@ -91,6 +91,40 @@ def test_dead_replica_is_restarted_with_latest_weights_and_requests_retried(
     assert [g[0].token_ids for g in got] == [e[0].token_ids for e in expected]
 
 
+class _DiesOnWeightPush(HFEngine):
+    """An engine whose device died between batches: the next call it gets, a weight push, fails."""
+
+    def update_weights(self, named_tensors: Any) -> None:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+
+def test_replica_dead_at_a_weight_push_is_restarted_with_the_new_weights(
+    tok: Any, encode: Any, peaked_state: Any
+) -> None:
+    """A Ray actor that died is first seen by the trainer's weight push: the pool rebuilds it (as generate
+    does) rather than failing the step with the replica's raw error."""
+    made: list[str] = []
+
+    def factory() -> HFEngine:
+        kind = _DiesOnWeightPush if not made else HFEngine
+        made.append(kind.__name__)
+        return kind(tiny_qwen2(tok), tok)
+
+    pool = RolloutPool(factory, replicas=1, backend="thread")
+    weights = peaked_state(tok, seed=8)
+    reqs = _reqs(encode, 3, ignore_eos=True)
+    try:
+        pool.update_weights(weights)
+        got = pool.generate(reqs)
+    finally:
+        pool.close()
+    assert made == ["_DiesOnWeightPush", "HFEngine"] and pool.restarts == 1
+    reference = tiny_qwen2(tok)
+    reference.load_state_dict(weights, strict=False)
+    expected = HFEngine(reference, tok).generate(reqs)
+    assert [g[0].token_ids for g in got] == [e[0].token_ids for e in expected]
+
+
 def test_request_errors_propagate_without_restart(tok: Any) -> None:
     pool = RolloutPool(lambda: HFEngine(tiny_qwen2(tok, max_position_embeddings=8), tok), replicas=1)
     try:
@@ -143,3 +177,26 @@ def test_pool_reports_its_replicas_context_window_and_eos_ids(tok: Any) -> None:
         }
     finally:
         pool.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (extra `ray`)")
+def test_ray_replica_that_cannot_be_placed_is_a_clear_error_and_frees_the_others(tok: Any) -> None:
+    """Two replicas of one CPU each on a one-CPU cluster: the second stays pending. The pool must say what it
+    asked for (not a bare GetTimeoutError) and release the first one's CPU."""
+    import time
+
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(TimeoutError, match=r"did not start within 5 s.*'num_cpus': 1.*ray_actor_options"):
+            RolloutPool(
+                lambda: HFEngine(tiny_qwen2(tok), tok), replicas=2, ray_actor_options={"num_cpus": 1}, call_timeout_s=5
+            )
+        deadline = time.monotonic() + 30
+        while ray.available_resources().get("CPU", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 1
+    finally:
+        ray.shutdown()

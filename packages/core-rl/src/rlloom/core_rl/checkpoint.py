@@ -5,7 +5,8 @@
 RNG states, KL and entropy controllers, prompt-filter counts, step) and `config.yaml`. Everything is written into
 a hidden temporary directory that is renamed into place only when complete, and `latest` is replaced atomically
 after that, so a crash mid-save leaves the previous checkpoint and pointer untouched. Older checkpoints beyond
-`keep_last` are deleted after the new one is in place.
+`keep_last` are deleted after the new one is in place; after a resume from an earlier checkpoint, those of the
+abandoned later steps count as the oldest.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def save_checkpoint(
     pointer_tmp = root / f".{LATEST}.tmp"
     pointer_tmp.write_text(final.name)
     os.replace(pointer_tmp, root / LATEST)
-    _prune(root, keep_last)
+    _prune(root, keep_last, step)
     return final
 
 
@@ -117,8 +118,16 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def _prune(root: Path, keep_last: int) -> None:
-    steps = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)))
+def _prune(root: Path, keep_last: int, newest: int) -> None:
+    """Keep the `keep_last` most recent checkpoints, `step_<newest>` (just written) always among them.
+
+    Checkpoints past `newest` belong to a timeline the run rewound from (resumed from an earlier checkpoint): they
+    count as the oldest, so they never crowd out the new one, and `latest_checkpoint`'s highest-step fallback
+    cannot pick one of them once they are gone (their `metrics.jsonl` lines were dropped on resume too).
+    """
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name))]
+    # abandoned ones (past `newest`) first, then by step
+    steps = sorted(found, key=lambda item: (item[0] <= newest, item[0]))
     for _, path in steps[:-keep_last]:
         shutil.rmtree(path, ignore_errors=True)
     for stale in root.glob(".tmp_step_*"):  # left by a crash mid-save

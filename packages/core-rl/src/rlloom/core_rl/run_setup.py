@@ -123,7 +123,7 @@ def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_st
         elif name == "jsonl":
             made.append(JSONLTracker(output_dir / "metrics.jsonl", resume_step=start_step))
         elif name == "tensorboard":
-            made.append(TensorBoardTracker(output_dir / "tensorboard"))
+            made.append(TensorBoardTracker(output_dir / "tensorboard", resume_step=start_step))
         else:
             made.append(WandbTracker(cfg.trainer.project, run_name, output_dir, cfg.model_dump(mode="json")))
     return made

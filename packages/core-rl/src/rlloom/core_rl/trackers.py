@@ -67,7 +67,11 @@ class ConsoleTracker:
 
 
 class JSONLTracker:
-    """Appends `{"step": N, ...metrics}` lines to `metrics.jsonl`; drops lines past `resume_step` first."""
+    """Appends `{"step": N, ...metrics}` lines to `metrics.jsonl`; drops lines past `resume_step` first.
+
+    `resume_step=0` (a fresh start: no checkpoint to keep lines for) drops them all, step-0 validation lines of an
+    earlier attempt included, so the file never holds two step-0 records.
+    """
 
     def __init__(self, path: str | Path, resume_step: int | None = None) -> None:
         self.path = Path(path)
@@ -79,9 +83,11 @@ class JSONLTracker:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line torn by a crash mid-write
-                if resume_step is not None and int(record.get("step", 0)) <= resume_step:
+                if resume_step and int(record.get("step", 0)) <= resume_step:
                     kept.append(line)
-            self.path.write_text("".join(f"{line}\n" for line in kept))
+            partial = self.path.with_name(f".{self.path.name}.tmp")  # a kill mid-rewrite keeps the old file
+            partial.write_text("".join(f"{line}\n" for line in kept))
+            os.replace(partial, self.path)
         self._file = self.path.open("a")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -97,14 +103,20 @@ class JSONLTracker:
 
 
 class TensorBoardTracker:
-    """Scalars to a TensorBoard event file (extra `tensorboard`)."""
+    """Scalars to a TensorBoard event file (extra `tensorboard`).
 
-    def __init__(self, log_dir: str | Path) -> None:
+    With `resume_step`, the events an earlier attempt wrote after that step are purged (TensorBoard's
+    `purge_step`), as `JSONLTracker` drops its lines: otherwise the abandoned steps and the resumed ones would
+    both be plotted, a zig-zag at every step logged twice. `resume_step=0` (a fresh start) purges everything.
+    """
+
+    def __init__(self, log_dir: str | Path, resume_step: int | None = None) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as err:  # pragma: no cover - depends on the extra
             raise ImportError("the tensorboard tracker needs: pip install 'rlloom-core-rl[tensorboard]'") from err
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        purge_step = None if resume_step is None else (resume_step + 1 if resume_step > 0 else 0)
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for key, value in metrics.items():

@@ -54,7 +54,10 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The program's parser and its `serve` subcommand's (which reports errors found after parsing)."""
+    from rlloom.rollout.__about__ import __version__  # no torch: --version answers at once
+
     parser = argparse.ArgumentParser(prog="rlloom-rollout", description="rlloom rollout engines")
+    parser.add_argument("--version", action="version", version=f"rlloom-rollout {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",

@@ -170,8 +170,14 @@ class OpenAIEngine:
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
         url = self.config.base_url.rstrip("/") + "/update_weights"
-        with httpx.Client(timeout=max(self.config.timeout_s, 600.0)) as client:
-            r = client.post(url, content=payload, headers=headers)
+        try:
+            with httpx.Client(timeout=max(self.config.timeout_s, 600.0)) as client:
+                r = client.post(url, content=payload, headers=headers)
+        except httpx.TransportError as exc:  # refused, reset or timed out: the server is not there (any more)
+            raise OpenAIEngineError(
+                f"weight update to {url} failed ({type(exc).__name__}: {exc}); is `rlloom-rollout serve` "
+                "still running there? The server keeps its old weights until a push succeeds"
+            ) from exc
         if r.status_code == 404:
             raise OpenAIEngineError(
                 f"{url} does not exist: only `rlloom-rollout serve` accepts weight pushes; for a vLLM server "

@@ -4,8 +4,8 @@ Requests go to the replica with the fewest pending tokens (prompt plus `max_toke
 stuck with long generations is not handed more. Replicas are Ray actors when Ray is initialised (one GPU each,
 across nodes) and threads in this process otherwise (torch releases the GIL, so CPU replicas use separate
 cores). Weight updates are broadcast to every replica and remembered, so a replica that dies is rebuilt from
-the factory, given the latest weights, and its requests are retried. Request errors (`ValueError`,
-`KeyError`, `TypeError`) are the caller's fault and propagate without a restart.
+the factory, given the latest weights, and its requests (or its share of a weight push) are retried. Request
+errors (`ValueError`, `KeyError`, `TypeError`) are the caller's fault and propagate without a restart.
 """
 
 from __future__ import annotations
@@ -71,7 +71,14 @@ class RolloutPool:
         self.restarts = 0
         self._lock = threading.Lock()
         self._latest_weights: Mapping[str, torch.Tensor] | None = None
-        self._replicas: list[Replica] = [self._spawn() for _ in range(replicas)]
+        self._replicas: list[Replica] = []
+        try:
+            for _ in range(replicas):
+                self._replicas.append(self._spawn())
+        except BaseException:
+            for made in self._replicas:  # a replica that cannot start must not leave the others holding GPUs
+                made.close()
+            raise
         # replicas come from one factory: the first one's context window and EOS ids are the pool's
         engine_info = self._replicas[0].describe()
         self.context_window: int | None = engine_info["context_window"]
@@ -166,7 +173,18 @@ class RolloutPool:
         # a push may be one bucket of the weights: keep the union for replicas restarted later
         self._latest_weights = {**(self._latest_weights or {}), **named_tensors}
         shared = RayReplica.put(named_tensors) if self.backend == "ray" else named_tensors
-        list(self._threads.map(lambda rep: rep.update_weights(shared), list(self._replicas)))
+        list(self._threads.map(lambda index: self._push(index, shared), range(len(self._replicas))))
+
+    def _push(self, index: int, shared: Any) -> None:
+        """One replica's share of a broadcast. A replica that died since its last call is rebuilt (and given
+        every weight pushed so far) instead of failing the trainer's step, as `generate` does."""
+        replica = self._replicas[index]
+        try:
+            replica.update_weights(shared)
+        except _CALLER_ERRORS:
+            raise
+        except Exception as exc:
+            self._restart(index, replica, exc)
 
     def close(self) -> None:
         """Close every replica and the dispatcher threads."""

@@ -104,7 +104,17 @@ class RayReplica:
         opts = {"num_cpus": 0.5, "max_concurrency": 64, **options}
         # a Ray actor handle; Ray's stubs type its methods as the body's, without `.remote`
         self.actor = cast(Any, actor_cls.options(**opts).remote(factory))
-        ray.get(self.actor.ready.remote(), timeout=timeout_s)
+        try:
+            ray.get(self.actor.ready.remote(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(self.actor, no_restart=True)
+            asked = {k: v for k, v in opts.items() if k in ("num_cpus", "num_gpus", "resources", "memory")}
+            raise TimeoutError(
+                f"a Ray rollout replica did not start within {timeout_s:g} s (RolloutPool call_timeout_s): it asks "
+                f"for {asked} and the cluster has {ray.available_resources()} free of {ray.cluster_resources()}; "
+                "lower ray_actor_options, use fewer replicas or add nodes (an actor whose resources never free up "
+                "stays pending instead of failing)"
+            ) from None
 
     @staticmethod
     def put(named_tensors: Mapping[str, torch.Tensor]) -> Any:

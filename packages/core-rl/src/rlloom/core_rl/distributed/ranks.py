@@ -254,18 +254,21 @@ class ShardedReference(ReferencePolicy):
         self.ctx = ctx
 
     def rank_logprobs(self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False) -> RowLogprobs:
-        self.model.eval()
-        return rank_logprobs(
-            self.model,
-            batch,
-            self.ctx,
-            temperature=temperature,
-            max_tokens=self.max_tokens,
-            packed=self.packed,
-            entropy=entropy,
-            device=self.device,
-            bf16=self.bf16,
-        )
+        """With LoRA the model is the actor's own: the adapter is switched off around the forwards, so these are
+        the base model's log-probs (as `ReferencePolicy.compute_logprobs`), not the current policy's."""
+        with self._base_model():
+            self.model.eval()
+            return rank_logprobs(
+                self.model,
+                batch,
+                self.ctx,
+                temperature=temperature,
+                max_tokens=self.max_tokens,
+                packed=self.packed,
+                entropy=entropy,
+                device=self.device,
+                bf16=self.bf16,
+            )
 
 
 class ShardedCritic(_TrainsOnRanks, ValueCritic):
