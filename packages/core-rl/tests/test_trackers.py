@@ -104,3 +104,27 @@ def test_tensorboard_resume_purges_the_abandoned_steps(
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == expected
+
+
+class _FailsToClose:
+    """A tracker whose upload fails at exit (a remote tracker losing its connection)."""
+
+    def log(self, metrics: object, step: int) -> None:
+        return None
+
+    def log_config(self, config: object) -> None:
+        return None
+
+    def close(self) -> None:
+        raise ConnectionError("upload failed")
+
+
+def test_multi_tracker_closes_every_tracker_when_one_fails(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    jsonl = JSONLTracker(path)
+    both = MultiTracker([_FailsToClose(), jsonl])
+    both.log({"reward/mean": 0.5}, step=1)
+    with pytest.raises(ConnectionError, match="upload failed"):
+        both.close()
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 1, "reward/mean": 0.5}]
+    assert jsonl._file.closed  # the second tracker was closed too

@@ -173,8 +173,16 @@ class MultiTracker:
             tracker.log_config(config)
 
     def close(self) -> None:
+        """Close every tracker even if one fails (a failing wandb upload must not leave metrics.jsonl unflushed),
+        then raise the first failure."""
+        first: BaseException | None = None
         for tracker in self.trackers:
-            tracker.close()
+            try:
+                tracker.close()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 def _json_number(value: float) -> float | str:
