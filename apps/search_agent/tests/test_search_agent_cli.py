@@ -36,5 +36,5 @@ def test_every_flag_is_described() -> None:
 
 def test_the_limits_group_shows_search_r1s_numbers() -> None:
     text = " ".join(subcommands(build_parser())["eval"].format_help().split())
-    for shown in ("(default: 3)", "(default: 4)", "(default: 500)", "(default: 4096)"):
+    for shown in ("(default: 3)", "(default: 5)", "(default: 500)", "(default: 4096)"):
         assert shown in text

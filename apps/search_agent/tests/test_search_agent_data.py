@@ -145,3 +145,25 @@ def test_empty_input_and_prepared_rows_are_named(tmp_path: Path, capsys: pytest.
     with pytest.raises(SystemExit):
         main(["prepare-data", "--data-source", "nq", "--input", str(prepared), "--out", str(tmp_path / "again.jsonl")])
     assert "looks like a prepared row" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["prepare-data", "train", "eval"])
+def test_parquet_and_binary_files_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # Search-R1 ships train.parquet/test.parquet: they gave a bare "'utf-8' codec can't decode" (train) or a
+    # traceback (eval), without the file's name or what to do
+    parquet = tmp_path / "train.parquet"
+    parquet.write_bytes(b"PAR1\x15\x04\xff\xfe\x00binary")
+    binary = tmp_path / "rows.jsonl"
+    binary.write_bytes(parquet.read_bytes())
+    for path, expected in ((parquet, "a parquet file"), (binary, "not UTF-8 JSONL or JSON text")):
+        argv = {
+            "prepare-data": ["prepare-data", "--data-source", "nq", "--input", str(path), "--out", str(tmp_path / "o")],
+            "train": ["train", "--train-data", str(path), "--retrieval-url", "http://127.0.0.1:9", "model.path=/no"],
+            "eval": ["eval", "--data", str(path), "--method", "direct", "--model", "/no/model"],
+        }[command]
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        assert f"error: {path}: {expected}" in err and "pandas.read_parquet" in err, err

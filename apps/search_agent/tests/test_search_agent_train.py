@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rlloom_apps.search_agent.cli import main
 from rlloom_apps.search_agent.data import prepare
+from rlloom_apps.search_agent.evaluate import EvalSettings
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
-from rlloom_apps.search_agent.train import CONFIGS
+from rlloom_apps.search_agent.train import CONFIGS, loop_config
 
+from rlloom.agent import AgentLoop, SearchEnv, SearchEnvConfig, ThreadedRetriever
+from rlloom.agent.training import loop_config_for
 from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.tiny import save_tiny_model
-from rlloom.retrieval import build_index
+from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import char_tokenizer, save_tiny_model
+from rlloom.retrieval import build_index, load_index
 
 PASSAGES = [
     ("Paris", "Paris is the capital of France."),
@@ -35,10 +40,53 @@ def test_published_configs_load_with_search_r1_settings() -> None:
     grpo, search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])
     assert (grpo.algorithm.adv_estimator, grpo.rollout.n, grpo.actor.lr) == ("grpo", 5, 1e-6)
     assert (grpo.algorithm.kl_loss_coef, grpo.algorithm.kl_loss_type) == (0.001, "low_var_kl")
-    assert search == SearchSettings(top_k=3, max_turns=4, max_obs_tokens=500, max_total_tokens=4096)
+    assert search == SearchSettings(top_k=3, max_turns=5, max_obs_tokens=500, max_total_tokens=4096)
     ppo, ppo_search = load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])
     assert (ppo.algorithm.adv_estimator, ppo.rollout.n, ppo.critic.lr, ppo.algorithm.kl_coef) == ("gae", 1, 1e-5, 0.001)
     assert ppo_search.max_turns == 2
+    assert grpo.trainer.val_before_train and ppo.trainer.val_before_train  # Search-R1 validates the start model
+
+
+class AlwaysSearches:
+    """A policy that searches on every turn it gets, so the turn budget alone ends the conversation."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        self.eos_token_ids = {int(tokenizer.eos_token_id)}
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        text = "<search> capital of france </search>"
+        ids = list(self.tok(text, add_special_tokens=False)["input_ids"])
+        return [Completion(request.request_id, list(request.prompt_ids or []), ids, text, "stop", [0.0] * len(ids))]
+
+
+@pytest.mark.parametrize("config", ["grpo", "ppo"])
+def test_published_turn_budget_searches_as_often_as_search_r1(config: str, index: Path) -> None:
+    # Search-R1's run_llm_loop (max_turns=4 in its v0.2 scripts): `max_turns` generations that may search, then a
+    # final generation with do_search=False, so 4 searches and 5 model turns for a policy that always searches
+    _, search = load_train_config(CONFIGS / f"{config}.yaml", ["model.path=/m"])
+    tokenizer = char_tokenizer()
+    retriever = ThreadedRetriever(load_index(index))
+    env_config = SearchEnvConfig(top_k=search.top_k)
+    loop = AgentLoop(AlwaysSearches(tokenizer), tokenizer, lambda: SearchEnv(retriever, None, env_config),
+                     loop_config(search).model_copy(update={"progress": False}))  # fmt: skip
+    try:
+        (traj,) = loop.run([{"question": "what is the capital of france", "golden_answers": ["Paris"]}])
+    finally:
+        retriever.close()
+    assert (traj.metrics["searches"], traj.metrics["searches_skipped"], traj.metrics["turns"]) == (4, 1, 5)
+    assert traj.response_text.count("<information>") == 4
+    assert EvalSettings().max_turns == search.max_turns  # `eval` follows the protocol training used
+
+
+def test_rollout_max_tokens_alone_sets_the_tokens_per_turn() -> None:
+    # the README: per-turn sampling and its cap come from `rollout`; the loop's default 500 used to win silently
+    config, search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m", "rollout.max_tokens=800"])
+    sampling = SamplingParams(max_tokens=config.rollout.max_tokens)
+    assert loop_config_for(loop_config(search), sampling).max_tokens_per_turn == 800
+    published, search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])
+    sampling = SamplingParams(max_tokens=published.rollout.max_tokens)
+    assert loop_config_for(loop_config(search), sampling).max_tokens_per_turn == 500  # Search-R1's
 
 
 def test_bad_search_keys_and_values_are_refused_by_name() -> None:
@@ -162,3 +210,39 @@ def test_tiny_run_trains_with_search(tmp_path: Path, config: str) -> None:
         assert ("values/mean" in line) == (config == "ppo")  # PPO trains a critic, GRPO has none
     assert any("val/reward/mean" in line for line in lines)
     assert (out / "checkpoints").is_dir()
+
+
+def test_train_refuses_a_prompt_longer_than_the_conversation_before_training(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # one over-long row among good ones used to stop the run with a traceback at whatever step drew it
+    rows = tmp_path / "train.jsonl"
+    prepare("nq", _raw(tmp_path), rows, split="train")
+    long = json.loads(rows.read_text().splitlines()[0])
+    long["prompt"][0]["content"] += " very long context" * 60  # the character model: one token per character
+    rows.write_text(rows.read_text() + json.dumps(long) + "\n")
+    save_tiny_model(tmp_path, max_position_embeddings=1024)
+    out = tmp_path / "run"
+    argv = ["train", "--train-data", str(rows), "--index", str(index), f"model.path={tmp_path / 'model'}",
+            f"model.tokenizer_path={tmp_path / 'tokenizer'}", "trainer.device=cpu", f"trainer.output_dir={out}",
+            "search.max_total_tokens=900"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert f"--train-data {rows} row 2: the prompt is" in err and "holds 900 in all" in err, err
+    assert not (out / "metrics.jsonl").exists()  # refused before any step
+    # the model's 1,024 positions cap a larger search.max_total_tokens, as the rollout engine caps it
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], "search.max_total_tokens=4096"])
+    assert "holds 1024 in all" in capsys.readouterr().err
+
+
+def test_train_refuses_a_string_prompt_before_the_model_loads(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    row = {"data_source": "nq", "prompt": "who wrote hamlet?", "reward_model": {"ground_truth": {"target": ["x"]}}}
+    rows.write_text(json.dumps(row) + "\n")
+    with pytest.raises(SystemExit):
+        main(["train", "--train-data", str(rows), "--index", str(index), "model.path=/no/such/model"])
+    assert f"--train-data {rows} row 0: Sample.from_row: the row's 'prompt' is a string" in capsys.readouterr().err

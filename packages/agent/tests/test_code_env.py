@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +95,24 @@ def test_long_output_keeps_the_error_at_its_end(tokenizer: Any, replay_engine: A
     assert 'File "solution.py", line 2, in <module>' in full
     assert 'File "json/decoder.py"' in full
     assert "sandboxed.py" not in full and "/lib/python" not in full and str(Path.home()) + "/" not in full
+
+
+def test_weak_isolation_is_refused_when_the_tool_is_built(tmp_path: Path) -> None:
+    # a machine without util-linux's `unshare` (PATH without it, in a fresh process: the probe is cached per
+    # process) has only weak isolation; the refusal used to come back from every call as a tool error the model saw
+    script = (
+        "from rlloom.agent import python_toolset\n"
+        "from rlloom.rewards.code import WeakIsolationError\n"
+        "try:\n"
+        "    python_toolset()\n"
+        "except WeakIsolationError as err:\n"
+        "    print('REFUSED', err)\n"
+        "python_toolset(allow_weak_isolation=True)\n"
+        "print('BUILT')\n"
+    )
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "REFUSED python_tool: this machine gives model code only weak isolation" in done.stdout
+    assert "allow_weak_isolation=True" in done.stdout and done.stdout.rstrip().endswith("BUILT")

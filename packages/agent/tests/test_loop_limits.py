@@ -118,6 +118,20 @@ def test_prompt_too_long_names_the_sample_and_the_fix(tokenizer: Any, replay_eng
     assert "sample 0" in "\n".join(info.value.__notes__)
 
 
+def test_a_failing_templated_prompt_is_named_by_its_question_and_row(tokenizer: Any, replay_engine: Any) -> None:
+    # Search-R1/veRL prompts share a long instruction head: the note must show the question at the end and the
+    # row's index, or every failing row reads the same
+    engine = replay_engine(tokenizer, lambda ctx: "hi")
+    env = lambda: ToolEnv(Toolset([big]), AgentRubric(zero))  # noqa: E731
+    loop = AgentLoop(engine, tokenizer, env, AgentLoopConfig(max_total_tokens=100))
+    head = "Answer the given question. You must conduct reasoning inside <think> first. " * 3
+    row = {"prompt": [{"role": "user", "content": head + "Question: who wrote hamlet?"}], "answer": "x",
+           "data_source": "nq", "extra_info": {"index": 17}}  # fmt: skip
+    with pytest.raises(ValueError, match="the prompt has") as info:
+        loop.run([row])
+    assert "Question: who wrote hamlet?' (nq row index 17)" in str(info.value)
+
+
 def test_run_inside_an_event_loop_says_to_await_arun(tokenizer: Any, replay_engine: Any) -> None:
     engine = replay_engine(tokenizer, lambda ctx: "hi")
     loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(Toolset([big]), AgentRubric(zero)))

@@ -147,6 +147,16 @@ def test_sample_reads_verl_and_flat_rows() -> None:
         Sample.from_row({"answer": "x"})
 
 
+def test_sample_refuses_a_prompt_that_is_not_chat_messages() -> None:
+    # TRL's standard format has a string prompt: it was split into characters, failing on dict('W')
+    with pytest.raises(ValueError, match="'prompt' is a string; give chat messages"):
+        Sample.from_row({"prompt": "What is 2+3?", "answer": "5"})
+    with pytest.raises(ValueError, match=r"prompt\[1\] is 'hi', not a chat message"):
+        Sample.from_row({"prompt": [{"role": "user", "content": "q"}, "hi"], "answer": "5"})
+    numpy_like = Sample.from_row({"prompt": ({"role": "user", "content": "q"},), "answer": "5"})
+    assert numpy_like.prompt == [{"role": "user", "content": "q"}]
+
+
 def test_prompt_and_observation_need_exactly_one_form() -> None:
     with pytest.raises(ValueError, match="exactly one of `messages` or `text`"):
         Prompt()

@@ -205,6 +205,6 @@ def test_a_vllm_style_sampling_config_still_shows_the_env_its_stop_string(
 
     loop, engine = make_loop(search_script, retriever, sampling=SamplingParams(include_stop_str_in_output=False))
     [traj] = loop.run([{"question": "what is the capital of France", "golden_answers": "Paris"}])
-    assert traj.metrics.get("searches") == 1 and "invalid_actions" not in traj.metrics
+    assert traj.metrics["searches"] == 1 and traj.metrics["invalid_actions"] == 0
     assert traj.finish_reason == "stop" and traj.reward_components["outcome"] == 1.0
     assert all(r.sampling.include_stop_str_in_output for r in engine.requests)

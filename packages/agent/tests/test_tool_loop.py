@@ -271,3 +271,13 @@ def test_a_template_without_a_tool_role_names_the_tool_role_fix(replay_engine: A
     [traj] = as_user.run([{"question": "2+3?", "answer": "5"}])
     assert "<|im_start|>user\n5<|im_end|>" in tok.decode(traj.response_ids, skip_special_tokens=False)
     assert traj.reward == 1.0
+
+
+def test_a_batch_without_tool_calls_reports_zero_calls(tokenizer: Any, replay_engine: Any) -> None:
+    # the counters are logged as 0 when no conversation called a tool, not left out of the metrics
+    engine = replay_engine(tokenizer, lambda ctx: "It is 5.")
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(Toolset([add]), AgentRubric(answer_is)))
+    trajectories = loop.run([{"question": "2+3?", "answer": "5"}], n=2)
+    assert [t.metrics["tool_calls"] for t in trajectories] == [0.0, 0.0]
+    metrics = rollout_metrics(trajectories)
+    assert (metrics["agent/tool_calls/mean"], metrics["agent/tool_errors/mean"]) == (0.0, 0.0)

@@ -183,6 +183,8 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
             expected = sum(t.metrics[key] for t in trajectories) / len(trajectories)
             assert line[f"rollout/{key}/mean"] == pytest.approx(expected)
         assert line["reward/mean"] == pytest.approx(sum(t.reward or 0.0 for t in trajectories) / len(trajectories))
+        # nobody searched or answered: logged as 0, not left out of metrics.jsonl (a gap in every curve's start)
+        assert (line["rollout/searches/mean"], line["rollout/answers/mean"]) == (0.0, 0.0)
         assert line["batch/response_tokens"] == sum(t.num_model_tokens for t in trajectories)
     # validation logs the held-out conversations' own metrics too (searches, turns...) beside their reward
     (val_line,) = [line for line in lines if "val/reward/mean" in line]
@@ -190,5 +192,6 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
     for key in ("turns", "invalid_actions", "model_tokens"):
         expected = sum(t.metrics[key] for t in val_trajectories) / len(val_trajectories)
         assert val_line[f"val/rollout/{key}/mean"] == pytest.approx(expected)
+    assert val_line["val/rollout/searches/mean"] == 0.0
     trained = trainer.parts.actor.model.state_dict()  # type: ignore[attr-defined]
     assert any(not torch.equal(trained[k], v) for k, v in start.items()), "two GRPO steps moved no weight"

@@ -7,13 +7,15 @@ Search-R1, so its EM reward and ours read the same rows.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlloom.agent.environment import Sample
 from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv itself uses
-from rlloom.core_rl.rows_io import DataError, open_text, write_jsonl
+from rlloom.core_rl.rows_io import PARQUET_HINT, DataError, open_text, write_jsonl
 
 
 def search_r1_prompt(question: str) -> str:
@@ -91,9 +93,18 @@ def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> 
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """JSONL (NQ-open; `.gz` too) or a JSON list (HotpotQA's simplified dev file)."""
-    with open_text(path) as handle:
-        text = handle.read()
+    """JSONL (NQ-open; `.gz` too) or a JSON list (HotpotQA's simplified dev file).
+
+    Search-R1 ships its rows as parquet: that, or any file that is not UTF-8 text, raises a `DataError` naming the
+    file and the conversion (it was a bare decoder error, or a traceback in `eval`).
+    """
+    if path.suffix == ".parquet":
+        raise DataError(f"{path}: a parquet file; {PARQUET_HINT}")
+    try:
+        with open_text(path) as handle:
+            text = handle.read()
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
+        raise DataError(f"{path}: not UTF-8 JSONL or JSON text ({err}); {PARQUET_HINT}") from None
     if text.lstrip().startswith("["):
         try:
             records = json.loads(text)
@@ -132,6 +143,10 @@ def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
                 f"{flag} {path} row {i} has no prompt (a 'prompt' list of chat messages, or a 'question'); "
                 "make rows with `search-agent prepare-data`"
             )
+        try:  # as the agent loop reads it: a string `prompt` passed here and failed at its first rollout
+            Sample.from_row(row)
+        except ValueError as err:
+            raise DataError(f"{flag} {path} row {i}: {err}") from None
     return rows
 
 

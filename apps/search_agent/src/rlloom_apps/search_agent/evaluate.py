@@ -55,12 +55,18 @@ RAG_TEMPLATE = (
 
 
 class EvalSettings(BaseModel):
-    """Search-R1's evaluation limits (top-3, 4 turns, 500 tokens a turn and an observation), greedy."""
+    """Search-R1's evaluation limits (top-3, 4 search turns + a final one, 500 tokens a turn and an observation),
+    greedy."""
 
     model_config = ConfigDict(extra="forbid")
 
     top_k: int = Field(default=3, ge=1, description="Passages per search (and in the RAG prompt).")
-    max_turns: int = Field(default=4, ge=1, description="Model turns per conversation (the search method).")
+    max_turns: int = Field(
+        default=5,
+        ge=1,
+        description="Model turns per conversation, the last without search (the search method); Search-R1's "
+        "max_turns=4 search turns plus its final answer turn.",
+    )
     max_tokens_per_turn: int = Field(default=500, ge=1, description="New tokens per model turn.")
     max_obs_tokens: int = Field(default=500, ge=1, description="Tokens of one <information> block at most.")
     max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")

@@ -18,12 +18,18 @@ from rlloom.core_rl.config_loading import load_config_with_section
 
 
 class SearchSettings(BaseModel):
-    """Search-R1's defaults: top-3 passages, 4 search turns, 500-token observations, a 4,096-token context."""
+    """Search-R1's defaults: top-3 passages, 4 search turns + a final answer turn, 500-token observations, a
+    4,096-token context."""
 
     model_config = ConfigDict(extra="forbid")
 
     top_k: int = Field(default=3, ge=1, description="Passages per search (Search-R1 always asks for 3).")
-    max_turns: int = Field(default=4, ge=1, description="Model turns per conversation (Search-R1 v0.2: 4).")
+    max_turns: int = Field(
+        default=5,
+        ge=1,
+        description="Model turns per conversation, the last one without search. Search-R1's max_turns counts its "
+        "search turns and adds a final answer turn: its v0.2 max_turns=4 is 5 here.",
+    )
     max_obs_tokens: int = Field(default=500, ge=1, description="Tokens of one <information> block at most.")
     max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")
     max_concurrency: int = Field(default=512, ge=1, description="Conversations in flight at once.")

@@ -9,21 +9,28 @@ in-process, or a running retrieval server (rlloom's or Search-R1's `/retrieve`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rlloom_apps.search_agent.data import read_records
 from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig
 
-from rlloom.agent import AgentLoopConfig, SearchEnv, SearchEnvConfig, agent_collector, env_reward
+from rlloom.agent import AgentLoopConfig, Sample, SearchEnv, SearchEnvConfig, agent_collector, env_reward
+from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.rows_io import DataError
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
 CONFIGS = Path(__file__).parent / "configs"
+logger = logging.getLogger(__name__)
 
 
 def run_train(
@@ -45,6 +52,11 @@ def run_train(
     val_rows = list(read_records(val_data)) if val_data is not None else None
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     env_config = SearchEnvConfig(top_k=search.top_k)
+    budget = conversation_budget(config.model.path, search.max_total_tokens)
+    drop = config.data.filter_overlong_prompts
+    train_rows = fitting_rows(train_rows, tokenizer, env_config, budget, f"--train-data {train_data}", drop=drop)
+    if val_rows is not None:
+        val_rows = fitting_rows(val_rows, tokenizer, env_config, budget, f"--val-data {val_data}", drop=drop)
     engines: list[HFEngine] = []
 
     def engine_on(module: nn.Module) -> HFEngine:
@@ -69,11 +81,68 @@ def run_train(
 
 
 def loop_config(search: SearchSettings) -> AgentLoopConfig:
-    """The agent loop's limits; per-turn sampling (and its 500-token cap) comes from the config's `rollout`."""
+    """The agent loop's limits; per-turn sampling (and its 500-token cap) comes from the config's `rollout`.
+
+    The loop's own per-turn cap is set to the whole conversation so `rollout.max_tokens` alone decides it (the
+    collector takes the smaller of the two; AgentLoopConfig's default of 500 silently cut a larger
+    `rollout.max_tokens`)."""
     return AgentLoopConfig(
         max_turns=search.max_turns,
+        max_tokens_per_turn=search.max_total_tokens,
         max_obs_tokens=search.max_obs_tokens,
         max_total_tokens=search.max_total_tokens,
         max_concurrency=search.max_concurrency,
         progress=True,
     )
+
+
+def conversation_budget(model_path: str, max_total_tokens: int) -> int:
+    """The tokens a conversation may hold: search.max_total_tokens, capped as the rollout engine caps it (the
+    model's max_position_embeddings)."""
+    window = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    return min(max_total_tokens, int(window)) if window else max_total_tokens
+
+
+def fitting_rows(
+    rows: list[dict[str, Any]], tokenizer: Any, env_config: SearchEnvConfig, budget: int, label: str, *, drop: bool
+) -> list[dict[str, Any]]:
+    """The rows whose prompt, rendered as the agent loop renders it, leaves room in the conversation's budget.
+
+    A longer prompt made its first rollout raise, stopping the run at whatever step drew it (hours in, on a big
+    set); now it is refused before training, or left out with a warning under data.filter_overlong_prompts.
+    """
+    template = TurnTemplate(tokenizer)
+    env = SearchEnv(_NoSearch(), None, env_config)  # only its prompt is rendered
+    kept = []
+    for i, row in enumerate(tqdm(rows, desc=f"{label} prompt lengths", disable=len(rows) < 20_000)):
+        try:
+            length = len(template.prompt_ids(env.reset(Sample.from_row(row))))
+        except ValueError as err:  # e.g. a tokenizer without a chat template for the rows' chat prompts
+            raise DataError(f"{label} row {i}: {err}") from None
+        if length < budget:
+            kept.append(row)
+        elif not drop:
+            raise DataError(
+                f"{label} row {i}: the prompt is {length} tokens, but a conversation holds {budget} in all "
+                "(search.max_total_tokens, capped by the model's max_position_embeddings) and needs room for the "
+                f"answer; raise search.max_total_tokens, shorten or drop the row, or leave long rows out with "
+                f"data.max_prompt_length=N (N < {budget}) data.filter_overlong_prompts=true"
+            )
+    if len(kept) < len(rows):
+        logger.warning(
+            "%s: left out %d of %d rows whose prompt fills the %d-token conversation (data.filter_overlong_prompts)",
+            label,
+            len(rows) - len(kept),
+            len(rows),
+            budget,
+        )
+    if not kept:
+        raise DataError(f"{label}: every prompt is {budget} tokens or longer; raise search.max_total_tokens")
+    return kept
+
+
+class _NoSearch:
+    """Stands in for the retriever where only prompts are rendered (the index may take minutes to load)."""
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Any]]:
+        raise RuntimeError("no retrieval while measuring prompts")

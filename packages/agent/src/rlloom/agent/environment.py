@@ -44,20 +44,38 @@ class Sample(BaseModel):
             gt = reward_model.get("ground_truth")
         if gt is None:
             gt = row.get("golden_answers", row.get("answer"))
-        prompt = row.get("prompt")
-        if prompt is not None and not isinstance(prompt, list):
-            prompt = list(prompt)  # parquet gives numpy object arrays
+        prompt = _chat_prompt(row.get("prompt"))
         extra = dict(row.get("extra_info") or {})
         extra.update({k: v for k, v in row.items() if k not in known})
         if row.get("question") is None and prompt is None:
             raise ValueError(f"Sample.from_row: row has neither 'question' nor 'prompt' (keys: {sorted(row)})")
         return cls(
             question=row.get("question"),
-            prompt=[dict(m) for m in prompt] if prompt is not None else None,
+            prompt=prompt,
             ground_truth=gt,
             data_source=str(row.get("data_source") or ""),
             extra_info=extra,
         )
+
+
+def _chat_prompt(prompt: Any) -> list[dict[str, Any]] | None:
+    """A row's `prompt` as chat messages. A string (TRL's standard, non-chat format) was split into characters
+    and failed with "dictionary update sequence element #0"; it is refused by name instead."""
+    if prompt is None:
+        return None
+    if isinstance(prompt, str):
+        raise ValueError(
+            "Sample.from_row: the row's 'prompt' is a string; give chat messages ([{'role': 'user', 'content': "
+            "...}]) or put the text in 'question' (the environment wraps it in its template)"
+        )
+    messages = list(prompt)  # parquet gives numpy object arrays
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise ValueError(
+                f"Sample.from_row: prompt[{i}] is {message!r:.80}, not a chat message; give each as "
+                "{'role': ..., 'content': ...}"
+            )
+    return [dict(m) for m in messages]
 
 
 @dataclass(slots=True)

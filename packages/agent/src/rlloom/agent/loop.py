@@ -247,14 +247,20 @@ class AgentLoop:
 
 
 def _describe(sample: Sample) -> str:
-    """A short name for a sample in error messages: its question, or its last prompt message."""
+    """A short name for a sample in error messages: its question (or last prompt message), head and tail, since
+    templated prompts (Search-R1's, veRL's) share a long head and differ in the question at the end; plus the
+    row's data source and `extra_info.index` when it has them, which find it in the data file."""
     text = sample.question
     if text is None and sample.prompt:
         text = str(sample.prompt[-1].get("content", ""))
     text = " ".join((text or "").split())
     if len(text) > 80:
-        text = text[:77] + "..."
-    return f"question {text!r}"
+        text = text[:30] + " ... " + text[-45:]
+    where = ""
+    index = sample.extra_info.get("index")
+    if index is not None:
+        where = f" ({sample.data_source + ' ' if sample.data_source else ''}row index {index})"
+    return f"question {text!r}{where}"
 
 
 def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:

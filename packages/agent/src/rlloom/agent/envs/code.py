@@ -15,7 +15,7 @@ from rlloom.agent.envs.tool import ToolEnv
 from rlloom.agent.rewards import AgentRubric
 from rlloom.agent.tool_calls import ToolCallParser
 from rlloom.agent.tools import Tool, ToolError, Toolset
-from rlloom.rewards.code import ExecResult, execute
+from rlloom.rewards.code import ExecResult, WeakIsolationError, execute, isolation
 
 CODE_SYSTEM_PROMPT = (
     "You can run Python code with the `python` tool; it returns what the program printed. "
@@ -86,7 +86,19 @@ def format_run(result: ExecResult, max_chars: int = 4000) -> str:
 def python_tool(
     *, timeout: float = 5.0, memory_mb: int = 512, allow_weak_isolation: bool = False, max_output_chars: int = 4000
 ) -> Tool:
-    """A `python(code)` tool backed by `rlloom.rewards.code.execute` with these limits."""
+    """A `python(code)` tool backed by `rlloom.rewards.code.execute` with these limits.
+
+    Raises `WeakIsolationError` here, when the machine has only weak isolation and `allow_weak_isolation` is off:
+    checked at each call instead, the refusal became a tool error every conversation showed its model (the host's
+    setup advice as an observation), and a whole run trained on it with no sign but `tool_errors`.
+    """
+    found = isolation()
+    if not found.strong and not allow_weak_isolation:
+        raise WeakIsolationError(
+            f"python_tool: this machine gives model code only weak isolation ({found.mode}: {found.reason}); "
+            "run as root on Linux with util-linux (`unshare`), or pass allow_weak_isolation=True to "
+            "python_toolset()/python_tool() to accept that model code could reach the network and write to /tmp"
+        )
 
     def python(code: str) -> str:
         """Run a Python program in a sandbox and return its output.

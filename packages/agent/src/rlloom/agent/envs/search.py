@@ -48,6 +48,14 @@ SEARCH_R1_INVALID_ACTION = (
 
 PassageFormatter = Callable[[Sequence[Any]], str]
 
+SEARCH_METRICS = ("searches", "search_errors", "search_latency_s", "invalid_actions", "answers", "searches_skipped")
+"""Counters every `SearchEnv.step` reports (zeros included), so `rollout/searches/mean` is logged as 0 on a step
+where nobody searched instead of missing from metrics.jsonl (a gap at the start of every learning curve)."""
+
+
+def _counts(**values: float) -> dict[str, float]:
+    return {**dict.fromkeys(SEARCH_METRICS, 0.0), **values}
+
 
 class ThreadedRetriever:
     """Gives a blocking retriever an `asearch` that runs on its own thread pool.
@@ -154,21 +162,21 @@ class SearchEnv:
         self._well_formed += int(self._parser.parse(action).format_ok)
         found = first_action(action, (cfg.search_tag, cfg.answer_tag))
         if found is None:
-            return StepResult(Observation(text=cfg.invalid_action_text), False, {"invalid_actions": 1.0})
+            return StepResult(Observation(text=cfg.invalid_action_text), False, _counts(invalid_actions=1.0))
         tag, content = found
         if tag == cfg.answer_tag:
             self._answered = True
-            return StepResult(None, True, {"answers": 1.0})
+            return StepResult(None, True, _counts(answers=1.0))
         if last_turn:  # Search-R1's final rollout does not search either: nobody would read the passages
-            return StepResult(None, False, {"searches_skipped": 1.0})
+            return StepResult(None, False, _counts(searches_skipped=1.0))
         t0 = time.perf_counter()
         try:
             hits = await asyncio.wait_for(self._search(content), cfg.search_timeout_s)
         except Exception as exc:  # a failed search is shown to the model, the rollout goes on
-            info = {"searches": 1.0, "search_errors": 1.0, "search_latency_s": time.perf_counter() - t0}
+            info = _counts(searches=1.0, search_errors=1.0, search_latency_s=time.perf_counter() - t0)
             text = f"Search failed: {type(exc).__name__}: {exc}"
             return StepResult(self._information(text), False, info)
-        info = {"searches": 1.0, "search_latency_s": time.perf_counter() - t0}
+        info = _counts(searches=1.0, search_latency_s=time.perf_counter() - t0)
         return StepResult(self._information(self.format_passages(hits).strip()), False, info)
 
     async def reward(self, trajectory: Trajectory) -> RewardOutput:

@@ -20,6 +20,14 @@ from rlloom.agent.tools import ToolResult, Toolset
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trajectory import Trajectory
 
+TOOL_METRICS = ("tool_calls", "tool_errors", "tool_latency_s", "tool_calls_skipped")
+"""Counters every `ToolEnv.step` reports (zeros included), so `rollout/tool_calls/mean` is logged as 0 on a step
+where no conversation called a tool instead of missing from metrics.jsonl."""
+
+
+def _counts(**values: float) -> dict[str, float]:
+    return {**dict.fromkeys(TOOL_METRICS, 0.0), **values}
+
 
 class ToolEnv:
     """One tool-using conversation over a shared `Toolset`."""
@@ -66,11 +74,11 @@ class ToolEnv:
         parsed = self.parser.parse(action)
         if not parsed.found_any:
             self._well_formed += 1
-            return StepResult(None, True, {})
+            return StepResult(None, True, _counts())
         if not parsed.errors:
             self._well_formed += 1
         if last_turn:
-            return StepResult(None, False, {"tool_calls_skipped": float(len(parsed.blocks))})
+            return StepResult(None, False, _counts(tool_calls_skipped=float(len(parsed.blocks))))
         blocks = parsed.blocks[: self.max_calls_per_turn]
         results = await asyncio.gather(*(self._run(b) for b in blocks))
         contents = [r.content for r in results]
@@ -81,11 +89,11 @@ class ToolEnv:
         n_errors = sum(not r.ok for r in results)
         self._calls += len(results)
         self._errors += n_errors
-        info = {
-            "tool_calls": float(len(results)),
-            "tool_errors": float(n_errors),
-            "tool_latency_s": sum(r.latency_s for r in results),
-        }
+        info = _counts(
+            tool_calls=float(len(results)),
+            tool_errors=float(n_errors),
+            tool_latency_s=sum(r.latency_s for r in results),
+        )
         messages = [{"role": self.tool_role, "content": c} for c in contents]
         return StepResult(Observation(messages=messages, truncate=self.truncate), False, info)
 
