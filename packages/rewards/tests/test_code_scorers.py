@@ -61,7 +61,12 @@ def test_mbpp_scorer() -> None:
     good = mbpp_scorer("```python\ndef square(x):\n    return x * x\n```", truth)
     assert good.score == 1.0
     looping = mbpp_scorer("def square(x):\n    while True:\n        pass", truth, extra_info={"timeout": 1.0})
-    assert looping.score == 0.0 and looping.error is not None and looping.error.startswith("timeout")
+    # the model's program failing is a score of 0, not a failure to score (a trainer counts `error` as its reward
+    # pipeline breaking): how it ended is in the details
+    assert looping.score == 0.0 and looping.error is None and looping.details["status"] == "timeout"
+    broken = mbpp_scorer("def square(x) return x * x", truth)
+    assert (broken.score, broken.error, broken.details["status"]) == (0.0, None, "error")
+    assert "SyntaxError" in broken.details["reason"]
 
 
 def test_io_scorer() -> None:

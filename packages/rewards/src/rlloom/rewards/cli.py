@@ -96,10 +96,11 @@ def summary_table(items: Sequence[ScoreItem], results: Sequence[ScoreResult], n_
 
 
 def error_kind(result: ScoreResult) -> str | None:
-    """None (no error), "timeout" (the scoring worker's deadline, or the code sandbox's time limit), "crash" (the
-    worker died) or "error" (anything else); each error is counted in exactly one summary column."""
+    """None (no error), "timeout" (the scoring worker's deadline, or a program that ran into the code sandbox's
+    time limit: a score of 0, not an error, but worth its column), "crash" (the worker died) or "error" (anything
+    else); each result is counted in at most one summary column."""
     if result.error is None:
-        return None
+        return "timeout" if result.details.get("status") == "timeout" else None
     kind = result.details.get("error_kind") or result.details.get("status")
     return kind if kind in ("timeout", "crash") else "error"
 

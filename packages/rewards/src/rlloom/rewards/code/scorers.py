@@ -72,17 +72,21 @@ def _field(ground_truth: Any, name: str, kind: type, source: str) -> Any:
 
 
 def _as_score(result: CodeResult, code: str) -> ScoreResult:
-    error = (
-        None
-        if result.status in ("passed", "failed")
-        else f"{result.status}: " + next((t.reason for t in result.tests if not t.passed), "")
-    )
+    """The program's verdict as a score. However the candidate ended (a syntax error, a timeout, a memory or
+    output cap, tampering), that is the model's failure and scores what it passed, not a scoring error: a trainer
+    counts `error` as its reward pipeline failing (and stops when a whole step fails), and an eval warns that its
+    figures understate the model. How it ended is in `details["status"]` and `details["reason"]`."""
+    reason = "" if result.status in ("passed", "failed") else next((t.reason for t in result.tests if not t.passed), "")
     return ScoreResult(
         score=result.score,
         components={"passed": float(result.passed), "total": float(result.total)},
         extracted=code,
-        error=error,
-        details={"status": result.status, "tests": [t.model_dump() for t in result.tests], "duration": result.duration},
+        details={
+            "status": result.status,
+            "reason": reason,
+            "tests": [t.model_dump() for t in result.tests],
+            "duration": result.duration,
+        },
     )
 
 
