@@ -195,3 +195,40 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
     assert val_line["val/rollout/searches/mean"] == 0.0
     trained = trainer.parts.actor.model.state_dict()  # type: ignore[attr-defined]
     assert any(not torch.equal(trained[k], v) for k, v in start.items()), "two GRPO steps moved no weight"
+
+
+def test_dapo_overlong_punishment_refuses_multi_turn_trajectories(
+    tmp_path: Path, tokenizer: Any, replay_engine: Any, make_env: Any
+) -> None:
+    """DAPO's soft punishment measures a response against rollout.max_tokens, one turn's budget in an agent loop:
+    a two-turn conversation (observations included) would be punished for being a conversation."""
+    model_dir = tmp_path / "model"
+    tiny_qwen2(tokenizer, seed=0).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    config = load_config(
+        None,
+        [
+            f"model.path={model_dir}",
+            f"trainer.output_dir={tmp_path / 'run'}",
+            "data.train_batch_size=2",
+            "rollout.n=2",
+            "rollout.max_tokens=40",
+            "algorithm.overlong_buffer=8",
+            "trainer.total_steps=1",
+            "trainer.save_every=0",
+            "trainer.device=cpu",
+            "trainer.trackers=[jsonl]",
+        ],
+    )
+    collect = agent_collector(tokenizer, make_env, AgentLoopConfig(max_turns=3))(
+        replay_engine(tokenizer, search_then_answer)
+    )
+    trainer = Trainer(
+        config,
+        engine_factory=lambda module: HFEngine(module, tokenizer),
+        collect=collect,
+        reward_fn=env_reward,
+        train_data=ROWS,
+    )
+    with pytest.raises(ValueError, match=r"overlong_buffer=0 for agent training"):
+        trainer.fit()

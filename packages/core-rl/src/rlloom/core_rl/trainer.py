@@ -356,6 +356,16 @@ class Trainer:
         """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component
         (the config refuses a buffer longer than any stage's response limit); returns the penalties."""
         algo, limit = self.cfg.algorithm, self.sampling.max_tokens
+        multi_turn = next((t for t in trajectories if t.metrics.get("turns", 1) > 1 or 0 in t.loss_mask), None)
+        if multi_turn is not None:
+            # a multi-turn response holds observations and several turns, each with rollout.max_tokens of its own:
+            # measured against one turn's budget, nearly every conversation would be punished
+            turns = multi_turn.metrics.get("turns", "?")
+            raise ConfigError(
+                "algorithm.overlong_buffer (DAPO's overlong punishment) measures a single-turn response against "
+                f"rollout.max_tokens, but the collector returned a multi-turn trajectory ({turns} turns, observation "
+                "tokens in its response); set algorithm.overlong_buffer=0 for agent training"
+            )
         lengths = torch.tensor([len(t.response_ids) for t in trajectories])
         penalties = overlong_reward_penalty(
             lengths, max_length=limit, buffer_length=algo.overlong_buffer, penalty_factor=algo.overlong_penalty_factor
