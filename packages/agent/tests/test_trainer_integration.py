@@ -193,6 +193,10 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
         expected = sum(t.metrics[key] for t in val_trajectories) / len(val_trajectories)
         assert val_line[f"val/rollout/{key}/mean"] == pytest.approx(expected)
     assert val_line["val/rollout/searches/mean"] == 0.0
+    # and its reward components, as training logs them (the rubric's outcome, format and tool-use parts)
+    for key in ("outcome", "format"):
+        expected = sum(t.reward_components[key] for t in val_trajectories) / len(val_trajectories)
+        assert val_line[f"val/reward_components/{key}"] == pytest.approx(expected)
     trained = trainer.parts.actor.model.state_dict()  # type: ignore[attr-defined]
     assert any(not torch.equal(trained[k], v) for k, v in start.items()), "two GRPO steps moved no weight"
 

@@ -56,6 +56,16 @@ def metric_means(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {f"{k}/mean": sum(float(r.get(k, 0.0)) for r in records) / len(records) for k in keys}
 
 
+def component_means(components: Sequence[Mapping[str, float]], prefix: str = "") -> dict[str, float]:
+    """`{prefix}reward_components/{key}`: each reward component's mean over the trajectories that report it (a
+    trajectory whose scoring failed reports none, and is not counted as a 0 of every component)."""
+    values: dict[str, list[float]] = {}
+    for comp in components:
+        for key, value in comp.items():
+            values.setdefault(key, []).append(float(value))
+    return {f"{prefix}reward_components/{key}": sum(v) / len(v) for key, v in sorted(values.items())}
+
+
 def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[str, float]:
     """Reward mean/std (and per component, per data source), lengths and clip ratio, advantage/value stats, and
     the means of the trajectories' own metrics (`rollout/...`: an agent's turns, tool calls, latencies)."""
@@ -67,12 +77,7 @@ def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[s
         for source in sorted(set(sources)) if len(set(sources)) > 1 else []:
             rows = [i for i, s in enumerate(sources) if s == source]
             out[f"reward/{source}/mean"] = float(scores[rows].mean())
-    components: dict[str, list[float]] = {}
-    for comp in batch.non_tensors.get("reward_components", []):
-        for key, value in comp.items():
-            components.setdefault(key, []).append(float(value))
-    for key, values in sorted(components.items()):
-        out[f"reward_components/{key}"] = sum(values) / len(values)
+    out.update(component_means(batch.non_tensors.get("reward_components", [])))
     lengths = batch["response_lengths"]
     out.update({k: v for k, v in _stats("response_length", lengths).items() if not k.endswith("/std")})
     finish = batch.non_tensors.get("finish_reason", [])
