@@ -208,3 +208,21 @@ def test_a_vllm_style_sampling_config_still_shows_the_env_its_stop_string(
     assert traj.metrics["searches"] == 1 and traj.metrics["invalid_actions"] == 0
     assert traj.finish_reason == "stop" and traj.reward_components["outcome"] == 1.0
     assert all(r.sampling.include_stop_str_in_output for r in engine.requests)
+
+
+def test_an_http_engine_names_the_models_other_eos_ids_for_the_loop(tokenizer: Any, retriever: Any) -> None:
+    """Over HTTP the server cannot say which ids end a turn (a Qwen instruct model's <|endoftext|> besides its
+    tokenizer's <|im_end|>): OpenAIEngineConfig.eos_token_ids tells the loop, which drops such a trailing id."""
+    from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+    other = int(tokenizer.pad_token_id)
+    assert other != tokenizer.eos_token_id
+    engine = OpenAIEngine(
+        OpenAIEngineConfig(base_url="http://127.0.0.1:9/v1", model="m", context_window=None, eos_token_ids=[other])
+    )
+    loop = AgentLoop(engine, tokenizer, lambda: SearchEnv(retriever, AgentRubric(contains_gold), SearchEnvConfig()))
+    assert loop.template.eos_token_ids == {other, tokenizer.eos_token_id}
+    plain = OpenAIEngine(OpenAIEngineConfig(base_url="http://127.0.0.1:9/v1", model="m", context_window=None))
+    assert AgentLoop(
+        plain, tokenizer, lambda: SearchEnv(retriever, AgentRubric(contains_gold))
+    ).template.eos_token_ids == {tokenizer.eos_token_id}

@@ -61,6 +61,14 @@ class OpenAIEngineConfig(BaseModel):
         "hosted APIs do not, which leaves it unknown); None never asks.",
     )
 
+    eos_token_ids: list[int] = Field(
+        default_factory=list,
+        description="The served model's end-of-sequence ids beyond its tokenizer's eos_token (the eos_token_id list "
+        "of its generation_config.json: Qwen instruct models end with <|im_end|> or <|endoftext|>). An agent loop "
+        "drops a non-final turn's trailing EOS before a text observation and needs to know them all; the HTTP API "
+        "does not report them.",
+    )
+
     @field_validator("context_window")
     @classmethod
     def _positive_window(cls, value: int | str | None) -> int | str | None:
@@ -95,6 +103,11 @@ class OpenAIEngine:
             )
             self._clients[loop] = (client, asyncio.Semaphore(self.config.max_concurrency))
         return self._clients[loop]
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The configured end-of-sequence ids (an agent loop adds its tokenizer's own)."""
+        return frozenset(self.config.eos_token_ids)
 
     @property
     def context_window(self) -> int | None:
