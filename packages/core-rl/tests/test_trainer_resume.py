@@ -92,3 +92,33 @@ def test_a_resumed_run_trains_at_the_config_it_resumes_with(tiny_model_dir: Path
     assert all(int(s["step"]) == 8 for s in optimizer.state.values())  # 2 steps x 2 epochs x 2 mini-batches, kept
     trainer.fit()
     assert [m["actor/lr"] for m in read_metrics(out)] == [3e-4, 3e-4, 1e-4]
+
+
+def test_the_last_steps_validation_is_logged_before_its_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that dies while writing its last checkpoint has logged that step's validation: with the save first,
+    a kill after it lost the validation for good, since a resume finds the run finished."""
+    out = tmp_path / "run"
+    overrides = [
+        "trainer.total_steps=2",
+        "trainer.val_every=2",
+        "trainer.save_every=0",
+        "trainer.val_before_train=false",
+    ]
+    config = tiny_config(tiny_model_dir, out, overrides)
+    trainer = Trainer(
+        config,
+        engine=SamplingEngine(tiny_model_dir),
+        reward_fn=digit_reward,
+        train_data=sum_rows(8),
+        val_data=sum_rows(4, seed=1),
+    )
+
+    def killed_while_saving() -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "save", killed_while_saving)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert [m["step"] for m in read_metrics(out) if "val/reward/mean" in m] == [2]

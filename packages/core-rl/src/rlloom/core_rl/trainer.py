@@ -220,12 +220,15 @@ class Trainer:
                 metrics = self.train_step()
                 tracker.log(metrics, step=self.step)
                 last = self.step == self.total_steps
-                if last or (cfg.trainer.save_every and self.step % cfg.trainer.save_every == 0):
-                    self.save()
+                # validation before the checkpoint: a run killed between the two then redoes the step from the
+                # previous checkpoint; the other way round, a kill after the last save lost that step's validation
+                # for good (a resume finds the run finished)
                 if self.val_data and cfg.trainer.val_every and (last or self.step % cfg.trainer.val_every == 0):
                     val = self.validate()
                     tracker.log(val, step=self.step)
                     metrics.update(val)
+                if last or (cfg.trainer.save_every and self.step % cfg.trainer.save_every == 0):
+                    self.save()
         finally:
             tracker.close()
         return metrics
