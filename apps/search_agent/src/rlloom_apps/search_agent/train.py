@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig
 
 from rlloom.agent import AgentLoopConfig, Sample, SearchEnv, SearchEnvConfig, agent_collector, env_reward
+from rlloom.agent.envs.search import search_prompt
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.config import ConfigError
 from rlloom.core_rl.rows_io import DataError
@@ -112,11 +113,10 @@ def fitting_rows(
     set); now it is refused before training, or left out with a warning under data.filter_overlong_prompts.
     """
     template = TurnTemplate(tokenizer)
-    env = SearchEnv(_NoSearch(), None, env_config)  # only its prompt is rendered
     kept = []
     for i, row in enumerate(tqdm(rows, desc=f"{label} prompt lengths", disable=len(rows) < 20_000)):
         try:
-            length = len(template.prompt_ids(env.reset(Sample.from_row(row))))
+            length = len(template.prompt_ids(search_prompt(Sample.from_row(row), env_config)))
         except ValueError as err:  # e.g. a tokenizer without a chat template for the rows' chat prompts
             raise DataError(f"{label} row {i}: {err}") from None
         if length < budget:
@@ -139,10 +139,3 @@ def fitting_rows(
     if not kept:
         raise DataError(f"{label}: every prompt is {budget} tokens or longer; raise search.max_total_tokens")
     return kept
-
-
-class _NoSearch:
-    """Stands in for the retriever where only prompts are rendered (the index may take minutes to load)."""
-
-    def search(self, queries: Sequence[str], k: int) -> list[list[Any]]:
-        raise RuntimeError("no retrieval while measuring prompts")

@@ -105,6 +105,20 @@ class SearchEnvConfig(BaseModel):
     search_timeout_s: float = Field(default=60.0, gt=0, description="A search slower than this is an error.")
 
 
+def search_prompt(sample: Sample, config: SearchEnvConfig) -> Prompt:
+    """The prompt `SearchEnv.reset` opens a conversation with (no retriever needed: apps measure prompts with it
+    before an index loads): the row's own chat messages, else `config.template` around its question."""
+    if sample.prompt is not None:
+        return Prompt(messages=chat_messages(sample, system_prompt=config.system_prompt))
+    question = (sample.question or "").strip()
+    if not question:
+        raise ValueError("SearchEnv: sample has an empty question and no prompt messages")
+    if config.add_question_mark and not question.endswith("?"):
+        question += "?"
+    probe = sample.model_copy(update={"question": question})
+    return Prompt(messages=chat_messages(probe, system_prompt=config.system_prompt, template=config.template))
+
+
 class SearchEnv:
     """One Search-R1 conversation against a shared retriever; by default rewarded by EM of the last `<answer>`
     (rlloom-rewards' `qa_em_scorer`, F1 and subEM logged as components)."""
@@ -143,17 +157,7 @@ class SearchEnv:
 
     def reset(self, sample: Sample) -> Prompt:
         self._sample = sample
-        if sample.prompt is not None:
-            return Prompt(messages=chat_messages(sample, system_prompt=self.config.system_prompt))
-        question = (sample.question or "").strip()
-        if not question:
-            raise ValueError("SearchEnv: sample has an empty question and no prompt messages")
-        if self.config.add_question_mark and not question.endswith("?"):
-            question += "?"
-        probe = sample.model_copy(update={"question": question})
-        return Prompt(
-            messages=chat_messages(probe, system_prompt=self.config.system_prompt, template=self.config.template)
-        )
+        return search_prompt(sample, self.config)
 
     async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
         cfg = self.config
