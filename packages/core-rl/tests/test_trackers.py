@@ -75,6 +75,8 @@ def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     tracker = WandbTracker("rlloom-test", "run", tmp_path, {"a": 1})
     tracker.log({"reward/mean": 0.5}, step=1)
+    record = {"data_source": "toy", "prompt": "2+2=", "response": "4", "ground_truth": "4", "reward": 1.0}
+    tracker.log_generations([record], 1, title="val/generations")
     tracker.close()
     assert list(tmp_path.rglob("*.wandb"))
 

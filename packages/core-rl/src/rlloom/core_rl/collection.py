@@ -85,6 +85,7 @@ def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> list[str |
             value = 0.0
         traj.reward = value
         traj.reward_components = dict(out.components)
+        traj.reward_error = error
         if error:
             traj.metrics["reward_error"] = 1.0
         errors.append(error)

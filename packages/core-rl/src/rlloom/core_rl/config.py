@@ -338,6 +338,20 @@ class TrainerConfig(_Section):
     )
     val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
     val_before_train: bool = Field(default=False, description="Validate once before the first step.")
+    log_val_generations: int = Field(
+        default=0,
+        ge=0,
+        description="Show this many validation samples (prompt, response, ground truth, reward) at each validation "
+        "on the console, in TensorBoard and in W&B; the same samples every time. 0 = none.",
+    )
+    rollout_data_dir: str | None = Field(
+        default=None,
+        description="Write every training step's trajectories to <dir>/<step>.jsonl: prompt, response, reward and "
+        "its components, advantage, finish reason (veRL's key). None = off.",
+    )
+    validation_data_dir: str | None = Field(
+        default=None, description="Write every validation's trajectories to <dir>/<step>.jsonl. None = off."
+    )
     seed: int = Field(default=0, description="Seed of python, numpy and torch RNGs and of data shuffling.")
     deterministic: bool = Field(
         default=False, description="torch.use_deterministic_algorithms: bitwise-repeatable runs, some speed cost."

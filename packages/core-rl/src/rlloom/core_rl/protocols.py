@@ -78,6 +78,15 @@ class Tracker(Protocol):
 
 
 @runtime_checkable
+class GenerationTracker(Protocol):
+    """A tracker that can also show sample generations (`trainer.log_val_generations`): a table of records
+    from `rlloom.core_rl.generation_log` (prompt, response, ground truth, reward ...). Optional: trackers that
+    lack it get metrics only."""
+
+    def log_generations(self, records: Sequence[Mapping[str, Any]], step: int, *, title: str) -> None: ...
+
+
+@runtime_checkable
 class PolicyWorker(Protocol):
     """The actor: log-probs under the current policy and PPO updates.
 

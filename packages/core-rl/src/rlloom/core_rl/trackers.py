@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from rlloom.core_rl.protocols import Tracker
+from rlloom.core_rl.protocols import GenerationTracker, Tracker
 
 CONSOLE_KEYS = (
     ("reward/mean", "reward"),
@@ -30,6 +30,13 @@ CONSOLE_KEYS = (
     ("val/reward/mean", "val"),
     ("perf/tokens_per_s", "tok/s"),
 )
+
+SAMPLE_COLUMNS = ("data_source", "prompt", "response", "ground_truth", "reward")
+"""The columns of a sample table (`trainer.log_val_generations`), in order."""
+
+PROMPT_CHARS, RESPONSE_CHARS = 300, 600
+"""How much of a prompt (its end: shared templates come first, the question last) and of a response (its start)
+a console or TensorBoard table shows; the JSONL dumps and the W&B table keep the whole text."""
 
 
 class ConsoleTracker:
@@ -61,6 +68,16 @@ class ConsoleTracker:
         import yaml
 
         self.progress.console.print(yaml.safe_dump(dict(config), sort_keys=False))
+
+    def log_generations(self, records: Sequence[Mapping[str, Any]], step: int, *, title: str) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"{title}, step {step}", show_lines=True, expand=True)
+        for column in SAMPLE_COLUMNS:
+            table.add_column(column, overflow="fold", ratio=3 if column in ("prompt", "response") else 1)
+        for row in _sample_rows(records, clip=True):
+            table.add_row(*row)
+        self.progress.console.print(table)
 
     def close(self) -> None:
         self.progress.stop()
@@ -128,6 +145,15 @@ class TensorBoardTracker:
 
         self.writer.add_text("config", f"```yaml\n{yaml.safe_dump(dict(config), sort_keys=False)}\n```")
 
+    def log_generations(self, records: Sequence[Mapping[str, Any]], step: int, *, title: str) -> None:
+        def cell(text: str) -> str:  # a markdown table cell: no line breaks, no column separators
+            return text.replace("|", "\\|").replace("\n", "<br>")
+
+        lines = ["| " + " | ".join(SAMPLE_COLUMNS) + " |", "|" + "---|" * len(SAMPLE_COLUMNS)]
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in _sample_rows(records, clip=True)]
+        self.writer.add_text(title, "\n".join(lines), global_step=step)
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -154,6 +180,12 @@ class WandbTracker:
     def log_config(self, config: Mapping[str, Any]) -> None:
         self.run.config.update(dict(config), allow_val_change=True)
 
+    def log_generations(self, records: Sequence[Mapping[str, Any]], step: int, *, title: str) -> None:
+        import wandb
+
+        table = wandb.Table(columns=list(SAMPLE_COLUMNS), data=[list(row) for row in _sample_rows(records)])
+        self.run.log({title: table}, step=step)
+
     def close(self) -> None:
         self.run.finish()
 
@@ -172,6 +204,12 @@ class MultiTracker:
         for tracker in self.trackers:
             tracker.log_config(config)
 
+    def log_generations(self, records: Sequence[Mapping[str, Any]], step: int, *, title: str) -> None:
+        """To the trackers that show samples (metrics.jsonl does not: the JSONL dumps hold them)."""
+        for tracker in self.trackers:
+            if isinstance(tracker, GenerationTracker):
+                tracker.log_generations(records, step, title=title)
+
     def close(self) -> None:
         """Close every tracker even if one fails (a failing wandb upload must not leave metrics.jsonl unflushed),
         then raise the first failure."""
@@ -183,6 +221,28 @@ class MultiTracker:
                 first = first or exc
         if first is not None:
             raise first
+
+
+def _sample_rows(records: Sequence[Mapping[str, Any]], *, clip: bool = False) -> list[tuple[str, ...]]:
+    """Each record's `SAMPLE_COLUMNS` as text; with `clip`, long prompts keep their end and responses their start."""
+    rows: list[tuple[str, ...]] = []
+    for record in records:
+        prompt, response = str(record.get("prompt", "")), str(record.get("response", ""))
+        if clip and len(prompt) > PROMPT_CHARS:
+            prompt = "..." + prompt[-PROMPT_CHARS:]
+        if clip and len(response) > RESPONSE_CHARS:
+            response = response[:RESPONSE_CHARS] + f"... (+{len(response) - RESPONSE_CHARS} chars)"
+        reward = record.get("reward")
+        rows.append(
+            (
+                str(record.get("data_source", "")),
+                prompt,
+                response,
+                json.dumps(record.get("ground_truth"), ensure_ascii=False),
+                "" if reward is None else f"{reward:.4g}" if isinstance(reward, float) else str(reward),
+            )
+        )
+    return rows
 
 
 def _json_number(value: float) -> float | str:

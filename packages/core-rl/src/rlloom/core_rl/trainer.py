@@ -39,6 +39,7 @@ from rlloom.core_rl.config import ConfigError, KeyedValueError, RLConfig, check_
 from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.data import PromptLoader, Row, check_rows, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.generation_log import GenerationDump, generation_records
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, component_means, metric_means
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
@@ -133,6 +134,15 @@ class Trainer:
             start_step=self.step,
             trackers=trackers,
             tokenizer=tokenizer,
+        )
+        trainer_cfg = config.trainer
+        self.rollout_dump = (
+            GenerationDump(trainer_cfg.rollout_data_dir, start_step=self.step) if trainer_cfg.rollout_data_dir else None
+        )
+        self.validation_dump = (
+            GenerationDump(trainer_cfg.validation_data_dir, start_step=self.step)
+            if trainer_cfg.validation_data_dir
+            else None
         )
         self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
         source = (
@@ -241,6 +251,7 @@ class Trainer:
         trajectories, metrics = self._collect_scored(timer)
         batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
         if metrics.get("dynamic_sampling/skipped_update"):
+            self._dump_rollouts(trajectories, None)
             return self._step_metrics(batch, metrics, timer)
 
         warming = self.step <= cfg.trainer.critic_warmup  # critic-only step: the policy stays as it is
@@ -266,6 +277,7 @@ class Trainer:
 
         with timer("advantages"):
             metrics.update(self._compute_advantages(batch, trajectories))
+        self._dump_rollouts(trajectories, batch)
         if cfg.algorithm.overlong_filter:
             # after the advantages: truncated responses still count in their group's baseline, carry no loss
             truncated = torch.tensor([r == "length" for r in batch.non_tensors["finish_reason"]])
@@ -298,6 +310,22 @@ class Trainer:
         metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
         metrics["train/epoch"] = float(self.loader.epoch)
         return metrics
+
+    def _dump_rollouts(self, trajectories: list[Trajectory], batch: TrajectoryBatch | None) -> None:
+        """`trainer.rollout_data_dir`: the step's trajectories with each one's mean advantage over its sampled
+        tokens (`batch` holds the advantages; None when the step computed none)."""
+        if self.rollout_dump is None:
+            return
+        advantages: list[float | None] | None = None
+        if batch is not None:
+            mask = batch.loss_mask.float()
+            sampled = mask.sum(-1)
+            means = (batch["advantages"].float() * mask).sum(-1) / sampled.clamp(min=1)
+            advantages = [float(m) if n > 0 else None for m, n in zip(means.tolist(), sampled.tolist(), strict=True)]
+        records = generation_records(
+            trajectories, self.parts.tokenizer, step=self.step, split="train", advantages=advantages
+        )
+        self.rollout_dump.write(self.step, records)
 
     # ------------------------------------------------------------------ phases
     def _collect_scored(self, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
@@ -490,6 +518,14 @@ class Trainer:
         random.setstate(py_state)
         np.random.set_state(np_state)
         self.reward_errors.report(errors, step=self.step, split="validation")
+        shown = self.cfg.trainer.log_val_generations
+        if self.validation_dump is not None or shown:
+            records = generation_records(trajectories, self.parts.tokenizer, step=self.step, split="validation")
+            if self.validation_dump is not None:
+                self.validation_dump.write(self.step, records)
+            if shown:
+                # the first samples: the same validation rows every time, so the table shows how answers change
+                self.parts.tracker.log_generations(records[:shown], self.step, title="val/generations")
         rewards = torch.tensor([t.reward or 0.0 for t in trajectories])
         out = {"val/reward/mean": float(rewards.mean())}
         for source in sorted({t.data_source for t in trajectories}):

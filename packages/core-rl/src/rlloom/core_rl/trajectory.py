@@ -28,6 +28,7 @@ class Trajectory:
     metrics: dict[str, float] = field(default_factory=dict)  # turns, tool calls, tool latency, ...
     reward: float | None = None
     reward_components: dict[str, float] = field(default_factory=dict)
+    reward_error: str | None = None  # why scoring failed (the reward is then 0); None when it scored cleanly
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
