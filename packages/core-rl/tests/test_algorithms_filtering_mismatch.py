@@ -9,6 +9,7 @@ import torch
 
 from rlloom.core_rl.algorithms import (
     filter_zero_variance_groups,
+    high_entropy_token_mask,
     mask_truncated_responses,
     mismatch_metrics,
     overlong_reward_penalty,
@@ -109,6 +110,45 @@ def test_mismatch_metrics_hand_computed() -> None:
     assert float(m["mismatch_abs_logprob_diff_max"]) == pytest.approx(d)  # the masked 9× token is ignored
     assert float(m["mismatch_ratio_mean"]) == pytest.approx(1.5)
     assert float(m["tis_capped_frac"]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected", "capped"),
+    [
+        # token ratios 1, 3, 0.5 | 4 (the masked 9x token never counts)
+        ("token_truncate", [[1.0, 2.0, 0.5, 0.0], [2.0, 0.0, 0.0, 0.0]], 2 / 4),
+        ("token_mask", [[1.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.0]], 2 / 4),
+        # sequence ratios 1 * 3 * 0.5 = 1.5 and 4
+        ("sequence_truncate", [[1.5, 1.5, 1.5, 0.0], [2.0, 0.0, 0.0, 0.0]], 1 / 2),
+        ("sequence_mask", [[1.5, 1.5, 1.5, 0.0], [0.0, 0.0, 0.0, 0.0]], 1 / 2),
+    ],
+)
+def test_tis_modes_hand_computed(mode: str, expected: list[list[float]], capped: float) -> None:
+    """TRL's vllm_importance_sampling_mode variants: per-token or per-sequence ratio, truncated or masked."""
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.2, 0.9], [0.8, 0.9, 0.5, 0.5]]))
+    rollout = torch.log(torch.tensor([[0.5, 0.3, 0.4, 0.1], [0.2, 0.1, 0.5, 0.5]]))
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    weights = tis_weights(old, rollout, mask, cap=2.0, mode=mode)
+    torch.testing.assert_close(weights, torch.tensor(expected))
+    assert float(mismatch_metrics(old, rollout, mask, cap=2.0, mode=mode)["tis_capped_frac"]) == pytest.approx(capped)
+
+
+def test_tis_unknown_mode_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="token_truncate, token_mask, sequence_truncate, sequence_mask"):
+        tis_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), cap=2.0, mode="sequence")
+
+
+def test_high_entropy_token_mask_keeps_the_top_fraction_of_valid_tokens() -> None:
+    entropy = torch.tensor([[0.1, 0.9, 0.4, 5.0], [0.7, 0.2, 0.3, 0.6]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # the 5.0 is padding: it must neither count nor be kept
+    # valid entropies sorted: 0.1 0.2 0.3 0.4 0.6 0.7 0.9; the 0.6 quantile (top 40%) interpolates at
+    # position 0.6 * 6 = 3.6: 0.4 + 0.6 * (0.6 - 0.4) = 0.52, so 0.6, 0.7 and 0.9 are kept
+    keep = high_entropy_token_mask(entropy, mask, top_fraction=0.4)
+    assert keep.tolist() == [[False, True, False, False], [True, False, False, True]]
+    assert high_entropy_token_mask(entropy, mask, top_fraction=1.0).tolist() == mask.bool().tolist()
+    assert not high_entropy_token_mask(entropy, torch.zeros_like(mask), top_fraction=0.2).any()
+    with pytest.raises(ValueError, match="top_fraction"):
+        high_entropy_token_mask(entropy, mask, top_fraction=0.0)
 
 
 def test_identical_engines_show_no_mismatch() -> None:

@@ -101,6 +101,10 @@ def test_overlong_buffer_longer_than_any_response_limit_is_refused_at_load() -> 
 def test_policy_loss_options_refused_at_load() -> None:
     assert error_of(["algorithm.policy_loss=gspo", "algorithm.dual_clip=3"]).startswith("algorithm.dual_clip: ")
     assert error_of(["algorithm.policy_loss=gmpo"]).startswith("algorithm.loss_agg_mode: token-mean but")
+    gmpo = ["algorithm.policy_loss=gmpo", "algorithm.loss_agg_mode=seq-mean-token-mean"]
+    assert error_of([*gmpo, "algorithm.top_entropy_quantile=0.2"]).startswith("algorithm.top_entropy_quantile: ")
+    assert error_of(["algorithm.tis_mode=sequence"]).startswith("algorithm.tis_mode: ")
+    assert error_of(["algorithm.top_entropy_quantile=0"]).startswith("algorithm.top_entropy_quantile: ")
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline"])

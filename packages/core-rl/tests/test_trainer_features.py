@@ -4,6 +4,7 @@ TIS, DAPO dynamic sampling and overlong filtering, padding-free micro-batches, R
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -306,3 +307,30 @@ def test_old_logprobs_are_recomputed_when_something_reads_them_before_the_update
     trainer = make_trainer(tiny_model_dir, tmp_path / "on_policy", on_policy)
     batch = TrajectoryBatch.from_trajectories(trainer._collect_scored(PhaseTimer())[0], 0)
     assert trainer._update_supplies_old_logprobs(batch)
+
+
+def test_high_entropy_selection_and_tis_mode_set_the_update_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """top_entropy_quantile keeps the policy-gradient weight (here the sequence-truncated TIS weight) of the
+    batch's high-entropy tokens and zeroes the others'; a step trains with both switched on."""
+    overrides = ["algorithm.tis_cap=2.0", "algorithm.tis_mode=sequence_truncate", "algorithm.top_entropy_quantile=0.5"]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
+    trajectories = [
+        Trajectory(prompt_ids=[5], response_ids=[6, 7, 8], loss_mask=[1, 1, 1], rollout_logprobs=[0.0, 0.0, 0.0]),
+        Trajectory(prompt_ids=[5], response_ids=[6, 7], loss_mask=[1, 1], rollout_logprobs=[0.0, 0.0]),
+    ]
+    batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=0)
+    # sequence ratios: exp(0.1 + 0.2 + 0.3) = 1.82 (under the cap), exp(1.0 + 0.0) = 2.72 -> 2
+    batch["old_logprobs"] = torch.tensor([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]])
+    entropy = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 7.0]])  # 7.0 is padding
+    metrics = trainer._policy_diagnostics(batch, entropy)
+    # valid entropies 0.1 0.2 0.5 0.8 0.9: the median 0.5 and above are kept
+    ratio = math.exp(0.6)
+    torch.testing.assert_close(batch["is_weights"], torch.tensor([[ratio, 0.0, ratio], [0.0, 2.0, 0.0]]))
+    assert metrics["actor/high_entropy_token_frac"] == pytest.approx(3 / 5)
+    assert metrics["mismatch/tis_capped_frac"] == pytest.approx(1 / 2)
+
+    trainer.total_steps = 1
+    trainer.fit()
+    step = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert 0.5 <= step["actor/high_entropy_token_frac"] < 0.75  # ties at the median may keep a few more
+    assert step["actor/old_logprobs_from_update"] == 0.0  # the selection needs the old-log-prob pass's entropy

@@ -233,12 +233,25 @@ class AlgorithmConfig(_Section):
         description="Truncated importance sampling cap C: weight tokens by min(pi_old/pi_rollout, C) to correct "
         "the engine/trainer mismatch (Yao et al. 2025); None = off. The mismatch KL is logged either way.",
     )
+    tis_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
+        default="token_truncate",
+        description="With tis_cap (TRL's vllm_importance_sampling_mode): the ratio per token or per sequence (the "
+        "product over its sampled tokens), truncated at the cap or, above it, masked to 0 (the sample drops out).",
+    )
+    top_entropy_quantile: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Policy gradient only on the tokens whose entropy is in this top fraction of the step's batch "
+        "(Wang et al. 2025 keep 0.2; TRL's key); 1.0 = every token. The KL and entropy terms still cover all tokens.",
+    )
     old_logprobs: Literal["auto", "recompute"] = Field(
         default="auto",
         description="Where the PPO ratio's old log-probs come from. auto: when the step makes exactly one "
         "optimizer step (actor.ppo_epochs 1, the batch within one mini-batch) and nothing before the update needs "
-        "them (no use_kl_in_reward, tis_cap or adaptive_entropy), the update's own log-probs, detached, are the "
-        "old ones (ratio 1, as TRL's GRPOTrainer does), saving a forward pass per step; otherwise, and with "
+        "them (no use_kl_in_reward, tis_cap, top_entropy_quantile or adaptive_entropy), the update's own "
+        "log-probs, detached, are the old ones (ratio 1, as TRL's GRPOTrainer does), saving a forward pass per "
+        "step; otherwise, and with "
         "recompute, a separate forward computes them before the update.",
     )
     dynamic_sampling: bool = Field(
@@ -514,6 +527,12 @@ def _check_policy_loss(algo: AlgorithmConfig) -> None:
             "algorithm.tis_cap",
             f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights; set "
             "algorithm.tis_cap=null or use algorithm.policy_loss=ppo with TIS",
+        )
+    if loss in _SEQUENCE_LEVEL and algo.top_entropy_quantile < 1.0:
+        raise KeyedValueError(
+            "algorithm.top_entropy_quantile",
+            f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights to select tokens "
+            "by; set algorithm.top_entropy_quantile=1.0 or use algorithm.policy_loss=ppo",
         )
 
 

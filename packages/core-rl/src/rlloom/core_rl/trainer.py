@@ -24,6 +24,7 @@ from rlloom.core_rl.algorithms import (
     apply_kl_in_reward,
     filter_zero_variance_groups,
     get_advantage_estimator,
+    high_entropy_token_mask,
     kl_penalty,
     make_kl_controller,
     mask_truncated_responses,
@@ -420,10 +421,11 @@ class Trainer:
 
     def _update_supplies_old_logprobs(self, batch: TrajectoryBatch) -> bool:
         """`algorithm.old_logprobs=auto`: skip the separate old-log-prob forward when the batch gets one optimizer
-        step and nothing before the update reads the old log-probs (KL in the reward, TIS weights, the entropy
-        adaptive control reacts to); the update then uses its own, detached (ratio 1)."""
+        step and nothing before the update reads the old log-probs or their entropy (KL in the reward, TIS weights,
+        high-entropy token selection, adaptive entropy control); the update then uses its own, detached (ratio 1)."""
         algo, actor = self.cfg.algorithm, self.cfg.actor
-        if algo.old_logprobs != "auto" or algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy:
+        needs_old = algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy
+        if algo.old_logprobs != "auto" or needs_old or algo.top_entropy_quantile < 1.0:
             return False
         rows = mini_batch_rows(self.cfg, actor.mini_batch_size)
         return single_optimizer_step(batch.batch_size, rows, epochs=actor.ppo_epochs)
@@ -466,12 +468,23 @@ class Trainer:
             kl = kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], algo.kl_loss_type)
             out["actor/kl_mean"] = float(masked_mean(kl, mask))
         if "rollout_logprobs" in batch:
-            mismatch = mismatch_metrics(batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap)
+            mismatch = mismatch_metrics(
+                batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap, mode=algo.tis_mode
+            )
             out.update({f"mismatch/{k}": float(v) for k, v in mismatch.items()})
             if algo.tis_cap is not None:
                 batch["is_weights"] = tis_weights(
-                    batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap
+                    batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap, mode=algo.tis_mode
                 )
+        if algo.top_entropy_quantile < 1.0:
+            if entropy is None:
+                raise RuntimeError("algorithm.top_entropy_quantile needs the old-log-prob pass's entropy")
+            # the selected tokens' per-token weight is kept (1, or the TIS weight); the others' becomes 0, so they
+            # still count in the loss's token normaliser, as in TRL
+            keep = high_entropy_token_mask(entropy, mask, top_fraction=algo.top_entropy_quantile)
+            base = batch["is_weights"] if "is_weights" in batch else mask.float()
+            batch["is_weights"] = base * keep.float()
+            out["actor/high_entropy_token_frac"] = float(masked_mean(keep.float(), mask))
         return out
 
     def _compute_advantages(self, batch: TrajectoryBatch, trajectories: list[Trajectory]) -> dict[str, float]:

@@ -32,6 +32,7 @@ from rlloom.core_rl.algorithms.entropy_control import (
     applied_entropy_coef,
     next_entropy_coef,
 )
+from rlloom.core_rl.algorithms.entropy_mask import high_entropy_token_mask
 from rlloom.core_rl.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
     GROUP_RELATIVE_ESTIMATORS,
@@ -56,7 +57,7 @@ from rlloom.core_rl.algorithms.kl_control import (
 )
 from rlloom.core_rl.algorithms.logits import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.algorithms.masked_stats import masked_mean, masked_sum, masked_var, masked_whiten
-from rlloom.core_rl.algorithms.mismatch import mismatch_metrics, tis_weights
+from rlloom.core_rl.algorithms.mismatch import TIS_MODES, mismatch_metrics, tis_weights
 from rlloom.core_rl.algorithms.policy_loss import (
     POLICY_LOSSES,
     PolicyLossFn,
@@ -76,6 +77,7 @@ __all__ = [
     "GROUP_RELATIVE_ESTIMATORS",
     "KL_KINDS",
     "POLICY_LOSSES",
+    "TIS_MODES",
     "AdaptiveEntropyController",
     "AdaptiveKLController",
     "AdvantageEstimator",
@@ -106,6 +108,7 @@ __all__ = [
     "grpo_advantages",
     "grpo_passk_advantages",
     "gspo_policy_loss",
+    "high_entropy_token_mask",
     "kl_penalty",
     "logprobs_from_logits",
     "make_kl_controller",
