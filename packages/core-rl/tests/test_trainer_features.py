@@ -17,7 +17,7 @@ from rlloom.core_rl.config import ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
 from rlloom.core_rl.data import DataError, generation_request
 from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.metrics import PhaseTimer, best_worst_at_n
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
@@ -334,3 +334,32 @@ def test_high_entropy_selection_and_tis_mode_set_the_update_weights(tiny_model_d
     step = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert 0.5 <= step["actor/high_entropy_token_frac"] < 0.75  # ties at the median may keep a few more
     assert step["actor/old_logprobs_from_update"] == 0.0  # the selection needs the old-log-prob pass's entropy
+
+
+def test_best_worst_and_std_at_n_hand_computed() -> None:
+    rewards = [1.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.0, 1.0, 1.0]
+    groups = ["a", "a", "a", "b", "b", "b", "c", "c", "c"]
+    out = best_worst_at_n(rewards, groups, "val/reward/x")
+    assert out["val/reward/x/best@3"] == pytest.approx((1.0 + 0.5 + 1.0) / 3)
+    assert out["val/reward/x/worst@3"] == pytest.approx((0.0 + 0.5 + 0.0) / 3)
+    std_a = math.sqrt((2 * (1 / 3) ** 2 + (2 / 3) ** 2) / 3)  # population std of {1, 0, 0}
+    assert out["val/reward/x/std@3"] == pytest.approx((std_a + 0.0 + std_a) / 3)
+    assert best_worst_at_n([1.0, 0.0], ["a", "b"], "p") == {}  # one sample per prompt: nothing to compare
+    with pytest.raises(ValueError, match="3 rewards for 2 group ids"):
+        best_worst_at_n([1.0, 0.0, 1.0], ["a", "b"], "p")
+
+
+def test_validation_with_several_samples_reports_best_and_worst_at_n(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = ["rollout.val_n=3", "rollout.val_temperature=1.0", f"trainer.validation_data_dir={tmp_path / 'val'}"]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
+    metrics = trainer.validate()
+    records = [json.loads(line) for line in (tmp_path / "val" / "0.jsonl").read_text().splitlines()]
+    by_prompt: dict[str, list[float]] = {}
+    for record in records:
+        by_prompt.setdefault(record["group_id"], []).append(record["reward"])
+    assert len(by_prompt) == 3 and all(len(r) == 3 for r in by_prompt.values())
+    best = sum(max(r) for r in by_prompt.values()) / 3
+    worst = sum(min(r) for r in by_prompt.values()) / 3
+    assert metrics["val/reward/toy_sum/best@3"] == pytest.approx(best)
+    assert metrics["val/reward/toy_sum/worst@3"] == pytest.approx(worst)
+    assert metrics["val/reward/toy_sum/worst@3"] <= metrics["val/reward/mean"] <= metrics["val/reward/toy_sum/best@3"]

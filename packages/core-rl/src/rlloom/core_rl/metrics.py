@@ -92,3 +92,28 @@ def batch_metrics(batch: TrajectoryBatch, *, max_response_length: int) -> dict[s
     out["batch/samples"] = float(batch.batch_size)
     out["batch/response_tokens"] = float(mask.sum())
     return out
+
+
+def best_worst_at_n(rewards: Sequence[float], group_ids: Sequence[str], prefix: str) -> dict[str, float]:
+    """With n samples per prompt: `<prefix>/best@n` and `<prefix>/worst@n`, the mean over prompts of the best and
+    of the worst of its samples' rewards, and `<prefix>/std@n`, the mean within-prompt standard deviation (veRL's
+    validation best@N/worst@N/std@N, here at the full N, not bootstrapped). With 0/1 rewards best@n is pass@n.
+
+    Groups of different sizes are named by the largest (a prompt whose collector returned fewer samples still
+    counts); nothing is returned when every group has one sample.
+    """
+    if len(rewards) != len(group_ids):
+        raise ValueError(f"best_worst_at_n: {len(rewards)} rewards for {len(group_ids)} group ids")
+    groups: dict[str, list[float]] = {}
+    for reward, group in zip(rewards, group_ids, strict=True):
+        groups.setdefault(group, []).append(float(reward))
+    n = max((len(g) for g in groups.values()), default=0)
+    if n < 2:
+        return {}
+    values = list(groups.values())
+    stds = [float(torch.tensor(g).std(unbiased=False)) for g in values]
+    return {
+        f"{prefix}/best@{n}": sum(max(g) for g in values) / len(values),
+        f"{prefix}/worst@{n}": sum(min(g) for g in values) / len(values),
+        f"{prefix}/std@{n}": sum(stds) / len(stds),
+    }

@@ -41,7 +41,7 @@ from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.data import PromptLoader, Row, check_rows, limit_prompt_length
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.generation_log import GenerationDump, generation_records
-from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, component_means, metric_means
+from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, best_worst_at_n, component_means, metric_means
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
@@ -542,8 +542,10 @@ class Trainer:
         rewards = torch.tensor([t.reward or 0.0 for t in trajectories])
         out = {"val/reward/mean": float(rewards.mean())}
         for source in sorted({t.data_source for t in trajectories}):
-            picked = [t.reward or 0.0 for t in trajectories if t.data_source == source]
-            out[f"val/reward/{source or 'default'}/mean"] = sum(picked) / len(picked)
+            picked = [t for t in trajectories if t.data_source == source]
+            name = f"val/reward/{source or 'default'}"
+            out[f"{name}/mean"] = sum(t.reward or 0.0 for t in picked) / len(picked)
+            out.update(best_worst_at_n([t.reward or 0.0 for t in picked], [t.group_id for t in picked], name))
         out.update(component_means([t.reward_components for t in trajectories], prefix="val/"))
         out["val/response_length/mean"] = sum(len(t.response_ids) for t in trajectories) / len(trajectories)
         out.update({f"val/rollout/{k}": v for k, v in metric_means([t.metrics for t in trajectories]).items()})
