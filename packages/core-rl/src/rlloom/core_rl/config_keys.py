@@ -60,6 +60,27 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.actor.clip_ratio_high": "algorithm.clip_high",
     "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
     "actor_rollout_ref.rollout.response_length": "rollout.max_tokens",
+    "actor_rollout_ref.actor.clip_ratio": "algorithm.clip_low and algorithm.clip_high",
+    "actor_rollout_ref.actor.clip_ratio_c": "algorithm.dual_clip",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "algorithm.policy_loss",
+    "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
+    "actor_rollout_ref.actor.grad_clip": "actor.grad_clip",
+    "actor_rollout_ref.actor.use_dynamic_bsz": "actor.max_tokens_per_micro_batch (micro-batches always fill a "
+    "token budget)",
+    "actor_rollout_ref.model.lora_rank": "model.lora_rank",
+    "actor_rollout_ref.rollout.n": "rollout.n",
+    "actor_rollout_ref.rollout.temperature": "rollout.temperature",
+    "actor_rollout_ref.rollout.top_p": "rollout.top_p",
+    "actor_rollout_ref.rollout.top_k": "rollout.top_k",
+    "actor_rollout_ref.rollout.val_kwargs.n": "rollout.val_n",
+    "actor_rollout_ref.rollout.val_kwargs.temperature": "rollout.val_temperature",
+    "actor_rollout_ref.rollout.val_kwargs.top_p": "rollout.val_top_p",
+    "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
+    "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sampling_rounds",
+    "algorithm.rollout_is_threshold": "algorithm.tis_cap",
+    "algorithm.rollout_is_mode": "algorithm.tis_mode",
+    "critic.cliprange_value": "critic.value_clip",
+    "trainer.max_actor_ckpt_to_keep": "trainer.keep_last",
 }
 _VERL_SECTIONS = {
     "actor_rollout_ref": "veRL's actor_rollout_ref is split here into model, actor and rollout (loss settings such "
