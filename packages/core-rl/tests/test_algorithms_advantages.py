@@ -45,6 +45,17 @@ def test_dr_grpo_skips_std() -> None:
     torch.testing.assert_close(adv, torch.tensor([1 / 3, -2 / 3, 1 / 3, 0.0]))
 
 
+def test_grpo_batch_std_hand_computed() -> None:
+    # group means: a = 0.5, b = 2; whole-batch scores [1, 0, 2, 2]: mean 1.25, Bessel variance
+    # (0.0625 + 1.5625 + 0.5625 + 0.5625) / 3 = 2.75 / 3
+    scores = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    adv = grpo_advantages(scores, ["a", "a", "b", "b"], eps=0.0, std_scope="batch")
+    s = (2.75 / 3) ** 0.5
+    torch.testing.assert_close(adv, torch.tensor([0.5 / s, -0.5 / s, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="std_scope"):
+        grpo_advantages(scores, ["a", "a", "b", "b"], std_scope="global")
+
+
 def test_grpo_std_matches_torch_std() -> None:
     scores = torch.tensor([0.3, 1.7, -2.0, 4.0])
     adv = grpo_advantages(scores, [0, 0, 0, 0], eps=1e-6)

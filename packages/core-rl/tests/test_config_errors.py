@@ -105,6 +105,10 @@ def test_policy_loss_options_refused_at_load() -> None:
     assert error_of([*gmpo, "algorithm.top_entropy_quantile=0.2"]).startswith("algorithm.top_entropy_quantile: ")
     assert error_of(["algorithm.tis_mode=sequence"]).startswith("algorithm.tis_mode: ")
     assert error_of(["algorithm.top_entropy_quantile=0"]).startswith("algorithm.top_entropy_quantile: ")
+    assert error_of(["algorithm.adv_estimator=rloo", "algorithm.adv_std_scope=batch"]).startswith(
+        "algorithm.adv_std_scope: batch, but algorithm.adv_estimator=rloo"
+    )
+    load_config(None, ["model.path=/m", "algorithm.adv_std_scope=batch"])  # grpo with its std: fine
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline"])

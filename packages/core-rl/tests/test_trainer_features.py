@@ -363,3 +363,19 @@ def test_validation_with_several_samples_reports_best_and_worst_at_n(tiny_model_
     assert metrics["val/reward/toy_sum/best@3"] == pytest.approx(best)
     assert metrics["val/reward/toy_sum/worst@3"] == pytest.approx(worst)
     assert metrics["val/reward/toy_sum/worst@3"] <= metrics["val/reward/mean"] <= metrics["val/reward/toy_sum/best@3"]
+
+
+def test_batch_std_scope_reaches_the_advantages(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """algorithm.adv_std_scope=batch: each response's advantage is (reward - its group's mean) / the std of all
+    the step's rewards, read back from the step's rollout dump."""
+    overrides = ["trainer.total_steps=2", "algorithm.adv_std_scope=batch", f"trainer.rollout_data_dir={tmp_path / 'r'}"]
+    fit(tiny_model_dir, tmp_path / "run", overrides)
+    records = [json.loads(line) for line in (tmp_path / "r" / "1.jsonl").read_text().splitlines()]
+    rewards = torch.tensor([r["reward"] for r in records], dtype=torch.float64)
+    groups: dict[str, list[float]] = {}
+    for record in records:
+        groups.setdefault(record["group_id"], []).append(record["reward"])
+    for record in records:
+        mean = sum(groups[record["group_id"]]) / len(groups[record["group_id"]])
+        expected = (record["reward"] - mean) / (float(rewards.std()) + 1e-6)
+        assert record["advantage"] == pytest.approx(expected, abs=1e-4)

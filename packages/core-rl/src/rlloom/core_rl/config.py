@@ -170,6 +170,11 @@ class AlgorithmConfig(_Section):
         "reinforce_plus_plus_baseline (Hu 2025).",
     )
     norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
+    adv_std_scope: Literal["group", "batch"] = Field(
+        default="group",
+        description="grpo with norm_adv_by_std: divide by the std of the prompt's group, or of the whole batch's "
+        "rewards (group mean, batch std: TRL's scale_rewards=batch; Liu et al. 2025, 'Tricks or Traps?').",
+    )
     gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor (GAE, REINFORCE++).")
     lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda (Schulman et al. 2016).")
     policy_loss: str = Field(
@@ -452,6 +457,13 @@ class RLConfig(_Section):
                 f"{rollout.n} sample per prompt, but algorithm.adv_estimator={algo.adv_estimator} compares each "
                 "sample with the others of its prompt's group, so every advantage would be 0; set rollout.n=2 or more "
                 "(GRPO papers use 8-16), or use an estimator without groups (reinforce_plus_plus, remax, gae)",
+            )
+        if algo.adv_std_scope == "batch" and (algo.adv_estimator != "grpo" or not algo.norm_adv_by_std):
+            raise KeyedValueError(
+                "algorithm.adv_std_scope",
+                f"batch, but algorithm.adv_estimator={algo.adv_estimator} with norm_adv_by_std="
+                f"{algo.norm_adv_by_std} divides by no group std to replace; use algorithm.adv_estimator=grpo with "
+                "norm_adv_by_std=true, or set algorithm.adv_std_scope=group",
             )
         limits = [("rollout.max_tokens", rollout.max_tokens)]
         limits += [(f"rollout.max_tokens_schedule[{i}].max_tokens", s.max_tokens) for i, s in enumerate(

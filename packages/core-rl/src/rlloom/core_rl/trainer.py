@@ -513,6 +513,7 @@ class Trainer:
             gamma=algo.gamma,
             lam=algo.lam,
             norm_by_std=algo.norm_adv_by_std,
+            std_scope=algo.adv_std_scope,
         )
         batch["advantages"], batch["returns"] = get_advantage_estimator(algo.adv_estimator)(inputs)
         return out

@@ -27,17 +27,30 @@ def check_rewards_on_valid_tokens(token_rewards: Tensor, mask: Tensor) -> None:
         )
 
 
-def grpo_advantages(scores: Tensor, group_ids: GroupIds, *, norm_by_std: bool = True, eps: float = 1e-6) -> Tensor:
+def grpo_advantages(
+    scores: Tensor,
+    group_ids: GroupIds,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    std_scope: str = "group",
+) -> Tensor:
     """GRPO: Aᵢ = (rᵢ − mean_g) / (std_g + eps) over the responses g sampled from the same prompt.
 
     std is the sample std with Bessel's correction (as `torch.std`); a group of one gets 0. `norm_by_std=False`
-    is Dr.GRPO's unbiased variant Aᵢ = rᵢ − mean_g.
+    is Dr.GRPO's unbiased variant Aᵢ = rᵢ − mean_g. `std_scope="batch"` divides by the std of the whole batch's
+    scores instead (group mean, batch std: TRL's `scale_rewards="batch"`; Liu et al. 2025, "Part I: Tricks or
+    Traps?", find it more robust when a group's rewards barely differ).
     Shao et al. 2024, "DeepSeekMath" (GRPO); Liu et al. 2025, "Understanding R1-Zero-Like Training" (Dr.GRPO).
     """
+    if std_scope not in ("group", "batch"):
+        raise ValueError(f"std_scope must be 'group' or 'batch', got {std_scope!r}")
     stats = group_stats(scores, group_ids)
-    adv = scores.detach().to(stats.mean.dtype) - stats.mean
+    x = scores.detach().to(stats.mean.dtype)
+    adv = x - stats.mean
     if norm_by_std:
-        adv = adv / (stats.std + eps)
+        std = stats.std if std_scope == "group" else (x.std() if x.numel() > 1 else x.new_zeros(()))
+        adv = adv / (std + eps)
     return torch.where(stats.count > 1, adv, torch.zeros_like(adv))
 
 

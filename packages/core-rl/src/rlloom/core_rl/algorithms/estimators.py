@@ -50,6 +50,7 @@ class AdvantageInputs:
     gamma: float = 1.0
     lam: float = 1.0
     norm_by_std: bool = True
+    std_scope: str = "group"  # grpo: divide by the group's std or the whole batch's
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -124,7 +125,11 @@ def gae_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
 def grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """GRPO (`grpo_advantages`); `norm_by_std=False` gives Dr.GRPO."""
     adv = grpo_advantages(
-        inputs.scores(), inputs.require_group_ids("grpo"), norm_by_std=inputs.norm_by_std, eps=inputs.eps
+        inputs.scores(),
+        inputs.require_group_ids("grpo"),
+        norm_by_std=inputs.norm_by_std,
+        eps=inputs.eps,
+        std_scope=inputs.std_scope,
     )
     tokens = _broadcast(adv, inputs.mask)
     return tokens, tokens
