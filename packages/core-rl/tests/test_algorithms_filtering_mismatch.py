@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlloom.core_rl.algorithms import (
+    filter_groups_by_mean,
     filter_zero_variance_groups,
     high_entropy_token_mask,
     mask_truncated_responses,
@@ -70,6 +71,18 @@ def test_soft_overlong_penalty_dapo_eq13() -> None:
     torch.testing.assert_close(got, torch.tensor([0.0, 0.0, -0.5, -1.0, -1.0]))
     with pytest.raises(ValueError, match="buffer_length"):
         overlong_reward_penalty(lengths, max_length=20, buffer_length=0)
+
+
+def test_mean_band_filter_hand_computed() -> None:
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 1.0, 0.25, 0.0])
+    ids = ["a", "a", "b", "b", "c", "c", "d", "e", "e"]
+    # means: a 1.0 (always solved), b 0.0 (never), c 0.25, d 1.0 (singleton), e 0.125
+    keep = filter_groups_by_mean(scores, ids, low=0.01, high=0.99)
+    assert keep.tolist() == [False, False, False, False, True, True, False, True, True]
+    # the band is open: a mean equal to a bound is dropped
+    assert filter_groups_by_mean(scores, ids, low=0.125, high=0.99).tolist()[7:] == [False, False]
+    with pytest.raises(ValueError, match="low < high"):
+        filter_groups_by_mean(scores, ids, low=0.5, high=0.5)
 
 
 # ---- TIS and mismatch metrics ----------------------------------------------------------------------------------

@@ -109,6 +109,14 @@ def test_policy_loss_options_refused_at_load() -> None:
         "algorithm.adv_std_scope: batch, but algorithm.adv_estimator=rloo"
     )
     load_config(None, ["model.path=/m", "algorithm.adv_std_scope=batch"])  # grpo with its std: fine
+    assert error_of(["algorithm.filter_band=[0.01, 0.99]"]).startswith(
+        "algorithm.filter_band: filters groups only with dynamic sampling"
+    )
+    assert error_of(["algorithm.filter_key=accuracy"]).startswith("algorithm.filter_key: filters groups only")
+    band = ["algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.9, 0.1]"]
+    assert error_of(band).startswith("algorithm.filter_band: [0.9, 0.1] is empty")
+    ok = load_config(None, ["model.path=/m", "algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.01, 0.99]"])
+    assert ok.algorithm.filter_band == (0.01, 0.99)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline"])

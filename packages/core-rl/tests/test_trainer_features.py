@@ -13,7 +13,7 @@ import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ModelConfig
+from rlloom.core_rl.config import ConfigError, ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
 from rlloom.core_rl.data import DataError, generation_request
 from rlloom.core_rl.generation import SamplingParams
@@ -379,3 +379,38 @@ def test_batch_std_scope_reaches_the_advantages(tiny_model_dir: Path, tmp_path: 
         mean = sum(groups[record["group_id"]]) / len(groups[record["group_id"]])
         expected = (record["reward"] - mean) / (float(rewards.std()) + 1e-6)
         assert record["advantage"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_dynamic_sampling_filters_on_a_reward_component_band(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """EasyR1's online filtering: groups are kept when the mean of filter_key's component is inside the band;
+    the step's dump shows which groups that should be."""
+    overrides = [
+        "trainer.total_steps=2",
+        "algorithm.dynamic_sampling=true",
+        "algorithm.max_sampling_rounds=1",
+        "algorithm.filter_band=[0.01, 0.99]",
+        "algorithm.filter_key=exact",
+        f"trainer.rollout_data_dir={tmp_path / 'r'}",
+    ]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
+    trainer.step = 1
+    metrics = trainer.train_step()
+    records = [json.loads(line) for line in (tmp_path / "r" / "1.jsonl").read_text().splitlines()]
+    exact: dict[str, list[float]] = {}
+    for record in records:
+        exact.setdefault(record["group_id"], []).append(record["reward_components"]["exact"])
+    in_band = [g for g, values in exact.items() if 0.01 < sum(values) / len(values) < 0.99]
+    if metrics.get("dynamic_sampling/skipped_update"):  # no group kept: the dump holds the whole round
+        assert len(exact) == 4 and not in_band
+        assert metrics["dynamic_sampling/kept_group_frac"] == 0.0
+    else:  # the dump holds the kept groups only, each inside the band
+        assert sorted(in_band) == sorted(exact)
+        assert metrics["dynamic_sampling/kept_group_frac"] == pytest.approx(len(in_band) / 4)
+
+
+def test_an_unknown_filter_key_names_the_components(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = ["algorithm.dynamic_sampling=true", "algorithm.filter_key=accuracy"]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
+    trainer.step = 1
+    with pytest.raises(ConfigError, match=r"algorithm.filter_key: 'accuracy' is not among .* \(digits, exact\)"):
+        trainer.train_step()

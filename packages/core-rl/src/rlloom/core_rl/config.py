@@ -264,6 +264,17 @@ class AlgorithmConfig(_Section):
         description="DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards all agree and sample more "
         "prompts until the batch is full.",
     )
+    filter_band: tuple[float, float] | None = Field(
+        default=None,
+        description="With dynamic_sampling: keep the groups whose mean score is strictly inside (low, high) instead "
+        "of those whose scores differ (EasyR1's online filtering: filter_low/filter_high, e.g. [0.01, 0.99]). "
+        "None = DAPO's rule.",
+    )
+    filter_key: str | None = Field(
+        default=None,
+        description="With dynamic_sampling: the reward component groups are judged by (e.g. accuracy, so a format "
+        "bonus alone keeps no group; EasyR1's filter_key); None = the reward without the overlong penalty.",
+    )
     max_sampling_rounds: int = Field(
         default=3,
         ge=1,
@@ -457,6 +468,16 @@ class RLConfig(_Section):
                 f"{rollout.n} sample per prompt, but algorithm.adv_estimator={algo.adv_estimator} compares each "
                 "sample with the others of its prompt's group, so every advantage would be 0; set rollout.n=2 or more "
                 "(GRPO papers use 8-16), or use an estimator without groups (reinforce_plus_plus, remax, gae)",
+            )
+        if (algo.filter_band is not None or algo.filter_key is not None) and not algo.dynamic_sampling:
+            key = "algorithm.filter_band" if algo.filter_band is not None else "algorithm.filter_key"
+            raise KeyedValueError(
+                key, "filters groups only with dynamic sampling; set algorithm.dynamic_sampling=true as well"
+            )
+        if algo.filter_band is not None and not algo.filter_band[0] < algo.filter_band[1]:
+            raise KeyedValueError(
+                "algorithm.filter_band",
+                f"{list(algo.filter_band)} is empty; give [low, high] with low < high (EasyR1: [0.01, 0.99])",
             )
         if algo.adv_std_scope == "batch" and (algo.adv_estimator != "grpo" or not algo.norm_adv_by_std):
             raise KeyedValueError(

@@ -22,6 +22,7 @@ from rlloom.core_rl.algorithms import (
     AdaptiveEntropyController,
     AdvantageInputs,
     apply_kl_in_reward,
+    filter_groups_by_mean,
     filter_zero_variance_groups,
     get_advantage_estimator,
     high_entropy_token_mask,
@@ -360,10 +361,13 @@ class Trainer:
             if not algo.dynamic_sampling:
                 self.reward_errors.report(errors, step=self.step)
                 return trajectories, metrics
-            # groups are judged by the task score, as DAPO filters on accuracy: a length penalty alone is no signal
-            task = [(t.reward or 0.0) - t.reward_components.get("overlong_penalty", 0.0) for t in trajectories]
-            scores = torch.tensor(task, dtype=torch.float32)
-            keep = filter_zero_variance_groups(scores, [t.group_id for t in trajectories]).tolist()
+            scores = torch.tensor([self._filter_score(t) for t in trajectories], dtype=torch.float32)
+            group_ids = [t.group_id for t in trajectories]
+            if algo.filter_band is not None:
+                low, high = algo.filter_band
+                keep = filter_groups_by_mean(scores, group_ids, low=low, high=high).tolist()
+            else:
+                keep = filter_zero_variance_groups(scores, group_ids).tolist()
             seen_groups += len(rows)
             for traj, ok in zip(trajectories, keep, strict=True):
                 if ok:
@@ -383,6 +387,23 @@ class Trainer:
             return trajectories, metrics
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
+
+    def _filter_score(self, traj: Trajectory) -> float:
+        """What dynamic sampling judges a sample by: `algorithm.filter_key`'s reward component, else the task score
+        (the reward without the overlong penalty, as DAPO filters on accuracy: a length penalty alone is no signal).
+        A sample whose scoring failed counts as 0."""
+        key = self.cfg.algorithm.filter_key
+        if key is None:
+            return (traj.reward or 0.0) - traj.reward_components.get("overlong_penalty", 0.0)
+        if key in traj.reward_components:
+            return float(traj.reward_components[key])
+        if traj.reward_error is not None:
+            return 0.0
+        raise ConfigError(
+            f"algorithm.filter_key: {key!r} is not among the reward components of a sample "
+            f"({', '.join(sorted(traj.reward_components)) or 'none'}); name one of them, or set "
+            "algorithm.filter_key=null to filter on the reward"
+        )
 
     def _punish_overlong(self, trajectories: list[Trajectory]) -> list[float]:
         """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component

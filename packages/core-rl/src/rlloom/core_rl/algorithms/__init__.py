@@ -42,6 +42,7 @@ from rlloom.core_rl.algorithms.estimators import (
     register_advantage,
 )
 from rlloom.core_rl.algorithms.filtering import (
+    filter_groups_by_mean,
     filter_zero_variance_groups,
     mask_truncated_responses,
     overlong_reward_penalty,
@@ -98,6 +99,7 @@ __all__ = [
     "cispo_policy_loss",
     "discounted_returns",
     "entropy_from_logits",
+    "filter_groups_by_mean",
     "filter_zero_variance_groups",
     "gae_advantages",
     "get_advantage_estimator",

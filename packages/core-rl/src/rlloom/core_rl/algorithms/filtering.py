@@ -39,6 +39,22 @@ def filter_zero_variance_groups(scores: Tensor, group_ids: GroupIds, *, keep_sin
     return keep[index]
 
 
+def filter_groups_by_mean(scores: Tensor, group_ids: GroupIds, *, low: float, high: float) -> Tensor:
+    """Keep mask [B] (bool): True for every response of a group whose mean score is strictly between `low` and
+    `high` (EasyR1's online filtering, `filter_low`/`filter_high`, defaults 0.01 and 0.99: with 0/1 accuracy this
+    drops the prompts the policy always or never solves; with graded rewards it keeps a difficulty band)."""
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be 1-D [B] (one score per response), got shape {tuple(scores.shape)}")
+    if not low < high:
+        raise ValueError(f"the band must have low < high, got low={low}, high={high}")
+    index, num_groups = group_index(group_ids, scores.shape[0], scores.device)
+    x = scores.detach().double()
+    total = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, index, x)
+    count = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, index, torch.ones_like(x))
+    mean = total / count.clamp(min=1)
+    return ((mean > low) & (mean < high))[index]
+
+
 def truncated_responses(response_ids: Tensor, response_mask: Tensor, eos_token_ids: int | Sequence[int]) -> Tensor:
     """Bool [B]: True for responses whose valid tokens contain no end-of-sequence id (they hit the length limit).
 
