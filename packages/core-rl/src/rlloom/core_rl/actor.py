@@ -30,6 +30,7 @@ from rlloom.core_rl.algorithms import (
 )
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig
+from rlloom.core_rl.dropout import disable_dropout
 from rlloom.core_rl.model_forward import autocast, response_logprobs
 from rlloom.core_rl.optim import (
     build_optimizer,
@@ -62,6 +63,8 @@ def load_causal_lm(
     model: PreTrainedModel = model_class(base_path).from_pretrained(
         base_path, dtype=dtype, attn_implementation=cfg.attn_implementation
     )
+    if cfg.disable_dropout:
+        disable_dropout(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora_rank > 0:

@@ -61,6 +61,11 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward: less memory, about 30% more compute."
     )
+    disable_dropout: bool = Field(
+        default=True,
+        description="Set every dropout rate of the actor, reference and critic to 0, so the update's log-probs "
+        "match the old-log-prob pass's (PPO ratio 1 before the first step; TRL's disable_dropout).",
+    )
     lora_rank: int = Field(
         default=0,
         ge=0,

@@ -19,6 +19,7 @@ from transformers import AutoModel, PreTrainedModel
 from rlloom.core_rl.algorithms import LossAggregation, token_and_seq_counts, value_loss
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import CriticConfig, ModelConfig
+from rlloom.core_rl.dropout import disable_dropout
 from rlloom.core_rl.model_forward import autocast, response_hidden_states
 from rlloom.core_rl.optim import (
     build_optimizer,
@@ -45,6 +46,8 @@ class ValueModel(nn.Module):
     def from_pretrained(cls, cfg: ModelConfig, path: str) -> ValueModel:
         dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
         backbone = AutoModel.from_pretrained(path, dtype=dtype, attn_implementation=cfg.attn_implementation)
+        if cfg.disable_dropout:
+            disable_dropout(backbone)
         if cfg.gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = cls(backbone)
