@@ -110,3 +110,33 @@ def test_submit_after_close_is_refused() -> None:
     batcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(batcher.submit(_req(0)))
+
+
+def test_step_wise_batches_skip_requests_whose_caller_was_cancelled() -> None:
+    """A caller that gave up while queued (a timeout) is not sent to the engine; the others are answered."""
+    seen: list[str] = []
+    release = threading.Event()
+
+    def run_batch(requests: list[GenerationRequest], deliver: Any) -> None:
+        release.wait(timeout=5)  # hold the first batch so the next requests queue up behind it
+        seen.extend(r.request_id for r in requests)
+        for i, r in enumerate(requests):
+            deliver(i, _echo(r))
+
+    batcher = AsyncBatcher(run_batch, max_rows=1, gather_s=0.0)
+
+    async def run() -> list[Any]:
+        first = asyncio.ensure_future(batcher.submit(_req(0)))  # one row of room: r0's batch holds the worker
+        dropped = asyncio.ensure_future(batcher.submit(_req(1)))
+        kept = asyncio.ensure_future(batcher.submit(_req(2)))
+        await asyncio.sleep(0)
+        dropped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        release.set()
+        return [await first, await kept]
+
+    out = asyncio.run(run())
+    batcher.close()
+    assert [o[0].token_ids for o in out] == [[10], [30]]
+    assert seen == ["r0", "r2"]

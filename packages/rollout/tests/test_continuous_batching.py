@@ -274,3 +274,39 @@ def test_rows_taking_finished_rows_places_decode_as_alone(
         assert row.token_ids == alone.token_ids
         reference = _forward_logprobs(model, row.prompt_ids, row.token_ids, 1.0)
         assert row.logprobs == pytest.approx(reference.tolist(), abs=1e-4)
+
+
+def test_cancelled_caller_frees_its_row_and_a_queued_one_is_never_prefilled(
+    model: torch.nn.Module, tok: Any, encode: Any
+) -> None:
+    """A caller cancelled mid-decode (asyncio.wait_for, a failed sibling in a TaskGroup) ends its rows at the next
+    step: with one row of room, the request behind it runs next instead of waiting out its 1000 tokens. A request
+    cancelled while still queued is dropped without a prefill."""
+    eng = HFEngine(model, tok, HFEngineConfig(max_batch_rows=1, gather_s=0.0))
+    long = GenerationRequest(prompt_ids=encode("abc"), sampling=SamplingParams(max_tokens=1000, ignore_eos=True))
+    queued = GenerationRequest(prompt_ids=encode("queued"), sampling=SamplingParams(max_tokens=5, ignore_eos=True))
+    short = GenerationRequest(prompt_ids=encode("xy"), sampling=SamplingParams(max_tokens=3, ignore_eos=True))
+
+    async def main() -> list[Any]:
+        running = asyncio.create_task(eng.agenerate(long))
+        while eng.decode_stats.steps < 2:  # `long` holds the only row
+            await asyncio.sleep(0.001)
+        waiting = asyncio.create_task(eng.agenerate(queued))
+        await asyncio.sleep(0)  # queued behind `long`
+        waiting.cancel()
+        running.cancel()
+        for task in (running, waiting):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return await eng.agenerate(short)
+
+    try:
+        steps_before = eng.decode_stats.steps
+        out = asyncio.run(main())
+    finally:
+        eng.close()
+    assert [len(c.token_ids) for c in out] == [3] and out[0].finish_reason == "length"
+    # `long` ran a few steps at most past its cancel, then `short` its 3; `long` alone would have taken 999
+    assert eng.decode_stats.steps - steps_before < 500
+    # prefills: `long` (3 tokens) and `short` (2); never `queued` (6)
+    assert eng.decode_stats.prefill_tokens == 3 + 2

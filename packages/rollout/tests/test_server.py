@@ -334,3 +334,27 @@ def test_tool_call_history_renders_arguments_as_objects_as_vllm_does(
             assert r.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
     finally:
         engine.close()
+
+
+def test_a_failing_prompt_cancels_the_other_prompts_of_its_body(
+    model: torch.nn.Module, tok: Any, encode: Any, server_thread: Any
+) -> None:
+    """The body's second prompt is refused (400); its first must not go on decoding 1000 tokens nobody receives,
+    holding the engine's one row while the next request waits."""
+    from rlloom.rollout.hf_engine import HFEngineConfig
+    from rlloom.rollout.server import create_app
+
+    engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=1))
+    try:
+        with server_thread(create_app(engine, "tiny", tok)) as srv:
+            client = _client(srv)
+            with pytest.raises(openai.BadRequestError, match="outside the model's vocabulary"):
+                client.completions.create(
+                    model="tiny", prompt=[encode("ab"), [10**6]], max_tokens=1000, extra_body={"ignore_eos": True}
+                )
+            steps = engine.decode_stats.steps
+            short = client.completions.create(model="tiny", prompt="xy", max_tokens=3, extra_body={"ignore_eos": True})
+    finally:
+        engine.close()
+    assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 3
+    assert engine.decode_stats.steps - steps < 500  # the abandoned prompt alone would take 999 steps

@@ -24,7 +24,7 @@ from rlloom.core_rl.generation import Completion, GenerationRequest
 class Ticket:
     """One queued request and the way back to its caller's event loop (thread-safe to answer, once)."""
 
-    __slots__ = ("_future", "_loop", "answered", "request")
+    __slots__ = ("_future", "_loop", "answered", "cancelled", "request")
 
     def __init__(
         self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, future: asyncio.Future[list[Completion]]
@@ -33,6 +33,7 @@ class Ticket:
         self._loop = loop
         self._future = future
         self.answered = False
+        self.cancelled = False  # set when the caller stopped waiting; the runner then drops its rows
 
     @property
     def rows(self) -> int:
@@ -97,7 +98,11 @@ class ContinuousBatcher:
             self._waiting_rows += ticket.rows
             self._ensure_worker()
             self._cond.notify_all()
-        return await ticket._future
+        try:
+            return await ticket._future
+        except asyncio.CancelledError:
+            ticket.cancelled = True  # (a timeout, a failed sibling task): nobody will read its completions
+            raise
 
     def take(self, room: int, accept: Callable[[GenerationRequest], bool] | None = None) -> list[Ticket]:
         """Waiting tickets for the runner (see `TakeTickets`); called from the worker thread only."""
@@ -175,5 +180,7 @@ class AsyncBatcher:
         self._queue.close()
 
     def _run_once(self, take: TakeTickets) -> None:
-        tickets = take(self._max_rows)
+        tickets = [t for t in take(self._max_rows) if not t.cancelled]  # nobody waits for a cancelled one
+        if not tickets:
+            return
         self._run_batch([t.request for t in tickets], lambda i, completions: tickets[i].deliver(completions))

@@ -226,6 +226,14 @@ class RunningBatch:
                     on_finish(row)
         return finished
 
+    def abandon(self, abandoned: Callable[[SampleRow], bool]) -> None:
+        """End the unfinished rows nobody waits for any more (a cancelled caller) with 'abort', freeing their places."""
+        now = time.perf_counter()
+        for row in self.rows:
+            if row.finish_reason is None and abandoned(row):
+                row.finish_reason = "abort"
+                row.done_s = now - row.joined_at
+
     def compact(self) -> None:
         """Drop finished rows, then the left columns that have become padding for every row left."""
         keep_list = [j for j, r in enumerate(self.rows) if r.finish_reason is None]
@@ -328,17 +336,22 @@ def decode(
     admit: AdmitRows | None = None,
     on_admit_error: AdmitFailed | None = None,
     stats: DecodeStats | None = None,
+    abandoned: Callable[[SampleRow], bool] | None = None,
 ) -> DecodeStats:
     """Generate rows to completion, filling `token_ids`, `logprobs` and `finish_reason`.
 
     Without `admit`, `rows` are decoded as one batch. With it, `admit(room)` is polled between steps and the
     rows it returns join the running batch, until the batch is empty and nothing more is admitted. `stats`
     (a fresh one when None) is updated as the loop runs, so an engine can accumulate and read it live.
+    `abandoned(row)`, asked of every unfinished row before each step, ends the rows whose caller has gone
+    (finish 'abort', no `on_finish`), so a cancelled request stops taking a place others wait for.
     """
     stats = stats if stats is not None else DecodeStats()
     batch = RunningBatch.prefill(model, rows, settings, stats) if rows else None
     can_admit = admit is not None and settings.explicit_positions and (batch is None or mergeable(batch.cache))
     while True:
+        if abandoned is not None and batch is not None:
+            batch.abandon(abandoned)
         if admit is not None and can_admit and (batch is None or stats.steps % settings.admit_every == 0):
             batch = _admit(
                 model, batch=batch, settings=settings, admit=admit, on_admit_error=on_admit_error, stats=stats

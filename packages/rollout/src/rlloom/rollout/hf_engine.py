@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
 from rlloom.core_rl.prompts import render_prompt
-from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
+from rlloom.rollout.batching import ContinuousBatcher, TakeTickets, Ticket
 from rlloom.rollout.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.prefix_cache import PrefixCache
 from rlloom.rollout.stopping import StopStringWatcher, TokenPieces, cut_at_stop, find_stop
@@ -165,7 +165,7 @@ class HFEngine:
         feed = _RowFeed(self, lambda room: take(room, _is_text))
         for ticket in tickets:
             if not ticket.request.multimodal:
-                feed.add(ticket.request, ticket.deliver, ticket.fail)
+                feed.add_ticket(ticket)
         self._decode_continuous(feed)
 
     def _check_prompt(self, request: GenerationRequest, prompt: list[int]) -> None:
@@ -195,6 +195,7 @@ class HFEngine:
                 admit=feed,
                 on_admit_error=feed.on_error,
                 stats=self.decode_stats,
+                abandoned=feed.abandoned,
             )
 
     def _decode_alone(self, request: GenerationRequest, deliver: Callable[[list[Completion]], None]) -> None:
@@ -359,6 +360,7 @@ class _Job:
     request: GenerationRequest
     deliver: Callable[[list[Completion]], None]
     fail: Callable[[BaseException], None]
+    cancelled: Callable[[], bool] = lambda: False  # the caller stopped waiting (an `agenerate` task cancelled)
     finished: list[SampleRow] = field(default_factory=list)
 
 
@@ -381,8 +383,11 @@ class _RowFeed:
         request: GenerationRequest,
         deliver: Callable[[list[Completion]], None],
         fail: Callable[[BaseException], None],
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         """Accept a request (or fail its caller at once if its prompt is unusable)."""
+        if cancelled():  # its caller gave up while it waited in the queue: do not prefill it at all
+            return
         try:
             prompt = self.engine.prompt_ids(request)
             self.engine._check_prompt(request, prompt)
@@ -390,20 +395,32 @@ class _RowFeed:
         except Exception as exc:
             fail(exc)
             return
-        self.jobs[self._next_id] = _Job(request, deliver, fail)
+        self.jobs[self._next_id] = _Job(request, deliver, fail, cancelled)
         self._next_id += 1
         self.backlog.extend(rows)
+
+    def add_ticket(self, ticket: Ticket) -> None:
+        """Accept a batcher ticket; its rows are dropped once its caller is cancelled."""
+        self.add(ticket.request, ticket.deliver, ticket.fail, lambda: ticket.cancelled)
 
     def __call__(self, room: int) -> list[SampleRow]:
         if not self.backlog and self.take is not None:
             for ticket in self.take(room):
-                self.add(ticket.request, ticket.deliver, ticket.fail)
+                self.add_ticket(ticket)
         out: list[SampleRow] = []
         while self.backlog and len(out) < room:
             row = self.backlog.popleft()
-            if row.request_index in self.jobs:  # rows of a failed request are dropped
+            if not self.abandoned(row):  # rows of a failed or cancelled request are dropped
                 out.append(row)
         return out
+
+    def abandoned(self, row: SampleRow) -> bool:
+        """Whether nobody waits for `row` any more: its request failed, or its caller was cancelled."""
+        job = self.jobs.get(row.request_index)
+        if job is not None and job.cancelled():
+            del self.jobs[row.request_index]
+            job = None
+        return job is None
 
     def on_finish(self, row: SampleRow) -> None:
         job = self.jobs.get(row.request_index)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -84,7 +85,7 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
             return bad
         sampling = body.sampling(True, default_max_tokens)
         requests = [_prompt_request(p, sampling, tokenizer, window) for p in body.prompts()]
-        results = await asyncio.gather(*(engine.agenerate(r) for r in requests))
+        results = await _all_or_none([engine.agenerate(r) for r in requests])
         choices, flat = [], []
         for prompt_index, completions in enumerate(results):
             for c in completions:
@@ -105,6 +106,18 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
         return {"updated": len(tensors), "seconds": round(time.perf_counter() - started, 4)}
 
     return app
+
+
+async def _all_or_none(calls: list[Coroutine[Any, Any, list[Completion]]]) -> list[list[Completion]]:
+    """Every prompt's completions; when one fails the others are cancelled, so the engine frees their rows
+    instead of decoding answers nobody will receive (`asyncio.gather` alone lets them run on)."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def _check_fits(prompt_tokens: int, window: int | None, field: str) -> None:
