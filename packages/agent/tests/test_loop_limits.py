@@ -187,3 +187,20 @@ def test_continuing_text_envs_drop_the_eos_between_turns(tokenizer: Any, replay_
     assert traj.rollout_logprobs == pytest.approx([-0.01, -0.02, 0, 0, 0, 0, 0, -0.02, -0.03, -0.03, -0.04, -0.05])
     assert tokenizer.decode(engine.requests[2].prompt_ids, skip_special_tokens=False) == "Q: go\nab[obs]ab"
     assert traj.metrics["model_tokens"] == 7
+
+
+def test_an_engine_that_returns_no_token_ids_is_refused(tokenizer: Any, replay_engine: Any) -> None:
+    """A hosted OpenAI API gives text but no `token_ids` (OpenAIEngine then returns []): the loop used to build a
+    trajectory without a single model token (loss_mask all 0) whose later turns never saw the earlier ones."""
+    import dataclasses
+
+    class TextOnly(replay_engine):  # type: ignore[misc,valid-type]
+        async def agenerate(self, request: Any) -> Any:
+            return [dataclasses.replace(c, token_ids=[], logprobs=None) for c in await super().agenerate(request)]
+
+    engine = TextOnly(tokenizer, lambda ctx: tool_call(3))
+    loop = AgentLoop(engine, tokenizer, lambda: ToolEnv(Toolset([big]), AgentRubric(zero)))
+    tools_before = len(calls)
+    with pytest.raises(ValueError, match="no token ids .*`rlloom-rollout serve`"):
+        loop.run(QUESTION)
+    assert engine.calls == 1 and len(calls) == tools_before  # refused at the first turn, before its tool call ran

@@ -285,3 +285,51 @@ def test_bools_are_not_numbers_inside_lists_and_dicts_either() -> None:
     refused = call(values=[1.0], weights={"a": 2, "b": False})
     assert not refused.ok and "weights.b: Input should be a number, not a boolean" in refused.content
     toolset.close()
+
+
+def _logged(fn: Any) -> Any:
+    """A plain decorator, as users write them: its sync wrapper hides that `fn` is async."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+async def fetch(url: str) -> dict[str, Any]:
+    """Fetch a page.
+
+    Args:
+        url: the address
+    """
+    await asyncio.sleep(0)
+    return {"url": url, "status": 200}
+
+
+@_logged
+async def stall(seconds: float) -> str:
+    """Wait.
+
+    Args:
+        seconds: how long
+    """
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+def test_an_async_tool_under_a_plain_decorator_is_awaited_and_timed_out() -> None:
+    """The wrapper returns a coroutine; the model must see its result, not '<coroutine object fetch ...>'."""
+    toolset = Toolset([fetch, stall], timeout_s=0.2)
+
+    async def run() -> list[Any]:
+        return [
+            await toolset.call(ToolCall("fetch", {"url": "a.b"})),
+            await toolset.call(ToolCall("stall", {"seconds": 30})),
+        ]
+
+    fetched, stalled = asyncio.run(run())
+    toolset.close()
+    assert (fetched.ok, fetched.content) == (True, '{"url": "a.b", "status": 200}')
+    assert (stalled.ok, stalled.content) == (False, "Error: stall did not finish within 0.2 s")

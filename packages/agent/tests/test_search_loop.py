@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 import pytest
 
+from rlloom.agent.environment import Sample
 from rlloom.agent.envs.search import SEARCH_R1_INVALID_ACTION, SEARCH_R1_TEMPLATE, SearchEnv, SearchEnvConfig
 from rlloom.agent.loop import AgentLoop, AgentLoopConfig
 from rlloom.agent.rewards import AgentRubric
@@ -226,3 +228,21 @@ def test_an_http_engine_names_the_models_other_eos_ids_for_the_loop(tokenizer: A
     assert AgentLoop(
         plain, tokenizer, lambda: SearchEnv(retriever, AgentRubric(contains_gold))
     ).template.eos_token_ids == {tokenizer.eos_token_id}
+
+
+class _HangingRetriever:
+    """An async retriever that never answers (a stalled search server)."""
+
+    async def asearch(self, queries: list[str], k: int) -> list[list[Any]]:
+        await asyncio.sleep(3600)
+        return [[] for _ in queries]
+
+
+def test_a_search_timeout_tells_the_model_how_long_it_waited() -> None:
+    """Not `Search failed: TimeoutError: ` with nothing after it: wait_for's timeout has an empty message."""
+    env = SearchEnv(_HangingRetriever(), config=SearchEnvConfig(search_timeout_s=0.05))
+    env.reset(Sample.from_row({"question": "q", "golden_answers": ["a"]}))
+    result = asyncio.run(env.step("<search> q </search>"))
+    assert result.observation is not None
+    assert result.observation.text == "Search failed: no results within 0.05 s"
+    assert (result.info["searches"], result.info["search_errors"]) == (1.0, 1.0)

@@ -171,6 +171,13 @@ class AgentLoop:
             t0 = time.perf_counter()
             completion = (await self.engine.agenerate(request))[0]
             metrics["gen_latency_s"] += time.perf_counter() - t0
+            if not completion.token_ids:  # budget >= 1, so a real engine returns at least one sampled id
+                raise ValueError(
+                    f"the engine returned a turn with no token ids (text {completion.text[:60]!r}); the conversation "
+                    "is built from sampled ids, so without them the model's turns would be missing from its own "
+                    "context and from the trajectory. Hosted OpenAI APIs return none: serve the policy with vLLM or "
+                    "`rlloom-rollout serve` (both return `token_ids`), or use HFEngine"
+                )
             conv.add_model_turn(completion.token_ids, completion.logprobs)
             metrics["turns"] += 1
             cut = completion.finish_reason == "length"

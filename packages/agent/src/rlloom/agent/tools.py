@@ -220,12 +220,7 @@ class Toolset:
         if bad is not None:
             return ToolResult(call.name, f"Error: invalid arguments for {call.name}: {bad}", False)
         try:
-            if tool.is_async:
-                coro = tool._validated(**call.arguments)
-            else:
-                loop = asyncio.get_running_loop()
-                coro = loop.run_in_executor(self._executor, lambda: tool._validated(**call.arguments))
-            value = await asyncio.wait_for(coro, self.timeout_s)
+            value = await asyncio.wait_for(self._invoke(tool, call.arguments), self.timeout_s)
         except ValidationError as exc:
             msg = f"Error: invalid arguments for {call.name}: {_short_validation(exc)}"
             return ToolResult(call.name, msg, False, time.perf_counter() - start)
@@ -238,6 +233,19 @@ class Toolset:
             text = f"Error: {call.name} raised {type(exc).__name__}: {exc}"
             return ToolResult(call.name, text[: self.max_error_chars], False, time.perf_counter() - start)
         return ToolResult(call.name, _as_text(value), True, time.perf_counter() - start)
+
+    async def _invoke(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+        """The tool's value: async tools on the event loop, sync ones on the thread pool. A sync function that
+        returns an awaitable (an async tool under a plain decorator, which hides that it is async) is awaited
+        too, rather than handing the model the text of an unawaited coroutine."""
+        if tool.is_async:
+            value = await tool._validated(**arguments)
+        else:
+            loop = asyncio.get_running_loop()
+            value = await loop.run_in_executor(self._executor, lambda: tool._validated(**arguments))
+        if inspect.isawaitable(value):
+            value = await value
+        return value
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -179,6 +179,8 @@ class SearchEnv:
         except Exception as exc:  # a failed search is shown to the model, the rollout goes on
             info = _counts(searches=1.0, search_errors=1.0, search_latency_s=time.perf_counter() - t0)
             text = f"Search failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, TimeoutError) and not str(exc):  # wait_for's own timeout carries no message
+                text = f"Search failed: no results within {cfg.search_timeout_s} s"
             return StepResult(self._information(text), False, info)
         info = _counts(searches=1.0, search_latency_s=time.perf_counter() - t0)
         return StepResult(self._information(self.format_passages(hits).strip()), False, info)
