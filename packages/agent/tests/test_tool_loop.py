@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlloom.agent.envs.tool import ToolEnv
-from rlloom.agent.loop import AgentLoop, rollout_metrics
+from rlloom.agent.loop import AgentLoop, AgentLoopConfig, rollout_metrics
 from rlloom.agent.rewards import AgentRubric
 from rlloom.agent.tools import Toolset
 from rlloom.agent.turns import with_tool_instructions
@@ -248,6 +248,37 @@ def test_qwen3_template_tool_turns_get_its_tool_response_glue(replay_engine: Any
     sampled = tok.decode([t for t, m in zip(traj.response_ids, traj.loss_mask, strict=True) if m], False)
     assert sampled == "".join(t + "<|im_end|>" for t in turns)
     assert traj.finish_reason == "stop" and traj.reward == 1.0 and traj.metrics["tool_errors"] == 0
+
+
+def test_chat_template_kwargs_reach_the_prompt_and_every_turns_glue(replay_engine: Any) -> None:
+    """Qwen3 without thinking (`enable_thinking: false`): its template opens every generation prompt with an empty
+    think block; the loop's prompt and its masked turn glue must carry it too, as the template renders them."""
+    from rlloom.core_rl.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = QWEN3_TEMPLATE.replace(
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+        "{%- endif %}{%- endif %}",
+    )
+    assert "enable_thinking" in tok.chat_template
+    turns = ['<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', "<answer>5</answer>"]
+    engine = replay_engine(tok, lambda context: turns[context.count("<|im_start|>assistant") - 1])
+    config = AgentLoopConfig(chat_template_kwargs={"enable_thinking": False})
+    loop = AgentLoop(engine, tok, lambda: ToolEnv(Toolset([add]), AgentRubric(answer_is)), config)
+    [traj] = loop.run([{"question": "What is 2+3?", "answer": "5"}])
+
+    empty_think = "<think>\n\n</think>\n\n"
+    prompt = tok.decode(traj.prompt_ids, skip_special_tokens=False)
+    assert prompt.endswith(f"<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n{empty_think}")
+    glue = f"\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n{empty_think}"
+    response = tok.decode(traj.response_ids, skip_special_tokens=False)
+    assert response == f"{turns[0]}<|im_end|>{glue}{turns[1]}<|im_end|>"
+    sampled = tok.decode([t for t, m in zip(traj.response_ids, traj.loss_mask, strict=True) if m], False)
+    assert sampled == "".join(t + "<|im_end|>" for t in turns)  # the think blocks are template glue, mask 0
+    with pytest.raises(ValueError, match="tokenize cannot be set there"):
+        AgentLoopConfig(chat_template_kwargs={"tokenize": True})
 
 
 def test_a_template_without_a_tool_role_names_the_tool_role_fix(replay_engine: Any) -> None:

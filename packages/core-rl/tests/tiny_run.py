@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.config_loading import load_config
 from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
@@ -37,10 +38,7 @@ class SamplingEngine:
         self.weight_updates = 0
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
-        if request.prompt_ids is not None:
-            return list(request.prompt_ids)
-        text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(str(text), add_special_tokens=False)["input_ids"])
+        return render_prompt(self.tokenizer, request)  # as every engine renders it
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         if not requests:

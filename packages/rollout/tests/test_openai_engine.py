@@ -39,6 +39,22 @@ def test_chat_prompts_use_the_chat_endpoint(served: Any, engine: HFEngine) -> No
     assert (r.text, r.token_ids, r.prompt_ids) == (c.text, c.token_ids, c.prompt_ids)
 
 
+def test_chat_template_kwargs_reach_the_servers_template(served: Any, engine: HFEngine, tok: Any) -> None:
+    """vLLM's chat_template_kwargs field (Qwen3's enable_thinking): rendered by the server's template, as
+    HFEngine renders it; a hosted API (no vLLM extensions) cannot take it, so it is refused, not dropped."""
+    tok.chat_template += "{% if style is defined %}{{ style }}{% endif %}"
+    messages = [{"role": "user", "content": "hi"}]
+    req = GenerationRequest(
+        messages=messages, sampling=SamplingParams(seed=4, max_tokens=6), chat_template_kwargs={"style": "brief:"}
+    )
+    [r] = _remote(served).generate([req])[0]
+    assert tok.decode(r.prompt_ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nbrief:"
+    [c] = engine.generate([req])[0]
+    assert (r.prompt_ids, r.token_ids) == (c.prompt_ids, c.token_ids)
+    with pytest.raises(ValueError, match=r"chat_template_kwargs \(style\) cannot be sent"):
+        _remote(served, vllm_extensions=False).generate([req])
+
+
 def test_concurrent_agenerate_calls(served: Any, encode: Any) -> None:
     remote = _remote(served, max_concurrency=4)
 

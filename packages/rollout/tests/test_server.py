@@ -150,6 +150,13 @@ def test_engine_failure_is_a_500_and_the_connection_stays_open(
     assert len(logged) == 1 and logged[0].exc_info is None  # one line, no traceback
 
 
+def test_reserved_chat_template_kwargs_are_a_400_naming_the_field(served: Any) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"tokenize": 1}}
+    r = httpx.post(f"{served.base_url}/chat/completions", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "chat_template_kwargs" and "tokenize" in r.json()["error"]["message"]
+
+
 def test_chat_text_parts_are_joined_as_vllm_does(served: Any) -> None:
     client = _client(served)
 

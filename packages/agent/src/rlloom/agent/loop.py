@@ -15,14 +15,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tqdm.auto import tqdm
 
 from rlloom.agent.conversation import ConversationTokens
 from rlloom.agent.environment import Environment, Sample
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams, check_chat_template_kwargs
 from rlloom.core_rl.metrics import metric_means
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
@@ -62,8 +62,19 @@ class AgentLoopConfig(BaseModel):
         description="Per-turn sampling; `n` and `max_tokens` are set by the loop, `stop` is extended by the env's, "
         "and `include_stop_str_in_output` is always on (the env reads the stop string its action ends with).",
     )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra chat-template variables for the prompt and every turn's glue, e.g. {enable_thinking: "
+        "false} for Qwen3 (data.apply_chat_template_kwargs in single-turn training).",
+    )
     compute_reward: bool = Field(default=True, description="Call the environment's reward hook on each trajectory.")
     progress: bool = Field(default=False, description="Show a progress bar over finished conversations.")
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_chat_template_kwargs(value, "AgentLoopConfig.chat_template_kwargs")
+        return value
 
 
 class AgentLoop:
@@ -80,7 +91,9 @@ class AgentLoop:
         self.tokenizer = tokenizer
         self.make_env = make_env
         self.config = config or AgentLoopConfig()
-        self.template = TurnTemplate(tokenizer, getattr(engine, "eos_token_ids", None))
+        self.template = TurnTemplate(
+            tokenizer, getattr(engine, "eos_token_ids", None), self.config.chat_template_kwargs
+        )
         window = getattr(engine, "context_window", None)
         # a conversation that outgrew the model would make the engine refuse its next prompt (and fail the run)
         self.max_total_tokens = min(self.config.max_total_tokens, window) if window else self.config.max_total_tokens

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlloom.agent.environment import Observation, Prompt
+from rlloom.core_rl.generation import check_chat_template_kwargs
 
 _SENTINEL = "\u2063RLLOOM{}\u2063"  # invisible separator: never produced by a template
 _BASE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
@@ -53,8 +54,16 @@ class Segment:
 class TurnTemplate:
     """Renders prompts and observations to token ids with the tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        eos_token_ids: Sequence[int] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        # extra template variables (Qwen3's enable_thinking) for every rendering: prompts and turn glue alike
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        check_chat_template_kwargs(self.chat_template_kwargs, "chat_template_kwargs")
         self.has_chat_template = getattr(tokenizer, "chat_template", None) is not None
         eos = set(eos_token_ids or ())
         if tokenizer.eos_token_id is not None:
@@ -86,7 +95,7 @@ class TurnTemplate:
         self._require_template("render chat messages")
         assert prompt.messages is not None
         messages = prompt.messages
-        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
+        kwargs: dict[str, Any] = {**self.chat_template_kwargs, "tokenize": False, "add_generation_prompt": True}
         if prompt.tools:
             if self._renders_tools is None:
                 self._renders_tools = self.template_renders_tools()
@@ -102,7 +111,7 @@ class TurnTemplate:
             return False
         msgs = [{"role": "user", "content": "U"}]
         tool = {"type": "function", "function": {"name": "probe_tool_x", "description": "d", "parameters": {}}}
-        with_tools = self.tokenizer.apply_chat_template(msgs, tools=[tool], tokenize=False)
+        with_tools = self.tokenizer.apply_chat_template(msgs, tools=[tool], tokenize=False, **self.chat_template_kwargs)
         return "probe_tool_x" in str(with_tools)
 
     # -- observations ----------------------------------------------------------------------------------------
@@ -147,7 +156,11 @@ class TurnTemplate:
         marker = _SENTINEL.format("A")
         base = [*_BASE, {"role": "assistant", "content": marker}]
         try:
-            full = str(self.tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True))
+            full = str(
+                self.tokenizer.apply_chat_template(
+                    base + messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+                )
+            )
         except Exception as exc:  # jinja's raise_exception: e.g. "roles must alternate user/assistant"
             roles = ", ".join(repr(m.get("role")) for m in messages)
             raise ValueError(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from rlloom.core_rl.data import DataError, Row, generation_request, ground_truth
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
@@ -27,11 +28,13 @@ inside the `Trainer` (e.g. rlloom.agent's multi-turn `agent_collector`)."""
 logger = logging.getLogger(__name__)
 
 
-def single_turn_collector(engine: RolloutEngine) -> CollectFn:
-    """A `CollectFn` that samples `n` completions per prompt from `engine`."""
+def single_turn_collector(engine: RolloutEngine, chat_template_kwargs: Mapping[str, Any] | None = None) -> CollectFn:
+    """A `CollectFn` that samples `n` completions per prompt from `engine` (chat prompts rendered with
+    `chat_template_kwargs`, `data.apply_chat_template_kwargs`)."""
 
     def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-        return sample_trajectories(engine, rows, [generation_request(row, sampling) for row in rows], prefix)
+        requests = [generation_request(row, sampling, chat_template_kwargs) for row in rows]
+        return sample_trajectories(engine, rows, requests, prefix)
 
     return collect
 

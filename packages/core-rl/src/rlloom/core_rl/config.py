@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -96,6 +96,22 @@ class DataConfig(_Section):
         description="Leave rows over max_prompt_length out of training and validation (counted in a warning) "
         "instead of stopping (veRL/EasyR1's filter_overlong_prompts).",
     )
+    apply_chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra variables for the chat template that renders chat prompts, in training, validation and "
+        "prompt-length checks (veRL's key; TRL's chat_template_kwargs), e.g. {enable_thinking: false} for Qwen3.",
+    )
+
+    @model_validator(mode="after")
+    def _check_template_kwargs(self) -> DataConfig:
+        from rlloom.core_rl.generation import check_chat_template_kwargs
+
+        try:
+            check_chat_template_kwargs(self.apply_chat_template_kwargs, "data.apply_chat_template_kwargs")
+        except ValueError as err:
+            raise KeyedValueError("data.apply_chat_template_kwargs", str(err).split(": ", 1)[1]) from None
+        return self
+
     filter_solved: bool = Field(
         default=False,
         description="Online prompt filtering (Skywork-OR1, He et al. 2025): at each epoch start, retire the prompts "

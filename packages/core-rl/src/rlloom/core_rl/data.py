@@ -165,15 +165,21 @@ class PromptLoader:
         self.excluded = frozenset(int(i) for i in state.get("excluded", ()))
 
 
-def generation_request(row: Row, sampling: SamplingParams) -> GenerationRequest:
-    """The engine request for one data row (chat messages, a plain string, or token ids)."""
+def generation_request(
+    row: Row, sampling: SamplingParams, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> GenerationRequest:
+    """The engine request for one data row (chat messages, a plain string, or token ids); `chat_template_kwargs`
+    (`data.apply_chat_template_kwargs`) go to the chat template that renders the messages."""
     if "prompt_ids" in row:
         return GenerationRequest(prompt_ids=list(row["prompt_ids"]), sampling=sampling)
+    extra = dict(chat_template_kwargs or {})
     prompt = row.get("prompt")
     if isinstance(prompt, str):
-        return GenerationRequest(messages=[{"role": "user", "content": prompt}], sampling=sampling)
+        messages = [{"role": "user", "content": prompt}]
+        return GenerationRequest(messages=messages, sampling=sampling, chat_template_kwargs=extra)
     if isinstance(prompt, Sequence) and prompt:
-        return GenerationRequest(messages=[dict(m) for m in prompt], sampling=sampling)
+        messages = [dict(m) for m in prompt]
+        return GenerationRequest(messages=messages, sampling=sampling, chat_template_kwargs=extra)
     raise ValueError(f"data row has no usable 'prompt' (chat messages or a string) nor 'prompt_ids': {dict(row)!r}")
 
 
@@ -186,7 +192,13 @@ def ground_truth(row: Row) -> Any:
 
 
 def limit_prompt_length(
-    rows: Sequence[Row], tokenizer: Any, max_length: int, *, drop: bool, split: str = "train"
+    rows: Sequence[Row],
+    tokenizer: Any,
+    max_length: int,
+    *,
+    drop: bool,
+    split: str = "train",
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """veRL's `data.max_prompt_length`: the rows whose prompt, rendered as the engine renders it, fits.
 
@@ -206,7 +218,7 @@ def limit_prompt_length(
                 "image expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
             )
         try:
-            request = generation_request(row, sampling)
+            request = generation_request(row, sampling, chat_template_kwargs)
         except ValueError as err:
             raise DataError(
                 f"{where}: {err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an agent "

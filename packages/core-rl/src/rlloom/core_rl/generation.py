@@ -53,12 +53,32 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     multimodal: dict[str, Any] | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # extra variables for the chat template when `messages` are rendered, e.g. {"enable_thinking": False} for
+    # Qwen3 (vLLM's and TRL's `chat_template_kwargs`); ignored for `prompt_ids`
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):
             raise ValueError("GenerationRequest needs exactly one of `prompt_ids` or `messages`.")
+        check_chat_template_kwargs(self.chat_template_kwargs, "GenerationRequest.chat_template_kwargs")
         if self.prompt_ids is not None and len(self.prompt_ids) == 0:
             raise ValueError("GenerationRequest.prompt_ids is empty: give at least one token id.")
+
+
+RESERVED_TEMPLATE_ARGUMENTS = frozenset(
+    {"conversation", "messages", "tokenize", "add_generation_prompt", "return_dict", "tools"}
+)
+"""`apply_chat_template` arguments the renderers set themselves; a template variable may not override them."""
+
+
+def check_chat_template_kwargs(kwargs: dict[str, Any], field_name: str) -> None:
+    """Refuse template variables that would override how the prompt is rendered (naming `field_name`)."""
+    clash = sorted(RESERVED_TEMPLATE_ARGUMENTS & set(kwargs))
+    if clash:
+        raise ValueError(
+            f"{field_name}: {', '.join(clash)} cannot be set there (the renderer sets them); pass only the "
+            "template's own variables, e.g. {enable_thinking: false}"
+        )
 
 
 @dataclass(slots=True)

@@ -22,7 +22,9 @@ def render_prompt(tokenizer: Any, request: GenerationRequest) -> list[int]:
             f"request {request.request_id}: `messages` given but the tokenizer has no chat template; "
             "set tokenizer.chat_template or send `prompt_ids`."
         )
-    text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        request.messages, tokenize=False, add_generation_prompt=True, **request.chat_template_kwargs
+    )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:
         raise ValueError(f"request {request.request_id}: `messages` rendered to an empty prompt")

@@ -103,8 +103,13 @@ class Trainer:
         if config.data.max_prompt_length is not None:  # before the loader: the limit decides the steps per epoch
             tokenizer, limit = load_tokenizer(config), config.data.max_prompt_length
             drop = config.data.filter_overlong_prompts
-            train_data = limit_prompt_length(train_data, tokenizer, limit, drop=drop, split="train")
-            self.val_data = limit_prompt_length(val_data or [], tokenizer, limit, drop=drop, split="validation")
+            template = config.data.apply_chat_template_kwargs
+            train_data = limit_prompt_length(
+                train_data, tokenizer, limit, drop=drop, split="train", chat_template_kwargs=template
+            )
+            self.val_data = limit_prompt_length(
+                val_data or [], tokenizer, limit, drop=drop, split="validation", chat_template_kwargs=template
+            )
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,
@@ -155,7 +160,7 @@ class Trainer:
         check_engine_tokenizer(self.engine, self.parts.tokenizer, source)
         if collect_factory is not None:
             collect = collect_factory(self.engine)
-        self.collect = collect or single_turn_collector(self.engine)
+        self.collect = collect or single_turn_collector(self.engine, config.data.apply_chat_template_kwargs)
         self.kl_ctrl = make_kl_controller(
             config.algorithm.kl_controller,
             config.algorithm.kl_coef,

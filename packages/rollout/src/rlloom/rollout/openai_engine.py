@@ -223,6 +223,8 @@ class OpenAIEngine:
         if use_chat:
             body["messages"] = request.messages
             body["logprobs"] = p.logprobs
+            if request.chat_template_kwargs:
+                body["chat_template_kwargs"] = dict(request.chat_template_kwargs)  # vLLM's field
         else:
             body["prompt"] = request.prompt_ids
             if p.logprobs:
@@ -314,6 +316,12 @@ def _refuse_unsendable(request: GenerationRequest) -> None:
             f"request {request.request_id}: SamplingParams.{', '.join(unsent)} cannot be sent with "
             "OpenAIEngineConfig.vllm_extensions=False (the OpenAI API has no such fields); leave them at their "
             "defaults, or set vllm_extensions=True for a vLLM-compatible server"
+        )
+    if request.chat_template_kwargs and request.messages is not None:
+        raise ValueError(
+            f"request {request.request_id}: chat_template_kwargs ({', '.join(request.chat_template_kwargs)}) cannot "
+            "be sent with OpenAIEngineConfig.vllm_extensions=False (the OpenAI API renders its own template); "
+            "leave them out, or set vllm_extensions=True for a vLLM-compatible server"
         )
 
 

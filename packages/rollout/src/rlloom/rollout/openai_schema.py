@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.generation import RESERVED_TEMPLATE_ARGUMENTS, SamplingParams
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 TOP_LOGPROBS_UNSUPPORTED = (
@@ -153,6 +153,9 @@ class ChatCompletionBody(_SamplingFields):
     """POST /v1/chat/completions."""
 
     messages: list[dict[str, Any]] = Field(min_length=1)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra chat-template variables (vLLM's field), e.g. enable_thinking."
+    )
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, description="Only 0/None: we return sampled tokens only.")
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -160,6 +163,9 @@ class ChatCompletionBody(_SamplingFields):
     @model_validator(mode="after")
     def _messages_as_text(self) -> ChatCompletionBody:
         self.messages = [chat_message(i, m) for i, m in enumerate(self.messages)]
+        clash = sorted(RESERVED_TEMPLATE_ARGUMENTS & set(self.chat_template_kwargs))
+        if clash:
+            raise FieldError("chat_template_kwargs", f"{', '.join(clash)} cannot be set there (the server sets them)")
         if self.top_logprobs:
             raise FieldError("top_logprobs", f"{TOP_LOGPROBS_UNSUPPORTED}; send 0 or leave it out")
         if self.max_completion_tokens is not None:

@@ -72,7 +72,11 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
     async def chat(body: ChatCompletionBody) -> JSONResponse | dict[str, Any]:
         if (bad := check_model(body.model)) is not None:
             return bad
-        request = GenerationRequest(messages=body.messages, sampling=body.sampling(True, default_max_tokens))
+        request = GenerationRequest(
+            messages=body.messages,
+            sampling=body.sampling(True, default_max_tokens),
+            chat_template_kwargs=body.chat_template_kwargs,
+        )
         if tokenizer is not None:
             _check_fits(len(_render_chat(tokenizer, request)), window, "messages")
         completions = await engine.agenerate(request)

@@ -1,0 +1,74 @@
+"""data.apply_chat_template_kwargs: template variables (Qwen3's enable_thinking) in every place a prompt is
+rendered: the engine's request, validation, and the prompt-length check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
+
+from rlloom.core_rl.data import DataError, generation_request
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
+from rlloom.core_rl.tiny import CHATML_TEMPLATE, char_tokenizer
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.trainer import Trainer
+
+# ChatML, plus Qwen3's switch: with enable_thinking false the generation prompt opens an empty think block
+THINKING_TEMPLATE = CHATML_TEMPLATE.replace(
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}",
+)
+
+
+def test_render_prompt_passes_the_template_variables() -> None:
+    tok = char_tokenizer()
+    tok.chat_template = THINKING_TEMPLATE
+    row = {"prompt": "1+2="}
+    plain = tok.decode(render_prompt(tok, generation_request(row, SamplingParams())))
+    assert plain == "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n"
+    quiet = generation_request(row, SamplingParams(), {"enable_thinking": False})
+    assert tok.decode(render_prompt(tok, quiet)) == plain + "<think>\n\n</think>\n\n"
+    ids_row = {"prompt_ids": [5, 6]}  # token ids are sent as they are
+    assert render_prompt(tok, generation_request(ids_row, SamplingParams(), {"enable_thinking": False})) == [5, 6]
+
+
+def test_reserved_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="add_generation_prompt cannot be set there"):
+        GenerationRequest(
+            messages=[{"role": "user", "content": "x"}], chat_template_kwargs={"add_generation_prompt": 0}
+        )
+
+
+def test_the_trainer_renders_and_measures_prompts_with_the_variables(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    tok = load_pretrained_tokenizer(model_dir)
+    tok.chat_template = THINKING_TEMPLATE
+    tok.save_pretrained(model_dir)
+    rows = sum_rows(3, seed=5)
+    plain_length = len(render_prompt(tok, generation_request(rows[0], SamplingParams())))
+    quiet = ["data.apply_chat_template_kwargs={enable_thinking: false}"]
+
+    def trainer(overrides: list[str], out: str) -> Trainer:
+        return Trainer(
+            tiny_config(model_dir, tmp_path / out, [*quiet, *overrides]),
+            engine=SamplingEngine(model_dir),
+            reward_fn=digit_reward,
+            train_data=sum_rows(8),
+            val_data=rows,
+        )
+
+    validation = tmp_path / "val"
+    trainer([f"trainer.validation_data_dir={validation}"], "run").validate()
+    prompts = (validation / "0.jsonl").read_text().splitlines()
+    assert len(prompts) == 3 and all("<think>\\n\\n</think>\\n\\n" in line for line in prompts)
+    # the length check renders as the engine does: the think block (19 characters) makes every prompt longer
+    think = len(tok("<think>\n\n</think>\n\n", add_special_tokens=False)["input_ids"])
+    assert think == 19
+    with pytest.raises(DataError, match=f"train row 1 of 8: the prompt is {plain_length + think} tokens"):
+        trainer([f"data.max_prompt_length={plain_length}"], "limited")
