@@ -257,6 +257,22 @@ def test_validation_sampling_settings_reach_the_engine(tiny_model_dir: Path, tmp
     assert trainer.sampling.top_p == 1.0  # training sampling is untouched
 
 
+def test_rollout_stop_strings_and_min_p_reach_the_engine(tiny_model_dir: Path, tmp_path: Path) -> None:
+    seen: list[tuple[list[str], float]] = []
+
+    class Recording(SamplingEngine):
+        def generate(self, requests):  # type: ignore[no-untyped-def]
+            seen.extend((r.sampling.stop, r.sampling.min_p) for r in requests)
+            return super().generate(requests)
+
+    overrides = ["rollout.stop=['</answer>', 'Final:']", "rollout.min_p=0.05"]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides, Recording(tiny_model_dir))
+    trainer.validate()
+    trainer.step = 1
+    trainer.train_step()
+    assert seen == [(["</answer>", "Final:"], 0.05)] * (3 + 4)  # 3 validation prompts, then 4 training prompts
+
+
 def test_single_update_steps_take_old_logprobs_from_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
     """One epoch and one mini-batch per step: `algorithm.old_logprobs=auto` skips the separate forward, and the
     step ends with the weights and diagnostics that `recompute` (the forward, then the update) gives."""

@@ -147,6 +147,14 @@ class RolloutConfig(_Section):
     temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature; logprobs use it too.")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1.0 disables it).")
     top_k: int = Field(default=0, ge=0, description="Top-k sampling (0 disables it).")
+    min_p: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Min-p sampling: drop tokens below min_p x the top probability."
+    )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Stop strings for training and validation rollouts (e.g. ['</answer>']); a response ends right "
+        "after the first one, which stays in it. Multi-turn environments add their own.",
+    )
     max_tokens: int = Field(default=256, ge=1, description="Response length limit in tokens.")
     val_temperature: float = Field(default=0.0, ge=0.0, description="Validation sampling temperature (0 = greedy).")
     val_n: int = Field(default=1, ge=1, description="Validation samples per prompt.")

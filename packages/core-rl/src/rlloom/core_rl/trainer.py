@@ -192,6 +192,8 @@ class Trainer:
             temperature=config.rollout.temperature,
             top_p=config.rollout.top_p,
             top_k=config.rollout.top_k,
+            min_p=config.rollout.min_p,
+            stop=list(config.rollout.stop),
             max_tokens=config.rollout.max_tokens_at(self.step),
         )
         if state:
