@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from rlloom.agent.envs.group import EnvGroup
+from rlloom.agent.envs.single_turn import SingleTurnEnv
 from rlloom.agent.envs.tool import ToolEnv
 from rlloom.agent.loop import AgentLoop, AgentLoopConfig, rollout_metrics
 from rlloom.agent.rewards import AgentRubric
@@ -312,3 +314,32 @@ def test_a_batch_without_tool_calls_reports_zero_calls(tokenizer: Any, replay_en
     assert [t.metrics["tool_calls"] for t in trajectories] == [0.0, 0.0]
     metrics = rollout_metrics(trajectories)
     assert (metrics["agent/tool_calls/mean"], metrics["agent/tool_errors/mean"]) == (0.0, 0.0)
+
+
+def test_env_group_routes_each_sample_to_its_environment(tokenizer: Any, replay_engine: Any) -> None:
+    """A mixed batch: 'calc' rows get the tool environment (tool preamble, tool turns, tool-use reward), 'plain'
+    rows a single-turn one; each trajectory is scored by its own environment's rubric."""
+
+    def script(context: str) -> str:
+        if "# Tools" not in context:
+            return "<answer>7</answer>"
+        return TURNS[0] if context.count("<|im_start|>assistant") == 1 else "<answer>5</answer>"
+
+    engine = replay_engine(tokenizer, script)
+    makers = {
+        "calc": lambda: ToolEnv(Toolset([add]), AgentRubric(answer_is, tool_use_weight=0.1)),
+        "plain": lambda: SingleTurnEnv(AgentRubric(answer_is)),
+    }
+    loop = AgentLoop(engine, tokenizer, lambda: EnvGroup(makers))
+    rows = [
+        {"question": "What is 2+3?", "answer": "5", "data_source": "calc"},
+        {"question": "What is 3+4?", "answer": "7", "data_source": "plain"},
+    ]
+    calc, plain = loop.run(rows)
+    assert "# Tools" in tokenizer.decode(calc.prompt_ids) and "# Tools" not in tokenizer.decode(plain.prompt_ids)
+    assert (calc.metrics["turns"], calc.metrics["tool_calls"], plain.metrics["turns"]) == (2, 1, 1)
+    assert calc.reward_components == {"outcome": 1.0, "format": 1.0, "tool_use": 1.0}
+    assert calc.reward == pytest.approx(1.1)  # outcome + 0.1 x tool use: the calc rubric
+    assert plain.reward_components["tool_use"] == 0.0 and plain.reward == 1.0  # no tool call, no tool weight
+    with pytest.raises(ValueError, match=r"sample field 'data_source' is 'code', which names no environment"):
+        loop.run([{"question": "q", "answer": "a", "data_source": "code"}])

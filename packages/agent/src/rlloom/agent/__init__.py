@@ -3,6 +3,7 @@
 from rlloom.agent.__about__ import __version__
 from rlloom.agent.environment import Environment, Observation, Prompt, Sample, StepResult
 from rlloom.agent.envs.code import CodeEnv, python_tool, python_toolset
+from rlloom.agent.envs.group import EnvGroup
 from rlloom.agent.envs.search import SearchEnv, SearchEnvConfig, ThreadedRetriever
 from rlloom.agent.envs.single_turn import SingleTurnEnv
 from rlloom.agent.envs.tool import ToolEnv
@@ -18,6 +19,7 @@ __all__ = [
     "AgentLoopConfig",
     "AgentRubric",
     "CodeEnv",
+    "EnvGroup",
     "Environment",
     "EpisodeSummary",
     "HermesToolCallParser",

@@ -9,6 +9,7 @@ shared resources (retrievers, tool thread pools) are passed in and shared.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -148,3 +149,12 @@ class Environment(Protocol):
     async def reward(self, trajectory: Trajectory) -> RewardOutput:
         """Score the finished conversation (components are logged separately)."""
         ...
+
+
+def step_takes_last_turn(env: Environment) -> bool:
+    """Whether `env.step` takes the `last_turn` keyword (envs written before it existed still work)."""
+    try:
+        params = inspect.signature(env.step).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "last_turn" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

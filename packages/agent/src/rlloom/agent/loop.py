@@ -9,7 +9,6 @@ never text, and every sampled token goes into the trajectory unchanged; see `con
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tqdm.auto import tqdm
 
 from rlloom.agent.conversation import ConversationTokens
-from rlloom.agent.environment import Environment, Sample
+from rlloom.agent.environment import Environment, Sample, step_takes_last_turn
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams, check_chat_template_kwargs
@@ -171,7 +170,7 @@ class AgentLoop:
         conv = ConversationTokens(prompt_ids, self.max_total_tokens)
         metrics = {"turns": 0.0, "gen_latency_s": 0.0, "env_latency_s": 0.0, "obs_truncated": 0.0}
         stop = list(dict.fromkeys([*cfg.sampling.stop, *env.stop]))
-        takes_last_turn = _accepts_keyword(env.step, "last_turn")
+        takes_last_turn = step_takes_last_turn(env)
         finish = "max_turns"
         for turn in range(cfg.max_turns):
             budget = min(cfg.max_tokens_per_turn, conv.remaining)
@@ -281,15 +280,6 @@ def _describe(sample: Sample) -> str:
     if index is not None:
         where = f" ({sample.data_source + ' ' if sample.data_source else ''}row index {index})"
     return f"question {text!r}{where}"
-
-
-def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
-    """Whether `fn` takes keyword `name` (envs written before `step(..., last_turn=)` existed still work)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
