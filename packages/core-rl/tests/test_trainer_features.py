@@ -12,6 +12,7 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
+from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.config import ConfigError, ModelConfig
 from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
@@ -430,3 +431,44 @@ def test_an_unknown_filter_key_names_the_components(tiny_model_dir: Path, tmp_pa
     trainer.step = 1
     with pytest.raises(ConfigError, match=r"algorithm.filter_key: 'accuracy' is not among .* \(digits, exact\)"):
         trainer.train_step()
+
+
+def test_the_reference_moves_toward_the_policy_every_n_steps(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """TR-DPO's soft update (TRL's sync_ref_model): at steps divisible by N, ref = a * policy + (1 - a) * ref;
+    the moved reference is checkpointed, so a resumed run continues from it rather than from model.path."""
+    out = tmp_path / "run"
+    sync = ["algorithm.ref_model_sync_steps=2", "algorithm.ref_model_mixup_alpha=0.25"]
+    trainer = make_trainer(tiny_model_dir, out, ["trainer.total_steps=2", *sync])
+    reference, policy = trainer.parts.reference, trainer.parts.actor
+    assert isinstance(reference, ReferencePolicy) and isinstance(policy, PolicyActor)
+    start = {name: p.detach().clone() for name, p in reference.model.named_parameters()}
+    trainer.step = 1
+    assert "actor/ref_model_synced" not in trainer.train_step()
+    for name, p in reference.model.named_parameters():
+        assert torch.equal(p, start[name]), name  # step 1 of every 2: untouched
+    trainer.step = 2
+    assert trainer.train_step()["actor/ref_model_synced"] == 1.0
+    moved = dict(policy.model.named_parameters())
+    for name, p in reference.model.named_parameters():
+        torch.testing.assert_close(p, 0.25 * moved[name].detach() + 0.75 * start[name])
+    embed = "model.embed_tokens.weight"  # tied to lm_head
+    assert not torch.equal(dict(reference.model.named_parameters())[embed], start[embed])
+    trainer.save()
+    saved = {name: p.detach().clone() for name, p in reference.model.named_parameters()}
+
+    resumed = make_trainer(tiny_model_dir, out, ["trainer.total_steps=3", *sync])
+    assert resumed.step == 2
+    assert isinstance(resumed.parts.reference, ReferencePolicy)
+    for name, p in resumed.parts.reference.model.named_parameters():
+        assert torch.equal(p, saved[name]), name
+
+
+def test_reference_sync_is_refused_where_there_is_nothing_to_move() -> None:
+    from rlloom.core_rl.config_loading import load_config
+
+    base = ["model.path=/m", "algorithm.ref_model_sync_steps=10"]
+    with pytest.raises(ConfigError, match="algorithm.ref_model_sync_steps: 10, but there is no reference model"):
+        load_config(None, [*base, "algorithm.use_kl_loss=false"])
+    with pytest.raises(ConfigError, match="with LoRA the reference is the adapter-free base"):
+        load_config(None, [*base, "algorithm.use_kl_loss=true", "model.lora_rank=8"])
+    load_config(None, [*base, "algorithm.use_kl_loss=true"])

@@ -419,6 +419,17 @@ class ReferencePolicy:
                 bf16=self.bf16,
             )
 
+    @torch.no_grad()
+    def mix_from(self, policy: nn.Module, alpha: float) -> None:
+        """ref ← alpha · policy + (1 − alpha) · ref, parameter by parameter (TR-DPO's soft reference update)."""
+        if self._lora:
+            raise RuntimeError("a LoRA reference is the adapter-free base model; it cannot move toward the policy")
+        source = dict(policy.named_parameters())
+        for name, param in self.model.named_parameters():
+            if name not in source:
+                raise KeyError(f"the policy has no parameter {name!r} to mix into the reference")
+            param.mul_(1.0 - alpha).add_(source[name].detach().to(param.dtype), alpha=alpha)
+
     @contextlib.contextmanager
     def _base_model(self) -> Iterator[None]:
         if self._lora:

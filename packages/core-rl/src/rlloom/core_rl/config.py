@@ -267,6 +267,16 @@ class AlgorithmConfig(_Section):
         description="Truncated importance sampling cap C: weight tokens by min(pi_old/pi_rollout, C) to correct "
         "the engine/trainer mismatch (Yao et al. 2025); None = off. The mismatch KL is logged either way.",
     )
+    ref_model_sync_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Every N steps move the reference model toward the policy: ref = alpha * policy + (1 - alpha) * "
+        "ref (TR-DPO's soft update, Gorbatovski et al. 2024; TRL's sync_ref_model), so the KL anchor follows a long "
+        "run. 0 = a fixed reference.",
+    )
+    ref_model_mixup_alpha: float = Field(
+        default=0.6, gt=0.0, le=1.0, description="alpha of the reference update (1.0 copies the policy; TRL: 0.6)."
+    )
     tis_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
         default="token_truncate",
         description="With tis_cap (TRL's vllm_importance_sampling_mode): the ratio per token or per sequence (the "
@@ -508,6 +518,19 @@ class RLConfig(_Section):
                 "algorithm.filter_band",
                 f"{list(algo.filter_band)} is empty; give [low, high] with low < high (EasyR1: [0.01, 0.99])",
             )
+        if algo.ref_model_sync_steps:
+            why = None
+            if not self.uses_reference:
+                why = "there is no reference model (neither use_kl_loss nor use_kl_in_reward is on)"
+            elif self.model.lora_rank > 0:
+                why = "with LoRA the reference is the adapter-free base model, which does not move"
+            elif self.distributed.num_ranks > 1:
+                why = "only an in-process reference is synced; sharded workers (distributed.num_ranks > 1) keep theirs"
+            if why:
+                raise KeyedValueError(
+                    "algorithm.ref_model_sync_steps",
+                    f"{algo.ref_model_sync_steps}, but {why}; set algorithm.ref_model_sync_steps=0",
+                )
         if algo.adv_std_scope == "batch" and (algo.adv_estimator != "grpo" or not algo.norm_adv_by_std):
             raise KeyedValueError(
                 "algorithm.adv_std_scope",

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.actor import PolicyActor, ReferencePolicy, load_causal_lm
 from rlloom.core_rl.algorithms import (
     AdaptiveEntropyController,
     AdvantageInputs,
@@ -304,7 +304,24 @@ class Trainer:
         if not warming:  # the engine already has these weights
             with timer("weight_sync"):
                 self._sync_weights()
+        sync_every = cfg.algorithm.ref_model_sync_steps
+        if sync_every and self.step % sync_every == 0:
+            self._reference().mix_from(self._policy_module(), cfg.algorithm.ref_model_mixup_alpha)
+            metrics["actor/ref_model_synced"] = 1.0
         return self._step_metrics(batch, metrics, timer)
+
+    def _reference(self) -> ReferencePolicy:
+        """The in-process reference (the config allows reference syncing only for it)."""
+        reference = self.parts.reference
+        if not isinstance(reference, ReferencePolicy):
+            raise TypeError("algorithm.ref_model_sync_steps needs the in-process ReferencePolicy")
+        return reference
+
+    def _policy_module(self) -> nn.Module:
+        actor = self.parts.actor
+        if not isinstance(actor, PolicyActor):
+            raise TypeError("algorithm.ref_model_sync_steps needs the in-process PolicyActor")
+        return actor.model
 
     def _step_metrics(self, batch: TrajectoryBatch, metrics: dict[str, float], timer: PhaseTimer) -> dict[str, float]:
         """The step's batch statistics, phase timings and throughput, added to `metrics`."""
@@ -598,6 +615,8 @@ class Trainer:
             "kl_controller": self.kl_ctrl.state_dict(),
             "entropy_controller": self.entropy_ctrl.state_dict() if self.entropy_ctrl is not None else None,
             "prompt_filter": self.prompt_filter.state_dict() if self.prompt_filter is not None else None,
+            # a reference that moves with the policy (ref_model_sync_steps) is no longer model.path's weights
+            "reference": self._reference().model.state_dict() if self.cfg.algorithm.ref_model_sync_steps else None,
             "rng": rng_state(),
         }
         return save_checkpoint(
@@ -618,6 +637,8 @@ class Trainer:
                     "with the checkpoint's own algorithm.adv_estimator, or start a new run in a new trainer.output_dir"
                 )
             self.parts.critic.load_state_dict(state["critic"])
+        if self.cfg.algorithm.ref_model_sync_steps and state.get("reference") is not None:
+            self._reference().model.load_state_dict(state["reference"])
         self.loader.load_state_dict(state["loader"])
         self.kl_ctrl.load_state_dict(state["kl_controller"])
         # a checkpoint of a run without these options leaves them at their configured start
