@@ -62,6 +62,7 @@ def sample_trajectories(
                     group_id=f"{prefix}-{i}",
                     data_source=str(row.get("data_source", "")),
                     ground_truth=ground_truth(row),
+                    prompt_messages=[dict(m) for m in request.messages] if request.messages else None,
                     response_text=completion.text,
                     finish_reason=completion.finish_reason,
                     multimodal=request.multimodal,

@@ -21,6 +21,7 @@ class Trajectory:
     data_source: str = ""
     ground_truth: Any = None
     prompt_text: str = ""
+    prompt_messages: list[dict[str, Any]] | None = None  # the chat prompt as given (a reward model re-renders it)
     response_text: str = ""
     finish_reason: str = "stop"
     multimodal: dict[str, Any] | None = None
