@@ -15,9 +15,11 @@ from rlloom.core_rl.algorithms import (
     AGG_MODES,
     UnknownNameError,
     cispo_policy_loss,
+    clip_cov_policy_loss,
     get_policy_loss,
     gmpo_policy_loss,
     gspo_policy_loss,
+    kl_cov_policy_loss,
     ppo_policy_loss,
     value_loss,
 )
@@ -309,3 +311,63 @@ def test_registry_names_and_errors() -> None:
     assert get_policy_loss("gspo") is gspo_policy_loss
     with pytest.raises(UnknownNameError, match="Did you mean 'gspo'"):
         get_policy_loss("gpso")
+
+
+# ---- Clip-Cov / KL-Cov (Cui et al. 2025), hand-computed ---------------------------------------------------------
+# three valid tokens: A = [1, -1, 2], log π = [-1, -2, -0.5], log π_old = [-1.1, -2.3, -0.7] (Δ = [0.1, 0.3, 0.2]).
+# Centred: A − 2/3 = [1/3, −5/3, 4/3], log π + 7/6 = [1/6, −5/6, 2/3], so cov = [1/18, 25/18, 16/18].
+COV_ADV = torch.tensor([[1.0, -1.0, 2.0]], dtype=torch.float64)
+COV_OLD = torch.tensor([[-1.1, -2.3, -0.7]], dtype=torch.float64)
+COV_MASK = torch.ones(1, 3)
+
+
+def _cov_logprobs() -> torch.Tensor:
+    return torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64, requires_grad=True)
+
+
+def test_kl_cov_penalises_the_highest_covariance_token() -> None:
+    logp = _cov_logprobs()
+    loss, metrics = kl_cov_policy_loss(
+        logp, COV_OLD, COV_ADV, COV_MASK, clip_low=0.2, clip_high=0.2, kl_cov_ratio=0.0002, ppo_kl_coef=1.0
+    )
+    # one token (max(1, ⌊3 × 0.0002⌋)): token 1, cov 25/18; the surrogate is unclipped
+    expected = (-1.0 * math.exp(0.1) + 1.0 * math.exp(0.3) - 2.0 * math.exp(0.2) + 0.3) / 3
+    assert float(loss) == pytest.approx(expected)
+    loss.backward()
+    assert logp.grad is not None
+    grads = logp.grad[0].tolist()
+    assert grads == pytest.approx([-math.exp(0.1) / 3, (math.exp(0.3) + 1.0) / 3, -2.0 * math.exp(0.2) / 3])
+    assert float(metrics["pg_clipfrac"]) == pytest.approx(1 / 3)
+
+
+def test_clip_cov_cuts_the_gradient_of_tokens_in_the_covariance_band() -> None:
+    # band (0.5, 5): tokens 1 and 2 qualify (neither is PPO-clipped at ε = 0.28); ratio 1.0 cuts both
+    logp = _cov_logprobs()
+    loss, metrics = clip_cov_policy_loss(
+        logp, COV_OLD, COV_ADV, COV_MASK, clip_low=0.2, clip_high=0.28, clip_cov_ratio=1.0, clip_cov_lb=0.5
+    )
+    assert float(loss) == pytest.approx(-math.exp(0.1) / 3)  # only token 0's PPO term is left
+    loss.backward()
+    assert logp.grad is not None
+    assert logp.grad[0].tolist() == pytest.approx([-math.exp(0.1) / 3, 0.0, 0.0])
+    assert float(metrics["pg_clipfrac"]) == pytest.approx(2 / 3)
+    # the paper's tiny ratio cuts max(1, ⌊3 × 0.0002⌋) = 1 of the two, drawn at random
+    torch.manual_seed(0)
+    small, _ = clip_cov_policy_loss(
+        _cov_logprobs(), COV_OLD, COV_ADV, COV_MASK, clip_low=0.2, clip_high=0.28, clip_cov_lb=0.5
+    )
+    full = [-math.exp(0.1), math.exp(0.3), -2.0 * math.exp(0.2)]
+    assert float(small) * 3 in (pytest.approx(sum(full) - full[1]), pytest.approx(sum(full) - full[2]))
+
+
+def test_policy_loss_kwargs_are_checked_against_the_losss_signature() -> None:
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config_loading import load_config
+
+    base = ["model.path=/m", "algorithm.policy_loss=kl_cov"]
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio is not a setting of .*kl_cov"):
+        load_config(None, [*base, "algorithm.policy_loss_kwargs={clip_cov_ratio: 0.1}"])
+    with pytest.raises(ConfigError, match="algorithm.dual_clip: "):
+        load_config(None, [*base, "algorithm.dual_clip=3"])
+    cfg = load_config(None, [*base, "algorithm.policy_loss_kwargs={kl_cov_ratio: 0.5, ppo_kl_coef: 2.0}"])
+    assert cfg.algorithm.policy_loss_kwargs == {"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}

@@ -472,3 +472,18 @@ def test_reference_sync_is_refused_where_there_is_nothing_to_move() -> None:
     with pytest.raises(ConfigError, match="with LoRA the reference is the adapter-free base"):
         load_config(None, [*base, "algorithm.use_kl_loss=true", "model.lora_rank=8"])
     load_config(None, [*base, "algorithm.use_kl_loss=true"])
+
+
+def test_a_loss_with_its_own_settings_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """policy_loss_kwargs reach the loss in the update: kl_cov with ratio 1.0 penalises every token, so its
+    pg_clipfrac (the penalised share) is 1."""
+    overrides = [
+        "algorithm.policy_loss=kl_cov",
+        "algorithm.policy_loss_kwargs={kl_cov_ratio: 1.0, ppo_kl_coef: 0.5}",
+        "trainer.total_steps=2",
+    ]
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
+    trainer.step = 1
+    metrics = trainer.train_step()
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(1.0)
+    assert math.isfinite(metrics["actor/pg_loss"])

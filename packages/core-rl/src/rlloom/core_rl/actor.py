@@ -10,7 +10,8 @@ model with the adapter disabled.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from rlloom.core_rl.algorithms import (
     LossAggregation,
+    PolicyLossFn,
     aggregate_with,
     get_policy_loss,
     kl_penalty,
@@ -162,7 +164,9 @@ class PolicyActor:
         self.mini_batch_rows = mini_batch_rows
         self.max_response_length = max_response_length
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), actor, total_steps)
-        self.policy_loss = get_policy_loss(algorithm.policy_loss)
+        loss: Callable[..., Any] = get_policy_loss(algorithm.policy_loss)
+        settings = algorithm.policy_loss_kwargs  # the loss's own knobs (checked against its signature at load)
+        self.policy_loss = cast(PolicyLossFn, functools.partial(loss, **settings) if settings else loss)
         self.generator = torch.Generator().manual_seed(seed)
 
     def compute_logprobs(

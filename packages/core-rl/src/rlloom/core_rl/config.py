@@ -207,7 +207,14 @@ class AlgorithmConfig(_Section):
     gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor (GAE, REINFORCE++).")
     lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda (Schulman et al. 2016).")
     policy_loss: str = Field(
-        default="ppo", description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, cispo."
+        default="ppo",
+        description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, gmpo, cispo, clip_cov, kl_cov "
+        "(Cui et al. 2025).",
+    )
+    policy_loss_kwargs: dict[str, float] = Field(
+        default_factory=dict,
+        description="The loss's own settings (veRL's actor.policy_loss.*), e.g. {clip_cov_ratio: 0.0002, "
+        "clip_cov_lb: 1.0, clip_cov_ub: 5.0} for clip_cov, {kl_cov_ratio: 0.0002, ppo_kl_coef: 1.0} for kl_cov.",
     )
     clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below 1 (epsilon_low).")
     clip_high: float = Field(
@@ -589,12 +596,25 @@ def check_warmup(cfg: RLConfig, total_steps: int) -> None:
 
 
 # policy losses that refuse some options in their first update; refused here at config load instead
-_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo")
+_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo", "clip_cov", "kl_cov")
 _SEQUENCE_LEVEL = ("gmpo", "geo_mean")
 
 
 def _check_policy_loss(algo: AlgorithmConfig) -> None:
     loss = algo.policy_loss
+    if algo.policy_loss_kwargs:
+        import inspect
+
+        from rlloom.core_rl.algorithms import STANDARD_LOSS_ARGUMENTS, get_policy_loss
+
+        own = [n for n in inspect.signature(get_policy_loss(loss)).parameters if n not in STANDARD_LOSS_ARGUMENTS]
+        unknown = sorted(set(algo.policy_loss_kwargs) - set(own))
+        if unknown:
+            raise KeyedValueError(
+                "algorithm.policy_loss_kwargs",
+                f"{', '.join(unknown)} is not a setting of algorithm.policy_loss={loss}; its settings: "
+                f"{', '.join(own) or 'none'}",
+            )
     if loss in _NO_DUAL_CLIP and algo.dual_clip is not None:
         raise KeyedValueError(
             "algorithm.dual_clip",

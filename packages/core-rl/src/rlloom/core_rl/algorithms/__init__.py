@@ -61,11 +61,14 @@ from rlloom.core_rl.algorithms.masked_stats import masked_mean, masked_sum, mask
 from rlloom.core_rl.algorithms.mismatch import TIS_MODES, mismatch_metrics, tis_weights
 from rlloom.core_rl.algorithms.policy_loss import (
     POLICY_LOSSES,
+    STANDARD_LOSS_ARGUMENTS,
     PolicyLossFn,
     cispo_policy_loss,
+    clip_cov_policy_loss,
     get_policy_loss,
     gmpo_policy_loss,
     gspo_policy_loss,
+    kl_cov_policy_loss,
     ppo_policy_loss,
     register_policy_loss,
 )
@@ -78,6 +81,7 @@ __all__ = [
     "GROUP_RELATIVE_ESTIMATORS",
     "KL_KINDS",
     "POLICY_LOSSES",
+    "STANDARD_LOSS_ARGUMENTS",
     "TIS_MODES",
     "AdaptiveEntropyController",
     "AdaptiveKLController",
@@ -97,6 +101,7 @@ __all__ = [
     "applied_entropy_coef",
     "apply_kl_in_reward",
     "cispo_policy_loss",
+    "clip_cov_policy_loss",
     "discounted_returns",
     "entropy_from_logits",
     "filter_groups_by_mean",
@@ -111,6 +116,7 @@ __all__ = [
     "grpo_passk_advantages",
     "gspo_policy_loss",
     "high_entropy_token_mask",
+    "kl_cov_policy_loss",
     "kl_penalty",
     "logprobs_from_logits",
     "make_kl_controller",

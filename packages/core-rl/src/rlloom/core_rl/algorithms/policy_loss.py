@@ -39,6 +39,12 @@ class PolicyLossFn(Protocol):
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
+STANDARD_LOSS_ARGUMENTS = frozenset(
+    {"logprobs", "old_logprobs", "advantages", "mask"}
+    | {"clip_low", "clip_high", "dual_clip", "agg", "rollout_is_weights"}
+)
+"""What the actor passes to every loss; any other keyword of a loss is its own setting (`policy_loss_kwargs`)."""
+
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 _LossT = TypeVar("_LossT", bound=PolicyLossFn)
 
@@ -252,6 +258,108 @@ def cispo_policy_loss(
     clip_active = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
     metrics = {
         "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+def _covariance(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
+    """Each valid token's centred product (A − mean A)(log π − mean log π), detached; the means over the valid
+    tokens. Cui et al. 2025 show the entropy change is driven by this covariance."""
+    valid = mask.bool()
+    a, lp = advantages.detach().float(), logprobs.detach().float()
+    return (a - masked_mean(a, valid)) * (lp - masked_mean(lp, valid))
+
+
+@register_policy_loss("clip_cov")
+def clip_cov_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "token-mean",
+    rollout_is_weights: Tensor | None = None,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
+    veRL's `clip_cov`): the PPO loss, with the gradient of a few high-covariance tokens cut, against entropy
+    collapse. Among the valid tokens PPO's ε-clip left active whose covariance lies strictly in (lb, ub), a random
+    max(1, ⌊ratio · valid tokens⌋) get loss 0 (drawn from torch's global generator, so seeded runs repeat).
+    Selected per call, i.e. per micro-batch, as in veRL. `pg_clipfrac` counts the cut tokens.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    _check_clip(clip_low, clip_high)
+    if dual_clip is not None:
+        raise ValueError("clip_cov has no dual clip; leave dual_clip=None")
+    if not 0.0 < clip_cov_ratio <= 1.0:
+        raise ValueError(f"clip_cov_ratio must be in (0, 1] (the paper: 0.0002), got {clip_cov_ratio}")
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    valid = mask.bool()
+    cov = _covariance(logprobs, advantages, mask)
+    candidates = (valid & ~(clipped > unclipped) & (cov > clip_cov_lb) & (cov < clip_cov_ub)).nonzero()
+    keep = torch.ones_like(ratio)
+    if len(candidates):
+        count = min(max(int(clip_cov_ratio * int(valid.sum())), 1), len(candidates))
+        chosen = candidates[torch.randperm(len(candidates))[:count].to(candidates.device)]
+        keep[chosen[:, 0], chosen[:, 1]] = 0.0
+    loss = torch.maximum(unclipped, clipped) * keep
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    metrics = {
+        "pg_clipfrac": masked_mean((keep == 0).to(ratio.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("kl_cov")
+def kl_cov_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "token-mean",
+    rollout_is_weights: Tensor | None = None,
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 1.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """KL-Cov (Cui et al. 2025, veRL's `kl_cov`): the unclipped surrogate −A·ρ, plus a penalty
+    `ppo_kl_coef`·|log π − log π_old| on the max(1, ⌊ratio · valid tokens⌋) tokens of highest covariance
+    (A − mean A)(log π − mean log π), selected per call (micro-batch) as in veRL. There is no ratio clip
+    (clip_low/clip_high are not used); `pg_clipfrac` counts the penalised tokens.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    if dual_clip is not None:
+        raise ValueError("kl_cov has no dual clip; leave dual_clip=None")
+    if not 0.0 < kl_cov_ratio <= 1.0:
+        raise ValueError(f"kl_cov_ratio must be in (0, 1] (the paper: 0.0002), got {kl_cov_ratio}")
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    valid = mask.bool()
+    penalised = torch.zeros_like(valid)
+    n_valid = int(valid.sum())
+    if n_valid:
+        cov = _covariance(logprobs, advantages, mask).masked_fill(~valid, float("-inf"))
+        top = cov.flatten().topk(max(1, int(n_valid * kl_cov_ratio))).indices
+        penalised.view(-1)[top] = True
+    loss = -advantages * ratio + ppo_kl_coef * log_ratio.abs() * penalised.to(ratio.dtype)
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    metrics = {
+        "pg_clipfrac": masked_mean(penalised.to(ratio.dtype), mask).detach(),
         "pg_clipfrac_lower": logprobs.new_zeros(()),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
     }
