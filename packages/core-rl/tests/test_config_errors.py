@@ -113,6 +113,7 @@ def test_policy_loss_options_refused_at_load() -> None:
         "algorithm.filter_band: filters groups only with dynamic sampling"
     )
     assert error_of(["algorithm.filter_key=accuracy"]).startswith("algorithm.filter_key: filters groups only")
+    assert error_of(["trainer.ema_beta=0.99", "model.lora_rank=8"]).startswith("trainer.ema_beta: is kept for")
     band = ["algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.9, 0.1]"]
     assert error_of(band).startswith("algorithm.filter_band: [0.9, 0.1] is empty")
     ok = load_config(None, ["model.path=/m", "algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.01, 0.99]"])

@@ -487,3 +487,34 @@ def test_a_loss_with_its_own_settings_trains(tiny_model_dir: Path, tmp_path: Pat
     metrics = trainer.train_step()
     assert metrics["actor/pg_clipfrac"] == pytest.approx(1.0)
     assert math.isfinite(metrics["actor/pg_loss"])
+
+
+def test_the_weight_ema_follows_the_policy_and_is_saved_beside_it(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """trainer.ema_beta: after steps with weights θ1, θ2 from θ0, ema = b(b θ0 + (1-b) θ1) + (1-b) θ2; each
+    checkpoint holds it as a loadable `ema/` folder, and a resume continues the same average."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    trainer = make_trainer(tiny_model_dir, out, ["trainer.total_steps=2", "trainer.ema_beta=0.5"])
+    policy = trainer.parts.actor
+    assert isinstance(policy, PolicyActor)
+    snapshots = [{n: p.detach().clone() for n, p in policy.model.named_parameters()}]
+    for step in (1, 2):
+        trainer.step = step
+        trainer.train_step()
+        snapshots.append({n: p.detach().clone() for n, p in policy.model.named_parameters()})
+    assert trainer.ema is not None
+    for name, value in trainer.ema.shadow.items():
+        expected = 0.5 * (0.5 * snapshots[0][name] + 0.5 * snapshots[1][name]) + 0.5 * snapshots[2][name]
+        torch.testing.assert_close(value, expected)
+    path = trainer.save()
+    saved = AutoModelForCausalLM.from_pretrained(path / "ema")
+    for name, p in saved.named_parameters():
+        torch.testing.assert_close(p, trainer.ema.shadow[name])
+    for name, p in policy.model.named_parameters():  # saving the average left the policy's own weights in place
+        assert torch.equal(p, snapshots[2][name]), name
+
+    resumed = make_trainer(tiny_model_dir, out, ["trainer.total_steps=3", "trainer.ema_beta=0.5"])
+    assert resumed.ema is not None and resumed.step == 2
+    for name, value in resumed.ema.shadow.items():
+        assert torch.equal(value, trainer.ema.shadow[name]), name

@@ -413,6 +413,13 @@ class TrainerConfig(_Section):
     )
     val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
     val_before_train: bool = Field(default=False, description="Validate once before the first step.")
+    ema_beta: float | None = Field(
+        default=None,
+        gt=0.0,
+        lt=1.0,
+        description="Keep an exponential moving average of the policy's weights, ema = beta * ema + (1 - beta) * "
+        "policy after every step, saved as <checkpoint>/ema (OpenRLHF's --ema_beta, e.g. 0.992). None = off.",
+    )
     log_val_generations: int = Field(
         default=0,
         ge=0,
@@ -538,6 +545,12 @@ class RLConfig(_Section):
                     "algorithm.ref_model_sync_steps",
                     f"{algo.ref_model_sync_steps}, but {why}; set algorithm.ref_model_sync_steps=0",
                 )
+        if trainer.ema_beta is not None and (self.model.lora_rank > 0 or self.distributed.num_ranks > 1):
+            raise KeyedValueError(
+                "trainer.ema_beta",
+                "is kept for the whole in-process policy only, not with LoRA (model.lora_rank > 0) or sharded "
+                "workers (distributed.num_ranks > 1); set trainer.ema_beta=null",
+            )
         if algo.adv_std_scope == "batch" and (algo.adv_estimator != "grpo" or not algo.norm_adv_by_std):
             raise KeyedValueError(
                 "algorithm.adv_std_scope",

@@ -40,6 +40,7 @@ from rlloom.core_rl.collection import CollectFactory, CollectFn, RewardErrorRepo
 from rlloom.core_rl.config import ConfigError, KeyedValueError, RLConfig, check_warmup
 from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.data import PromptLoader, Row, check_rows, limit_prompt_length
+from rlloom.core_rl.ema import WeightEMA
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.generation_log import GenerationDump, generation_records
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, best_worst_at_n, component_means, metric_means
@@ -196,6 +197,7 @@ class Trainer:
             stop=list(config.rollout.stop),
             max_tokens=config.rollout.max_tokens_at(self.step),
         )
+        self.ema = WeightEMA(self._policy_module(), config.trainer.ema_beta) if config.trainer.ema_beta else None
         if state:
             self._restore(state)
         else:
@@ -297,6 +299,8 @@ class Trainer:
                 metrics.update(
                     actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef)
                 )
+            if self.ema is not None:
+                self.ema.update(self._policy_module())
         metrics["actor/critic_warmup"] = float(warming)
         if self.parts.critic is not None:
             with timer("update_critic"):
@@ -320,7 +324,7 @@ class Trainer:
     def _policy_module(self) -> nn.Module:
         actor = self.parts.actor
         if not isinstance(actor, PolicyActor):
-            raise TypeError("algorithm.ref_model_sync_steps needs the in-process PolicyActor")
+            raise TypeError("algorithm.ref_model_sync_steps and trainer.ema_beta need the in-process PolicyActor")
         return actor.model
 
     def _step_metrics(self, batch: TrajectoryBatch, metrics: dict[str, float], timer: PhaseTimer) -> dict[str, float]:
@@ -604,6 +608,10 @@ class Trainer:
         def write_model(path: Path) -> None:
             parts.actor.save_pretrained(str(path))
             parts.tokenizer.save_pretrained(str(path))
+            if self.ema is not None:  # the averaged policy, loadable like the model itself
+                with self.ema.applied(self._policy_module()):
+                    parts.actor.save_pretrained(str(path / EMA_DIR))
+                parts.tokenizer.save_pretrained(str(path / EMA_DIR))
             if parts.critic is not None:
                 parts.critic.save_pretrained(str(path / "critic"))
 
@@ -617,6 +625,7 @@ class Trainer:
             "prompt_filter": self.prompt_filter.state_dict() if self.prompt_filter is not None else None,
             # a reference that moves with the policy (ref_model_sync_steps) is no longer model.path's weights
             "reference": self._reference().model.state_dict() if self.cfg.algorithm.ref_model_sync_steps else None,
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "rng": rng_state(),
         }
         return save_checkpoint(
@@ -637,6 +646,8 @@ class Trainer:
                     "with the checkpoint's own algorithm.adv_estimator, or start a new run in a new trainer.output_dir"
                 )
             self.parts.critic.load_state_dict(state["critic"])
+        if self.ema is not None and state.get("ema") is not None:
+            self.ema.load_state_dict(state["ema"])
         if self.cfg.algorithm.ref_model_sync_steps and state.get("reference") is not None:
             self._reference().model.load_state_dict(state["reference"])
         self.loader.load_state_dict(state["loader"])
@@ -649,6 +660,10 @@ class Trainer:
         if self.prompt_filter is None:
             self.loader.excluded = frozenset()  # filtering switched off on resume: retired prompts come back
         set_rng_state(state["rng"])
+
+
+EMA_DIR = "ema"
+"""Where a checkpoint keeps the averaged policy (`trainer.ema_beta`), beside the model's own files."""
 
 
 def outcome_token_rewards(scores: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
