@@ -30,6 +30,8 @@ def test_every_source_kind_gives_the_same_rgb_pixels(tmp_path: Path) -> None:
         load_image(str(path)),
         load_image(uri),
         load_image(Image.open(io.BytesIO(data))),
+        load_image({"bytes": data, "path": None}),  # an HF datasets image column (hiyouga/geometry3k's parquet)
+        load_image({"bytes": None, "path": str(path)}),
     ]
     for image in images:
         assert image.mode == "RGB" and image.size == (40, 30)
@@ -47,6 +49,13 @@ def test_bad_sources_name_the_problem(tmp_path: Path) -> None:
         load_image("data:image/png;base64,@@@")
     with pytest.raises(ValueError, match="must be base64"):
         load_image("data:image/png,abc")
+    # a JSON row's number or null, or a dict without the image: a ValueError naming what is accepted, not a
+    # TypeError from pathlib
+    for bad_source in (7, None):
+        with pytest.raises(ValueError, match=f"from a {type(bad_source).__name__} .*give a file path, bytes"):
+            load_image(bad_source)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"keys \['url'\] has neither 'bytes' nor a 'path'"):
+        load_image({"url": "x.png"})
 
 
 def test_pixel_budget_scales_down_and_up_keeping_aspect() -> None:

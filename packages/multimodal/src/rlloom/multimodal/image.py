@@ -11,14 +11,16 @@ import base64
 import binascii
 import io
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-ImageInput = str | Path | bytes | Image.Image
+ImageInput = str | Path | bytes | Image.Image | Mapping[str, Any]
 
 # EasyR1's defaults: 512x512 .. 2048x2048 pixels.
 DEFAULT_MIN_PIXELS = 512 * 512
@@ -27,13 +29,16 @@ _ORIENTATION = 0x0112  # the EXIF tag
 
 
 def load_image(source: ImageInput) -> Image.Image:
-    """Open a path, bytes, a `data:image/...;base64,` URI or a PIL image, fully decoded, as RGB.
+    """Open a path, bytes, a `data:image/...;base64,` URI, a PIL image or a `{"bytes": ..., "path": ...}` dict (how
+    HF datasets store an image column, e.g. hiyouga/geometry3k's parquet, which EasyR1 reads), fully decoded, as RGB.
 
     As transformers' `load_image` and qwen_vl_utils do: the EXIF orientation is applied (a phone photo stands the
     way it was taken) and transparent pixels are composited on white (a diagram with a transparent background
     would otherwise turn black, its black lines with it); 16-bit images keep their contrast (scaled to 8 bits,
     not clipped to white).
     """
+    if isinstance(source, Mapping):
+        source = _stored_image(source)
     if isinstance(source, Image.Image):
         image = source
     elif isinstance(source, bytes):
@@ -47,13 +52,30 @@ def load_image(source: ImageInput) -> Image.Image:
             image = _open_bytes(base64.b64decode("".join(payload.split()), validate=True), "data URI")
         except binascii.Error as err:
             raise ValueError(f"image data URI has invalid base64: {err}") from err
-    else:
+    elif isinstance(source, str | Path):
         path = Path(source)
         if not path.is_file():
             raise FileNotFoundError(f"image file not found: {path}")
         image = _open_bytes(path.read_bytes(), str(path))
+    else:  # a JSON row's number or null would otherwise end in a TypeError from pathlib
+        raise ValueError(
+            f"cannot load an image from a {type(source).__name__} ({str(source)[:60]!r}); give a file path, bytes, a "
+            'data:image/...;base64 URI, a PIL image or a {"bytes": ..., "path": ...} dict'
+        )
     image.load()
     return to_rgb(image)
+
+
+def _stored_image(record: Mapping[str, Any]) -> ImageInput:
+    """The bytes (else the path) of an HF datasets image dict, as EasyR1's `process_image` reads it."""
+    if isinstance(record.get("bytes"), bytes):
+        return record["bytes"]
+    if isinstance(record.get("path"), str) and record["path"]:
+        return record["path"]
+    raise ValueError(
+        f"image dict with keys {sorted(record)} has neither 'bytes' nor a 'path'; give "
+        '{"bytes": <encoded image>} or {"path": <file>} (the HF datasets image layout)'
+    )
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
