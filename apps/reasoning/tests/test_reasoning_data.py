@@ -126,3 +126,49 @@ def test_a_failure_keeps_the_previous_output(tmp_path: Path, capsys: pytest.Capt
     bad.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "x"}) + "\n")
     _refused(["prepare-data", "--dataset", "math500", "--input", str(bad), "--out", str(out)], capsys)
     assert out.read_text() == "earlier rows\n"
+
+
+@pytest.mark.parametrize(
+    ("dataset", "record", "message"),
+    [
+        ("math500", {"problem": "1+1?", "answer": None}, "its 'answer' is not text or a number (None)"),
+        ("aime24", {"problem": "1+1?", "answer": True}, "its 'answer' is not text or a number (True)"),
+        ("math500", {"problem": "1+1?", "answer": "  "}, "has an empty answer"),
+        ("gsm8k", {"question": "1+1?", "answer": "1 + 1 = 2\n#### "}, "has an empty answer"),
+        ("math500", {"problem": " ", "answer": "2"}, "has an empty or non-text 'problem'"),
+    ],
+)
+def test_null_or_empty_fields_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, record: dict[str, object], message: str
+) -> None:
+    """A null answer used to become the gold "None", which the math checker matches to a \\boxed{None} reply."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "rows.jsonl"
+    line = _refused(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)], capsys)
+    assert f"--input {source}:1: {dataset} record 0" in line and message in line and "fix or drop the record" in line
+    assert not out.exists()
+    source.write_text(json.dumps({"problem": "Find n.", "answer": 204}) + "\n")  # AIME answers may be numbers
+    main(["prepare-data", "--dataset", "aime24", "--input", str(source), "--out", str(out)])
+    assert json.loads(out.read_text())["reward_model"]["ground_truth"] == "204"
+
+
+@pytest.mark.parametrize(
+    ("dataset", "record", "message"),
+    [
+        ("mbpp", {"task_id": 11, "text": "Write f.", "test_list": None}, "'test_list' must be a non-empty list"),
+        # a bare string used to become one "test" per character
+        ("mbpp", {"task_id": 11, "text": "Write f.", "test_list": "assert f(1) == 1"}, "list of assert strings"),
+        ("mbpp", {"task_id": 11, "text": None, "test_list": ["assert f(1) == 1"]}, "empty or non-text 'text'"),
+        ("humaneval", {"prompt": "def f():\n", "test": None, "entry_point": "f"}, "empty or non-text 'test'"),
+    ],
+)
+def test_code_records_without_usable_tests_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, record: dict[str, object], message: str
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "rows.jsonl"
+    line = _refused(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)], capsys)
+    assert f"--input {source}:1: {dataset} record 0" in line and message in line
+    assert not out.exists()

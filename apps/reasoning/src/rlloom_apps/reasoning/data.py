@@ -71,11 +71,22 @@ def to_row(dataset: str, record: dict[str, Any], index: int, split: str) -> dict
         return humaneval_row(record, index, split)
     if dataset == "mbpp":
         return mbpp_row(record, index, split)
-    answer = str(record[a_key])
-    ground_truth = gsm8k_final_answer(answer) if dataset == "gsm8k" else answer.strip()
+    question, answer = record[q_key], record[a_key]
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(
+            f"{dataset} record {index} has an empty or non-text {q_key!r} ({question!r}); fix or drop the record"
+        )
+    # null, true/false or an object would become a gold such as "None" that a model's \boxed{None} matches
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        raise DataError(
+            f"{dataset} record {index}: its {a_key!r} is not text or a number ({answer!r}); fix or drop the record"
+        )
+    ground_truth = gsm8k_final_answer(str(answer)) if dataset == "gsm8k" else str(answer).strip()
+    if not ground_truth:
+        raise DataError(f"{dataset} record {index} has an empty answer ({answer!r}); fix or drop the record")
     return {
         "data_source": dataset,
-        "prompt": [{"role": "user", "content": f"{str(record[q_key]).strip()} {INSTRUCTION}"}],
+        "prompt": [{"role": "user", "content": f"{question.strip()} {INSTRUCTION}"}],
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"index": index, "split": split},
     }
@@ -85,6 +96,9 @@ def humaneval_row(record: dict[str, Any], index: int, split: str) -> dict[str, A
     """The function signature and docstring as the prompt; the harness runs `check(entry_point)` from `test`."""
     if "entry_point" not in record:
         raise DataError(f"humaneval record {index} has no field 'entry_point' (fields: {sorted(record)})")
+    for key in ("prompt", "test", "entry_point"):  # a null test would only fail, as a scoring error, at eval time
+        if not isinstance(record[key], str) or not record[key].strip():
+            raise DataError(f"humaneval record {index} has an empty or non-text {key!r} ({record[key]!r})")
     prompt = str(record["prompt"])
     content = f"Complete the following Python function.\n\n```python\n{prompt}```\n\n{CODE_INSTRUCTION}"
     return {
@@ -106,7 +120,13 @@ def humaneval_row(record: dict[str, Any], index: int, split: str) -> dict[str, A
 
 def mbpp_row(record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     """MBPP's standard prompt (the task and its three asserts, which fix the function's name and arguments)."""
-    tests = [str(t) for t in record["test_list"]]
+    listed = record["test_list"]
+    # a bare string would be split into one-character "tests"; null would end in a TypeError
+    if not isinstance(listed, list) or not listed or not all(isinstance(t, str) and t.strip() for t in listed):
+        raise DataError(f"mbpp record {index}: 'test_list' must be a non-empty list of assert strings, got {listed!r}")
+    tests = list(listed)
+    if not isinstance(record["text"], str) or not record["text"].strip():
+        raise DataError(f"mbpp record {index} has an empty or non-text 'text' ({record['text']!r})")
     content = (
         f"You are an expert Python programmer, and here is your task: {str(record['text']).strip()} "
         "Your code should pass these tests:\n\n" + "\n".join(tests) + f"\n\n{CODE_INSTRUCTION}"
