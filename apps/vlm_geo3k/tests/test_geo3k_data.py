@@ -82,3 +82,23 @@ def test_prepare_data_mistakes_are_one_line_errors_naming_the_file(
         line = _refused(["prepare-data", "--input", str(root), "--out", str(out)], capsys)
         assert message in line and str(folder) in line, line
     assert not out.exists()  # nothing half-written by any failure
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("choices", None, "expected 4 choices and an answer letter A-D, got None"),  # was a TypeError traceback
+        ("choices", ["30", None, "60", "80"], "got ['30', None, '60', '80']"),  # was the choice "None"
+        ("problem_text", None, "problem_text is empty or not text (None)"),  # was the prompt "<image>None"
+    ],
+)
+def test_null_fields_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object, message: str
+) -> None:
+    folder = _problem(tmp_path / "set")
+    record = json.loads((folder / "data.json").read_text())
+    (folder / "data.json").write_text(json.dumps({**record, field: value}))
+    out = tmp_path / "rows.jsonl"
+    line = _refused(["prepare-data", "--input", str(tmp_path / "set"), "--out", str(out)], capsys)
+    assert message in line and str(folder / "data.json") in line, line
+    assert not out.exists()

@@ -16,7 +16,7 @@ from rlloom_apps.vlm_geo3k.demo import DemoSettings, run_demo
 from rlloom_apps.vlm_geo3k.synthetic import COLORS, SIDE, make_pictures, to_rows
 
 
-def test_pictures_show_their_colour(tmp_path: Path) -> None:
+def test_pictures_show_their_colour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pictures = make_pictures(30, seed=3)
     assert make_pictures(30, seed=3) == pictures  # seeded
     assert {p.color for p in pictures} <= set(COLORS) and len({p.color for p in pictures}) > 1
@@ -25,7 +25,9 @@ def test_pictures_show_their_colour(tmp_path: Path) -> None:
         assert pixels.shape == (SIDE, SIDE, 3)
         inside = pixels[picture.top + picture.size // 2, picture.left + picture.size // 2]
         assert tuple(inside) == COLORS[picture.color]
-    rows = to_rows(pictures[:3], tmp_path / "images", "train")
+    monkeypatch.chdir(tmp_path)
+    rows = to_rows(pictures[:3], Path("images"), "train")  # a relative run folder, as `--out run` gives
+    monkeypatch.chdir(tmp_path.parent)  # `vlm-geo3k eval --data run/held_out.jsonl` from another folder
     assert rows[0]["prompt"][0]["content"].startswith("<image>")
     assert Path(rows[0]["images"][0]).is_file() and rows[0]["reward_model"]["ground_truth"] == pictures[0].color
 

@@ -32,10 +32,15 @@ def to_row(problem_dir: Path, split: str) -> dict[str, Any]:
         raise DataError(f"{data_file}:{err.lineno}: not valid JSON ({err.msg})") from None
     if not isinstance(record, dict) or "problem_text" not in record:
         raise DataError(f"{data_file}: expected an object with problem_text, choices and answer")
-    choices = [str(c) for c in record.get("choices", [])]
+    if not isinstance(record["problem_text"], str) or not record["problem_text"].strip():
+        raise DataError(f"{data_file}: problem_text is empty or not text ({record['problem_text']!r})")
+    listed = record.get("choices")
+    # null choices would end in a TypeError, a null choice would become the gold "None"
+    texts = isinstance(listed, list) and all(isinstance(c, str | int | float) for c in listed)
+    choices = [str(c) for c in listed] if isinstance(listed, list) and texts else []
     letter = str(record.get("answer", "")).strip()
-    if len(choices) != len(LETTERS) or letter not in LETTERS:
-        raise DataError(f"{data_file}: expected 4 choices and an answer letter A-D, got {choices} / {letter!r}")
+    if len(choices) != len(LETTERS) or letter not in LETTERS or not all(c.strip() for c in choices):
+        raise DataError(f"{data_file}: expected 4 choices and an answer letter A-D, got {listed!r} / {letter!r}")
     try:  # a file that is not a picture would otherwise fail only when training or eval loads it
         load_image(image)
     except (ValueError, OSError) as err:

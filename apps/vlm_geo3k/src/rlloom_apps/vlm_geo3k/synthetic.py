@@ -63,7 +63,7 @@ def to_rows(pictures: list[Picture], image_dir: Path, split: str) -> list[dict[s
             {
                 "data_source": "synthetic_color",
                 "prompt": [{"role": "user", "content": f"<image>{QUESTION}"}],
-                "images": [str(path)],
+                "images": [str(path.resolve())],  # as prepare-data writes: `eval --data` works from any folder
                 "reward_model": {"style": "rule", "ground_truth": picture.color},
                 "extra_info": {"index": i, "split": split, "size": picture.size},
             }
