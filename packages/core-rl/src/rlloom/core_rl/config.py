@@ -413,6 +413,13 @@ class TrainerConfig(_Section):
     )
     val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
     val_before_train: bool = Field(default=False, description="Validate once before the first step.")
+    one_step_off_policy: bool = Field(
+        default=False,
+        description="Generate the next step's batch while this step trains (veRL's one_step_off_policy recipe): a "
+        "step costs about max(generation, update) instead of their sum, and each batch is sampled with the weights "
+        "of one step earlier (old log-probs are recomputed; algorithm.tis_cap corrects the lag). Needs an engine "
+        "with weights of its own.",
+    )
     ema_beta: float | None = Field(
         default=None,
         gt=0.0,
@@ -545,6 +552,14 @@ class RLConfig(_Section):
                     "algorithm.ref_model_sync_steps",
                     f"{algo.ref_model_sync_steps}, but {why}; set algorithm.ref_model_sync_steps=0",
                 )
+        steers_prompts = algo.dynamic_sampling or self.data.filter_solved or self.data.filter_unsolved
+        if trainer.one_step_off_policy and steers_prompts:
+            key = "algorithm.dynamic_sampling" if algo.dynamic_sampling else "data.filter_solved/filter_unsolved"
+            raise KeyedValueError(
+                "trainer.one_step_off_policy",
+                f"cannot run with {key}: they decide the next prompts from this step's rewards, which the batch "
+                "generated in the background has not seen; switch one of them off",
+            )
         if trainer.ema_beta is not None and (self.model.lora_rank > 0 or self.distributed.num_ranks > 1):
             raise KeyedValueError(
                 "trainer.ema_beta",

@@ -44,6 +44,7 @@ from rlloom.core_rl.ema import WeightEMA
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.generation_log import GenerationDump, generation_records
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, best_worst_at_n, component_means, metric_means
+from rlloom.core_rl.off_policy import BackgroundRollouts, RolloutRound
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
@@ -152,7 +153,17 @@ class Trainer:
             if trainer_cfg.validation_data_dir
             else None
         )
+        shares_module = engine_factory is not None and isinstance(self.parts.actor, PolicyActor)
+        if config.trainer.one_step_off_policy and shares_module:
+            raise ConfigError(
+                "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine needs "
+                "weights of its own: pass engine= (e.g. HFEngine on a separate copy of the model) instead of "
+                "engine_factory=, which here samples from the very module the update is changing"
+            )
         self.engine = engine if engine is not None else self._engine_on_actor(engine_factory)
+        # which training step's weights the actor and the engine hold (they differ off-policy, between batches)
+        self._actor_weights_step = self._engine_weights_step = self.step
+        self.rollouts = BackgroundRollouts() if config.trainer.one_step_off_policy else None
         source = (
             f"model.tokenizer_path={config.model.tokenizer_path}"
             if config.model.tokenizer_path
@@ -225,6 +236,7 @@ class Trainer:
     def _sync_weights(self) -> None:
         bucket_bytes = int(self.cfg.distributed.weight_bucket_mb * 2**20)
         sync_weights(self.parts.actor, self.engine, bucket_bytes=bucket_bytes)
+        self._engine_weights_step = self._actor_weights_step
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -250,7 +262,10 @@ class Trainer:
                     metrics.update(val)
                 if last or (cfg.trainer.save_every and self.step % cfg.trainer.save_every == 0):
                     self.save()
+            self._refresh_engine()  # the engine ends with the final weights
         finally:
+            if self.rollouts is not None:
+                self.rollouts.close()
             tracker.close()
         return metrics
 
@@ -259,7 +274,10 @@ class Trainer:
         cfg, actor, timer = self.cfg, self.parts.actor, PhaseTimer()
         # multi-stage context length: this step's limit (constant without rollout.max_tokens_schedule)
         self.sampling = self.sampling.model_copy(update={"max_tokens": cfg.rollout.max_tokens_at(self.step)})
-        trajectories, metrics = self._collect_scored(timer)
+        if self.rollouts is not None:
+            trajectories, metrics = self._off_policy_batch(timer)
+        else:
+            trajectories, metrics = self._collect_scored(timer)
         batch = TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
         if metrics.get("dynamic_sampling/skipped_update"):
             self._dump_rollouts(trajectories, None)
@@ -299,13 +317,14 @@ class Trainer:
                 metrics.update(
                     actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef)
                 )
+            self._actor_weights_step = self.step
             if self.ema is not None:
                 self.ema.update(self._policy_module())
         metrics["actor/critic_warmup"] = float(warming)
         if self.parts.critic is not None:
             with timer("update_critic"):
                 metrics.update(self.parts.critic.update_critic(batch))
-        if not warming:  # the engine already has these weights
+        if not warming and self.rollouts is None:  # off-policy, the engine takes them once its batch is done
             with timer("weight_sync"):
                 self._sync_weights()
         sync_every = cfg.algorithm.ref_model_sync_steps
@@ -373,15 +392,11 @@ class Trainer:
             prefix = f"s{self.step}r{rounds}"
             row_ids = self._next_prompt_ids(metrics)
             rows = [self.loader.rows[i] for i in row_ids]
-            with timer("rollout"):
-                trajectories = self.collect(rows, self.sampling, prefix)
-            with timer("reward"):
-                errors += score(trajectories, self.reward_fn)
-                if algo.overlong_buffer:
-                    penalties += self._punish_overlong(trajectories)
-                    metrics.update(_overlong_metrics(penalties))
-                if algo.adv_estimator == "remax":
-                    errors += self._greedy_baselines(rows, trajectories, prefix)
+            trajectories, round_errors, round_penalties = self._rollout_round(rows, self.sampling, prefix, timer)
+            errors += round_errors
+            if algo.overlong_buffer:
+                penalties += round_penalties
+                metrics.update(_overlong_metrics(penalties))
             if self.prompt_filter is not None:
                 self.prompt_filter.record(
                     prompt_ids_of(trajectories, row_ids, prefix), [t.reward or 0.0 for t in trajectories]
@@ -416,6 +431,71 @@ class Trainer:
         wanted = set(groups[:want])
         return [t for t in kept if t.group_id in wanted], metrics
 
+    def _rollout_round(
+        self, rows: Sequence[Row], sampling: SamplingParams, prefix: str, timer: PhaseTimer
+    ) -> tuple[list[Trajectory], list[str | None], list[float]]:
+        """Generate and score one round: the trajectories, their scoring errors (and ReMax baselines'), and DAPO's
+        overlong penalties (empty without `algorithm.overlong_buffer`). Runs on the rollout worker thread with
+        `trainer.one_step_off_policy`, so it reads nothing that the update changes."""
+        algo = self.cfg.algorithm
+        with timer("rollout"):
+            trajectories = self.collect(rows, sampling, prefix)
+        penalties: list[float] = []
+        with timer("reward"):
+            errors = score(trajectories, self.reward_fn)
+            if algo.overlong_buffer:
+                penalties = self._punish_overlong(trajectories, sampling.max_tokens)
+            if algo.adv_estimator == "remax":
+                errors += self._greedy_baselines(rows, trajectories, prefix, sampling)
+        return trajectories, errors, penalties
+
+    def _off_policy_batch(self, timer: PhaseTimer) -> tuple[list[Trajectory], dict[str, float]]:
+        """`trainer.one_step_off_policy`: take the batch generated during the previous update (or generate one now,
+        at the first step), give the idle engine the current weights, and start the next step's batch."""
+        rollouts = self.rollouts
+        assert rollouts is not None
+        if not rollouts.pending:
+            rollouts.start(self._round_job(self.step))
+        with timer("rollout_wait"):
+            done = rollouts.take()
+        self.reward_errors.report(done.errors, step=self.step)
+        metrics = dict(done.metrics)
+        if done.penalties:
+            metrics.update(_overlong_metrics(done.penalties))
+        metrics.update({f"timing/background_{phase}_s": s for phase, s in done.seconds.items()})
+        metrics["rollout/policy_lag"] = float(self.step - 1 - done.weights_step)
+        self._refresh_engine()
+        if self.step < self.total_steps:
+            rollouts.start(self._round_job(self.step + 1))
+        return done.trajectories, metrics
+
+    def _round_job(self, step: int) -> Callable[[], RolloutRound]:
+        """Step `step`'s rollout: its prompts and sampling decided here, on the main thread (the loader's order
+        stays the run's), generated and scored by the returned function on the worker."""
+        metrics: dict[str, float] = {}
+        rows = [self.loader.rows[i] for i in self._next_prompt_ids(metrics)]
+        sampling = self.sampling.model_copy(update={"max_tokens": self.cfg.rollout.max_tokens_at(step)})
+        weights_step = self._engine_weights_step
+
+        def job() -> RolloutRound:
+            timer = PhaseTimer()
+            trajectories, errors, penalties = self._rollout_round(rows, sampling, f"s{step}r1", timer)
+            return RolloutRound(trajectories, errors, penalties, timer.seconds, metrics, weights_step)
+
+        return job
+
+    def _refresh_engine(self) -> None:
+        """Give the engine the actor's current weights if it lacks them, once no batch is being generated."""
+        if self.rollouts is not None:
+            self.rollouts.drain()
+        if self._engine_weights_step != self.step_weights:
+            self._sync_weights()
+
+    @property
+    def step_weights(self) -> int:
+        """The training step whose update produced the actor's current weights (0: the initial ones)."""
+        return self._actor_weights_step
+
     def _filter_score(self, traj: Trajectory) -> float:
         """What dynamic sampling judges a sample by: `algorithm.filter_key`'s reward component, else the task score
         (the reward without the overlong penalty, as DAPO filters on accuracy: a length penalty alone is no signal).
@@ -433,10 +513,10 @@ class Trainer:
             "algorithm.filter_key=null to filter on the reward"
         )
 
-    def _punish_overlong(self, trajectories: list[Trajectory]) -> list[float]:
-        """DAPO's soft overlong punishment, added to each reward and kept as the `overlong_penalty` component
-        (the config refuses a buffer longer than any stage's response limit); returns the penalties."""
-        algo, limit = self.cfg.algorithm, self.sampling.max_tokens
+    def _punish_overlong(self, trajectories: list[Trajectory], limit: int) -> list[float]:
+        """DAPO's soft overlong punishment against the response limit `limit`, added to each reward and kept as the
+        `overlong_penalty` component (the config refuses a buffer longer than any stage's limit); returns them."""
+        algo = self.cfg.algorithm
         multi_turn = next((t for t in trajectories if t.metrics.get("turns", 1) > 1 or 0 in t.loss_mask), None)
         if multi_turn is not None:
             # a multi-turn response holds observations and several turns, each with rollout.max_tokens of its own:
@@ -474,7 +554,7 @@ class Trainer:
         high-entropy token selection, adaptive entropy control); the update then uses its own, detached (ratio 1)."""
         algo, actor = self.cfg.algorithm, self.cfg.actor
         needs_old = algo.use_kl_in_reward or algo.tis_cap is not None or algo.adaptive_entropy
-        if algo.old_logprobs != "auto" or needs_old or algo.top_entropy_quantile < 1.0:
+        if algo.old_logprobs != "auto" or needs_old or algo.top_entropy_quantile < 1.0 or self.rollouts is not None:
             return False
         rows = mini_batch_rows(self.cfg, actor.mini_batch_size)
         return single_optimizer_step(batch.batch_size, rows, epochs=actor.ppo_epochs)
@@ -496,10 +576,12 @@ class Trainer:
         self.entropy_ctrl.update(entropy)
         return applied
 
-    def _greedy_baselines(self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str) -> list[str | None]:
+    def _greedy_baselines(
+        self, rows: Sequence[Row], trajectories: list[Trajectory], prefix: str, sampling: SamplingParams
+    ) -> list[str | None]:
         """ReMax: score one greedy response per prompt; its reward is the baseline of the prompt's samples.
         Returns the baselines' scoring errors."""
-        greedy = self.sampling.model_copy(update={"n": 1, "temperature": 0.0})
+        greedy = sampling.model_copy(update={"n": 1, "temperature": 0.0})
         baselines = self.collect(rows, greedy, prefix)
         errors = score(baselines, self.reward_fn)
         by_group = {t.group_id: t.reward for t in baselines}
@@ -574,6 +656,7 @@ class Trainer:
         if rollout.val_top_p is not None:
             update["top_p"] = rollout.val_top_p
         sampling = self.sampling.model_copy(update=update)
+        self._refresh_engine()  # off-policy, a batch may be in flight with older weights
         py_state, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):
             trajectories = self.collect(self.val_data, sampling, f"val{self.step}")

@@ -1,0 +1,121 @@
+"""Training-step time, synchronous vs one-step off-policy (`trainer.one_step_off_policy`), same run otherwise.
+
+Synchronous RL alternates: generate the batch, then update on it, while the other side waits. veRL's
+`one_step_off_policy` recipe generates the next batch during the update (one step of policy lag), so a step costs
+about max(generation, update) instead of their sum. Both rows train the same tiny Qwen2 (hidden 128, 2 layers)
+for the same steps from the same seed, with `HFEngine` on its own copy of the weights (synced every step) and a
+rule reward; the synchronous row is timed at one and at two torch threads (a synchronous trainer can give both
+cores to whichever phase runs), the off-policy row at one thread per side (its two threads are the two phases).
+
+Run: .venv/bin/python bench/off_policy.py [--steps 6] [--repeats 3]
+Prints wall-clock medians per run (this measures overlap, so CPU time would hide it) and the speed-up over the
+faster synchronous row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.trajectory import Trajectory
+from rlloom.rollout.hf_engine import HFEngine
+
+
+def digit_share(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
+    """A rule reward: the share of digits in the response (a random model gets some signal)."""
+    out = []
+    for traj in trajectories:
+        text = traj.response_text
+        out.append(RewardOutput(score=sum(c.isdigit() for c in text) / max(len(text), 1)))
+    return out
+
+
+def rows(count: int) -> list[dict[str, Any]]:
+    rng = random.Random(0)
+    return [
+        {"prompt": f"{a}+{b}=", "data_source": "toy", "reward_model": {"ground_truth": str(a + b)}}
+        for a, b in ((rng.randint(0, 99), rng.randint(0, 99)) for _ in range(count))
+    ]
+
+
+def run(model_dir: Path, out: Path, *, steps: int, off_policy: bool, threads: int) -> tuple[float, dict[str, float]]:
+    torch.set_num_threads(threads)
+    overrides = [
+        f"model.path={model_dir}",
+        f"trainer.output_dir={out}",
+        f"trainer.total_steps={steps}",
+        f"trainer.one_step_off_policy={str(off_policy).lower()}",
+        "trainer.trackers=[jsonl]",
+        "trainer.device=cpu",
+        "trainer.seed=0",
+        "data.train_batch_size=8",
+        "rollout.n=8",
+        "rollout.max_tokens=48",
+        "actor.mini_batch_size=4",
+        "actor.ppo_epochs=2",
+        "actor.lr=1e-4",
+        "actor.warmup_steps=0",
+        "algorithm.use_kl_loss=false",
+    ]
+    tok = char_tokenizer()
+    engine_model = tiny_qwen2(tok, hidden_size=128, num_layers=2, intermediate_size=256, seed=0).eval()
+    engine = HFEngine(copy.deepcopy(engine_model), tok)
+    trainer = Trainer(load_config(None, overrides), engine=engine, reward_fn=digit_share, train_data=rows(64))
+    start = time.perf_counter()
+    metrics = trainer.fit()
+    wall = time.perf_counter() - start
+    engine.close()
+    return wall, metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        tok = char_tokenizer()
+        tiny_qwen2(tok, hidden_size=128, num_layers=2, intermediate_size=256, seed=0).save_pretrained(model_dir)
+        tok.save_pretrained(model_dir)
+        variants = {"sync, 1 thread": (False, 1), "sync, 2 threads": (False, 2), "one-step off-policy": (True, 1)}
+        walls: dict[str, list[float]] = {name: [] for name in variants}
+        last: dict[str, dict[str, float]] = {}
+        for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
+            for name, (off_policy, threads) in variants.items():
+                out = Path(tmp) / f"run_{repeat}_{len(walls[name])}_{off_policy}_{threads}"
+                wall, metrics = run(model_dir, out, steps=args.steps, off_policy=off_policy, threads=threads)
+                if repeat:
+                    walls[name].append(wall)
+                last[name] = metrics
+    medians = {name: statistics.median(w) for name, w in walls.items()}
+    best_sync = min(medians["sync, 1 thread"], medians["sync, 2 threads"])
+    print(f"\n{args.steps} GRPO steps (8 prompts x 8 samples, 48 new tokens, 2 PPO epochs), median of {args.repeats}:")
+    print("| run | wall s | s / step | speed-up vs the faster sync row | last step: rollout s / update s |")
+    print("|---|---|---|---|---|")
+    for name, median in medians.items():
+        m = last[name]
+        rollout = m.get("timing/rollout_s", m.get("timing/background_rollout_s", 0.0))
+        print(
+            f"| {name} | {median:.2f} | {median / args.steps:.2f} | {best_sync / median:.2f}x | "
+            f"{rollout:.2f} / {m.get('timing/update_actor_s', 0.0):.2f} |"
+        )
+    lag = last["one-step off-policy"].get("rollout/policy_lag")
+    print(f"policy lag of the off-policy run's last batch: {lag} step(s)")
+
+
+if __name__ == "__main__":
+    main()
