@@ -246,3 +246,33 @@ def test_train_refuses_a_string_prompt_before_the_model_loads(
     with pytest.raises(SystemExit):
         main(["train", "--train-data", str(rows), "--index", str(index), "model.path=/no/such/model"])
     assert f"--train-data {rows} row 0: Sample.from_row: the row's 'prompt' is a string" in capsys.readouterr().err
+
+
+def test_chat_template_variables_reach_the_loop_and_the_prompt_length_check() -> None:
+    """data.apply_chat_template_kwargs (Qwen3's enable_thinking) is rendered into every conversation's prompt, so
+    the length check before training must count it too."""
+    from rlloom_apps.search_agent.train import fitting_rows
+
+    from rlloom.agent.environment import Sample
+    from rlloom.agent.envs.search import search_prompt
+    from rlloom.agent.turns import TurnTemplate
+    from rlloom.core_rl.rows_io import DataError
+    from rlloom.core_rl.tiny import CHATML_TEMPLATE
+
+    tok = char_tokenizer()
+    generation_prompt = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    assert generation_prompt in CHATML_TEMPLATE
+    tok.chat_template = CHATML_TEMPLATE.replace(
+        generation_prompt,
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+        "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think></think>' }}{% endif %}{% endif %}",
+    )
+    rows = [{"question": "who wrote it", "golden_answers": ["x"]}]
+    env = SearchEnvConfig()
+    plain = len(TurnTemplate(tok).prompt_ids(search_prompt(Sample.from_row(rows[0]), env)))
+    quiet = {"enable_thinking": False}
+    assert fitting_rows(rows, tok, env, plain + 1, "rows", drop=True) == rows
+    with pytest.raises(DataError, match=f"every prompt is {plain + 1} tokens or longer"):  # the think block
+        fitting_rows(rows, tok, env, plain + 1, "rows", drop=True, chat_template_kwargs=quiet)
+    search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])[1]
+    assert loop_config(search, quiet).chat_template_kwargs == quiet

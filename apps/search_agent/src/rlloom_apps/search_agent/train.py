@@ -54,10 +54,15 @@ def run_train(
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     env_config = SearchEnvConfig(top_k=search.top_k)
     budget = conversation_budget(config.model.path, search.max_total_tokens)
-    drop = config.data.filter_overlong_prompts
-    train_rows = fitting_rows(train_rows, tokenizer, env_config, budget, f"--train-data {train_data}", drop=drop)
+    drop, template = config.data.filter_overlong_prompts, config.data.apply_chat_template_kwargs
+    train_label, val_label = f"--train-data {train_data}", f"--val-data {val_data}"
+    train_rows = fitting_rows(
+        train_rows, tokenizer, env_config, budget, train_label, drop=drop, chat_template_kwargs=template
+    )
     if val_rows is not None:
-        val_rows = fitting_rows(val_rows, tokenizer, env_config, budget, f"--val-data {val_data}", drop=drop)
+        val_rows = fitting_rows(
+            val_rows, tokenizer, env_config, budget, val_label, drop=drop, chat_template_kwargs=template
+        )
     engines: list[HFEngine] = []
 
     def engine_on(module: nn.Module) -> HFEngine:
@@ -70,7 +75,7 @@ def run_train(
                 config,
                 engine_factory=engine_on,
                 collect_factory=agent_collector(
-                    tokenizer, lambda: SearchEnv(retriever, None, env_config), loop_config(search)
+                    tokenizer, lambda: SearchEnv(retriever, None, env_config), loop_config(search, template)
                 ),
                 reward_fn=env_reward,
                 train_data=train_rows,
@@ -81,18 +86,20 @@ def run_train(
                 engine.close()
 
 
-def loop_config(search: SearchSettings) -> AgentLoopConfig:
+def loop_config(search: SearchSettings, chat_template_kwargs: dict[str, Any] | None = None) -> AgentLoopConfig:
     """The agent loop's limits; per-turn sampling (and its 500-token cap) comes from the config's `rollout`.
 
     The loop's own per-turn cap is set to the whole conversation so `rollout.max_tokens` alone decides it (the
     collector takes the smaller of the two; AgentLoopConfig's default of 500 silently cut a larger
-    `rollout.max_tokens`)."""
+    `rollout.max_tokens`). `chat_template_kwargs` is `data.apply_chat_template_kwargs` (e.g. Qwen3's
+    enable_thinking), used for the prompt and every turn's glue."""
     return AgentLoopConfig(
         max_turns=search.max_turns,
         max_tokens_per_turn=search.max_total_tokens,
         max_obs_tokens=search.max_obs_tokens,
         max_total_tokens=search.max_total_tokens,
         max_concurrency=search.max_concurrency,
+        chat_template_kwargs=dict(chat_template_kwargs or {}),
         progress=True,
     )
 
@@ -105,14 +112,21 @@ def conversation_budget(model_path: str, max_total_tokens: int) -> int:
 
 
 def fitting_rows(
-    rows: list[dict[str, Any]], tokenizer: Any, env_config: SearchEnvConfig, budget: int, label: str, *, drop: bool
+    rows: list[dict[str, Any]],
+    tokenizer: Any,
+    env_config: SearchEnvConfig,
+    budget: int,
+    label: str,
+    *,
+    drop: bool,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows whose prompt, rendered as the agent loop renders it, leaves room in the conversation's budget.
 
     A longer prompt made its first rollout raise, stopping the run at whatever step drew it (hours in, on a big
     set); now it is refused before training, or left out with a warning under data.filter_overlong_prompts.
     """
-    template = TurnTemplate(tokenizer)
+    template = TurnTemplate(tokenizer, chat_template_kwargs=chat_template_kwargs)
     kept = []
     for i, row in enumerate(tqdm(rows, desc=f"{label} prompt lengths", disable=len(rows) < 20_000)):
         try:
