@@ -151,3 +151,20 @@ def test_a_list_of_assignments_equals_the_list_of_values(pred: str, gold: str, e
 
 def test_two_boxed_assignments_are_read_as_the_solution_set() -> None:
     assert math_scorer("so \\boxed{x=2} and \\boxed{x=-2}", "\\pm 2").score == 1.0
+
+
+@pytest.mark.parametrize(("pred", "equal"), [("11111111100", True), ("11,111,111,100", True),
+                                             ("11,\\!111,\\!111,\\!100", True), ("11111111101", False),
+                                             ("100, 111, 111, 11", False)])  # fmt: skip
+def test_thousands_comma_with_negative_thin_space_and_a_space(pred: str, equal: bool) -> None:
+    # MATH-500 test/number_theory/417.json writes its gold as "11,\! 111,\! 111,\! 100": one number, not a list
+    assert is_equivalent(pred, "11,\\! 111,\\! 111,\\! 100") is equal
+    assert math_scorer(f"\\boxed{{{pred}}}", "11,\\! 111,\\! 111,\\! 100").score == float(equal)
+
+
+@pytest.mark.parametrize(("pred", "gold", "equal"), [("x = (2,12) \\cup (12,102)", "(2,12) \\cup (12,102)", True),
+                                                     ("x=[0,100]", "[0,100]", True), ("x=(0,100)", "[0,100]", False),
+                                                     ("x = 1,000", "1000", True)])  # fmt: skip
+def test_commas_inside_brackets_are_not_thousands_separators(pred: str, gold: str, equal: bool) -> None:
+    # MATH-500 test/intermediate_algebra/1981.json: after "x =", "(12,102)" is still an interval, not (12102)
+    assert is_equivalent(pred, gold, timeout=30) is equal

@@ -44,7 +44,11 @@ def test_default_specs_resolve_to_the_named_callables() -> None:
 @pytest.mark.parametrize(
     ("name", "key"),
     [("GSM8K", "gsm8k"), ("openai/gsm8k", "gsm8k"), ("lighteval/MATH", "math"), ("searchR1_nq", "nq"),
-     ("HuggingFaceH4/MATH500", "math500"), ("unknown_set", None)],
+     ("HuggingFaceH4/MATH500", "math500"), ("unknown_set", None),
+     # the data_source strings veRL's default_compute_score routes (verl/utils/reward_score/__init__.py)
+     ("HuggingFaceH4/MATH-500", "math500"), ("DigitalLearningGmbH/MATH-lighteval", "math"),
+     ("numina_cn_k12", "math"), ("numina_olympiads", "math"), ("codeforces", "io"),
+     ("openai/openai_humaneval", "humaneval")],
 )  # fmt: skip
 def test_canonical_source(name: str, key: str | None) -> None:
     assert canonical_source(name) == key

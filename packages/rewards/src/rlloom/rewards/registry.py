@@ -47,6 +47,15 @@ _ALIASES = {
     "openai/gsm8k": "gsm8k",
     "hiyouga/geometry3k": "geometry3k",
     "math_dapo": "dapo_math",
+    # the other names veRL's `default_compute_score` routes, as their HF org prefix is stripped
+    "math-lighteval": "math",  # DigitalLearningGmbH/MATH-lighteval (veRL's math_dataset.py)
+    "math-500": "math500",  # HuggingFaceH4/MATH-500
+    "openai_humaneval": "humaneval",  # openai/openai_humaneval
+    "codeforces": "io",
+    **dict.fromkeys(
+        [f"numina_{n}" for n in ("aops_forum", "synthetic_math", "amc_aime", "synthetic_amc", "cn_k12", "olympiads")],
+        "math",
+    ),
 }
 
 

@@ -80,6 +80,9 @@ def _strip_units(s: str) -> str:
 
 def _join_thousands(s: str) -> str:
     def repl(m: re.Match[str]) -> str:
+        before = s[: m.start()]
+        if before.count("(") + before.count("[") > before.count(")") + before.count("]"):
+            return m.group(0)  # inside a bracket: "x=(12,102)" is an interval or a pair, not 12102
         return re.sub(r"\{,\}|\\,|,| ", "", m.group(1))
 
     # "1,000" is a thousands separator, but "1, 000" or tuples "(1,234)" are not changed by a lone match below
@@ -98,7 +101,10 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"^\$+|\$+$", "", s.strip()) if not s.startswith("\\$") else s
     s = s.strip().removeprefix("\\(").removesuffix("\\)").removeprefix("\\[").removesuffix("\\]")
     s = re.sub(r"\\boxed\s*\{(.*)\}", r"\1", s)
-    s = s.replace(",\\!", ",")  # "32,\\!348": a thousands comma followed by a negative thin space
+    # "32,\\!348": a thousands comma followed by a negative thin space; MATH also writes "11,\\! 111,\\! 100",
+    # whose source space must not turn the number into the list "11, 111, 100".
+    s = re.sub(r"(?<=\d),\\!\s*(?=\d{3}(?!\d))", ",", s)
+    s = s.replace(",\\!", ",")
     s = _SPACING_RE.sub(" ", s)
     s = _LEFT_RIGHT_RE.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
