@@ -93,3 +93,32 @@ def test_client_retries_a_full_queue_until_it_drains(start_server: Any, hotpot_b
         stats = httpx.get(f"{server.url}/stats").json()
     assert [h.doc_id for h in hits[0]] == [h.doc_id for h in hotpot_bm25.search(["film"], 2)[0]]
     assert stats["rejected_503"] >= 1  # the client really met a full queue before it succeeded
+
+
+@pytest.mark.slow
+def test_thousands_of_concurrent_async_calls_all_succeed(live_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    """A rollout batch may fire thousands of searches at once; they queue in the client, one per connection.
+
+    Left to httpx's pool (before the client's semaphore), 3,000 concurrent calls all failed with PoolTimeout after
+    minutes, while the server had answered only a few hundred requests.
+    """
+    queries = [f"film {i}" for i in range(3000)]
+
+    async def main() -> list[list[list[Hit]]]:
+        async with AsyncRetrievalClient(live_server.url, timeout=20, retries=0) as client:
+            return await asyncio.gather(*(client.search([q], 2) for q in queries))
+
+    answers = asyncio.run(main())
+    expected = hotpot_bm25.search(queries, 2)
+    assert [[h.doc_id for h in a[0]] for a in answers] == [[h.doc_id for h in hits] for hits in expected]
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [({"retries": -1}, "retries"), ({"backoff": -0.1}, "backoff"), ({"max_connections": 0}, "max_connections")],
+)
+def test_bad_client_settings_are_refused_naming_the_field(option: dict[str, Any], field: str) -> None:
+    # retries=-1 used to make no request and raise a bare AssertionError("unreachable") on the first search
+    for cls in (RetrievalClient, AsyncRetrievalClient):
+        with pytest.raises(ValueError, match=f"^{field} must be"):
+            cls("http://127.0.0.1:9", **option)

@@ -56,6 +56,16 @@ def _error(response: httpx.Response) -> RetrievalError:
     return RetrievalError(f"{response.request.url} answered {response.status_code}: {detail}")
 
 
+def _check_settings(retries: int, backoff: float, max_connections: int) -> None:
+    """Refuse settings that would fail later in a confusing way (`retries=-1` made no request at all)."""
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0 (0 = one try, no retry), got {retries}")
+    if backoff < 0:
+        raise ValueError(f"backoff must be >= 0 seconds, got {backoff}")
+    if max_connections < 1:
+        raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+
+
 def _backoff(attempt: int, base: float) -> float:
     return base * (2**attempt) * (0.5 + random.random())
 
@@ -73,6 +83,7 @@ class RetrievalClient:
         backoff: float = 0.1,
         max_connections: int = 64,
     ) -> None:
+        _check_settings(retries, backoff, max_connections)
         self.api, self.retries, self.backoff = api, retries, backoff
         self._http = httpx.Client(
             base_url=base_url,
@@ -127,7 +138,11 @@ class AsyncRetrievalClient:
         backoff: float = 0.1,
         max_connections: int = 64,
     ) -> None:
+        _check_settings(retries, backoff, max_connections)
         self.api, self.retries, self.backoff = api, retries, backoff
+        # httpcore's pool slows down quadratically with the requests waiting for a connection (4,000 concurrent
+        # `search` calls stalled for minutes, then hit PoolTimeout): queue them here, at most one per connection.
+        self._slots = asyncio.Semaphore(max_connections)
         self._http = httpx.AsyncClient(
             base_url=base_url,
             timeout=timeout,
@@ -139,7 +154,8 @@ class AsyncRetrievalClient:
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
-                response = await self._http.post(path, json=payload)
+                async with self._slots:
+                    response = await self._http.post(path, json=payload)
             except httpx.TransportError as err:
                 if last:
                     raise RetrievalError(
