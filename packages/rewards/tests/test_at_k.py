@@ -117,3 +117,13 @@ def test_summarize_refuses_bad_shapes() -> None:
         summarize([ProblemSamples([1.0] * 4, [True] * 4)], [1, 8])
     with pytest.raises(ValueError, match="one entry per sample"):
         ProblemSamples([1.0, 0.0], [True])
+
+
+def test_groups_holding_a_correct_answer_merge_into_one() -> None:
+    from rlloom.rewards.at_k import gold_votes_together
+
+    # labels: 0 = "80" (right), 1 = "D" (right, the same choice), 2 = "60", 0 again, None (no answer)
+    merged = gold_votes_together([0, 1, 2, 0, None], [True, True, False, True, False])
+    assert merged == [0, 0, 2, 0, None]
+    assert gold_votes_together([0, 1], [False, False]) == [0, 1]  # nothing right: labels unchanged
+    assert maj_at_k(merged[:3], [True, True, False], 3) == 1.0 and maj_at_k([0, 1, 2], [True, True, False], 3) < 1.0

@@ -83,7 +83,11 @@ def test_flags_round_trip_to_settings() -> None:
 def test_read_rows_limits_each_file_and_names_bad_input(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
     good.write_text("".join(json.dumps(gsm8k_row(str(i))) + "\n" for i in range(3)) + "\n")
-    assert [r["reward_model"]["ground_truth"] for r in read_rows([good, good], limit=2)] == ["0", "1", "0", "1"]
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(gsm8k_row(str(i))) + "\n" for i in range(5, 8)))
+    assert [r["reward_model"]["ground_truth"] for r in read_rows([good, other], limit=2)] == ["0", "1", "5", "6"]
+    with pytest.raises(ValueError, match=r"given twice \(also as .*good.jsonl\); list each file once"):
+        read_rows([good, tmp_path / "." / "good.jsonl"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(gsm8k_row("1")) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):

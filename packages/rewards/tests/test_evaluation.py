@@ -80,3 +80,12 @@ def test_voting_rule_by_answer_kind() -> None:
     qa_vote = voting_rule("nq")
     assert qa_vote is not None and qa_vote[1] is not None and qa_vote[1]("The Beatles", "beatles")
     assert voting_rule("humaneval") is None
+
+
+def test_a_gold_given_as_aliases_gets_one_vote() -> None:
+    """Geometry3K's gold names the value and its choice letter: "80" and "D" are the same answer, so with one vote
+    each against 60 and 40 they win maj@4 (split, the four-way tie gave 0.5)."""
+    row = {"data_source": "geometry3k", "reward_model": {"ground_truth": ["80", "D"]}, "extra_info": {}}
+    report = evaluate_samples([row], [["\\boxed{80}", "\\boxed{D}", "\\boxed{60}", "\\boxed{40}"]], [4], workers=1)
+    assert [r.correct for r in report.records] == [True, True, False, False]
+    assert report.sources[0].metrics["maj@4"] == pytest.approx(1.0)

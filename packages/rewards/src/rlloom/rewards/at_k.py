@@ -69,6 +69,19 @@ def group_answers(answers: Sequence[str | None], same: Callable[[str, str], bool
     return labels
 
 
+def gold_votes_together(labels: Sequence[int | None], correct: Sequence[bool]) -> list[int | None]:
+    """`labels` with every group that holds a correct answer merged into one: answers the scorer accepts are the
+    same answer. A gold given as aliases (Geometry3K's value and its choice letter, ['80', 'D']; a QA answer's
+    alternative names) would otherwise split the right answer's votes, and a wrong answer could out-vote it."""
+    if len(labels) != len(correct):
+        raise ValueError(f"labels ({len(labels)}) and correct ({len(correct)}) must have one entry per sample")
+    right = [label for label, ok in zip(labels, correct, strict=True) if ok and label is not None]
+    if not right:
+        return list(labels)
+    merged = set(right)
+    return [right[0] if label in merged else label for label in labels]
+
+
 def majority_correct(labels: Sequence[int | None], correct: Sequence[bool]) -> float:
     """Correctness of the majority answer among these samples; ties average the tied answers' correctness."""
     counts: dict[int, int] = {}

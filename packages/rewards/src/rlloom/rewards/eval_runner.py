@@ -235,9 +235,13 @@ def read_rows(
 ) -> list[dict[str, Any]]:
     """The rows of JSONL files (the first `limit` of each); errors name the file, the line and `made_by`."""
     rows: list[dict[str, Any]] = []
+    seen: dict[Path, Path] = {}
     for path in paths:
         if not path.is_file():
             raise ValueError(f"--data {path} does not exist (make rows with `{made_by}`)")
+        if path.resolve() in seen:  # its problems would count twice in every figure
+            raise ValueError(f"--data {path} is given twice (also as {seen[path.resolve()]}); list each file once")
+        seen[path.resolve()] = path
         found = []
         for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():

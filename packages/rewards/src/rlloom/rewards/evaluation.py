@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.rewards.at_k import ProblemSamples, group_answers, summarize
+from rlloom.rewards.at_k import ProblemSamples, gold_votes_together, group_answers, summarize
 from rlloom.rewards.batch import DEFAULT_TIMEOUT, score_batch
 from rlloom.rewards.registry import DEFAULT_SCORERS, canonical_source
 
@@ -139,8 +139,11 @@ def _summaries(records: list[SampleRecord], ks: Sequence[int], seed: int) -> lis
         samples = []
         for recs in problems.values():
             answers = [r.extracted for r in recs]
-            labels: list[int | None] = group_answers(answers, vote[1]) if vote is not None else [None] * len(recs)
-            samples.append(ProblemSamples([r.score for r in recs], [r.correct for r in recs], labels))
+            correct = [r.correct for r in recs]
+            labels: list[int | None] = [None] * len(recs)
+            if vote is not None:
+                labels = gold_votes_together(group_answers(answers, vote[1]), correct)
+            samples.append(ProblemSamples([r.score for r in recs], correct, labels))
         flat = [r for recs in problems.values() for r in recs]
         reports.append(
             SourceReport(
