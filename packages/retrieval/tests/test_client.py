@@ -122,3 +122,25 @@ def test_bad_client_settings_are_refused_naming_the_field(option: dict[str, Any]
     for cls in (RetrievalClient, AsyncRetrievalClient):
         with pytest.raises(ValueError, match=f"^{field} must be"):
             cls("http://127.0.0.1:9", **option)
+
+
+def test_a_200_that_is_not_a_retrieval_response_is_a_retrieval_error() -> None:
+    from rlloom.retrieval.client import _results
+
+    request = httpx.Request("POST", "http://proxy.local/search")
+    page = httpx.Response(200, text="<html>login required</html>", request=request)
+    with pytest.raises(RetrievalError, match=r"not a native retrieval response .*'<html>login required"):
+        _results("native", page, 1)
+    wrong_shape = httpx.Response(200, json={"hits": []}, request=request)
+    with pytest.raises(RetrievalError, match=r"KeyError: 'results'"):
+        _results("native", wrong_shape, 1)
+
+
+def test_retry_after_stretches_the_pause_before_the_next_try() -> None:
+    from rlloom.retrieval.client import _pause
+
+    busy = httpx.Response(503, headers={"Retry-After": "2"})
+    assert _pause(busy, 0, 0.1) == 2.0  # the backoff (0.05-0.15 s) is shorter than what the server asked
+    assert 0.05 <= _pause(httpx.Response(503, headers={"Retry-After": "soon"}), 0, 0.1) <= 0.15  # junk: backoff
+    assert 0.05 <= _pause(None, 0, 0.1) <= 0.15  # a transport error has no response
+    assert _pause(httpx.Response(503, headers={"Retry-After": "0.01"}), 3, 0.1) >= 0.4  # backoff 0.8 x [0.5, 1.5)

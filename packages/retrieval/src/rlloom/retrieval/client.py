@@ -8,6 +8,7 @@ answers raise `RetrievalError` with the server's message, since repeating a bad 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any, Literal
@@ -46,6 +47,29 @@ def _parse(api: Api, body: Any, n_queries: int) -> list[list[Hit]]:
     if len(results) != n_queries:
         raise RetrievalError(f"server answered {len(results)} result lists for {n_queries} queries")
     return results
+
+
+def _results(api: Api, response: httpx.Response, n_queries: int) -> list[list[Hit]]:
+    """A 200's hits; a body that is not the API's JSON (a proxy's HTML page, another service) is a RetrievalError
+    saying what came back, not a KeyError from deep in the parser."""
+    try:
+        return _parse(api, response.json(), n_queries)
+    except RetrievalError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise RetrievalError(
+            f"{response.request.url} answered 200 with a body that is not a {api} retrieval response "
+            f"({type(err).__name__}: {err}); body starts {response.text[:120]!r}. Is the URL the retrieval server's?"
+        ) from err
+
+
+def _pause(response: httpx.Response | None, attempt: int, base: float) -> float:
+    """Seconds before the next try: the backoff, or the server's Retry-After (seconds) when it asks for longer."""
+    wait = _backoff(attempt, base)
+    if response is not None:
+        with contextlib.suppress(ValueError):  # an HTTP date or junk: keep the backoff
+            wait = max(wait, float(response.headers.get("retry-after", 0)))
+    return wait
 
 
 def _error(response: httpx.Response) -> RetrievalError:
@@ -95,6 +119,7 @@ class RetrievalClient:
         path, payload = _request(self.api, queries, k)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            response: httpx.Response | None = None
             try:
                 response = self._http.post(path, json=payload)
             except httpx.TransportError as err:
@@ -104,10 +129,10 @@ class RetrievalClient:
                     ) from err
             else:
                 if response.status_code == 200:
-                    return _parse(self.api, response.json(), len(queries))
+                    return _results(self.api, response, len(queries))
                 if response.status_code not in RETRY_STATUS or last:
                     raise _error(response)
-            time.sleep(_backoff(attempt, self.backoff))
+            time.sleep(_pause(response, attempt, self.backoff))
         raise AssertionError("unreachable")
 
     def health(self) -> dict[str, Any]:
@@ -153,6 +178,7 @@ class AsyncRetrievalClient:
         path, payload = _request(self.api, queries, k)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            response: httpx.Response | None = None
             try:
                 async with self._slots:
                     response = await self._http.post(path, json=payload)
@@ -163,10 +189,10 @@ class AsyncRetrievalClient:
                     ) from err
             else:
                 if response.status_code == 200:
-                    return _parse(self.api, response.json(), len(queries))
+                    return _results(self.api, response, len(queries))
                 if response.status_code not in RETRY_STATUS or last:
                     raise _error(response)
-            await asyncio.sleep(_backoff(attempt, self.backoff))
+            await asyncio.sleep(_pause(response, attempt, self.backoff))
         raise AssertionError("unreachable")
 
     async def health(self) -> dict[str, Any]:
