@@ -310,3 +310,70 @@ def test_cancelled_caller_frees_its_row_and_a_queued_one_is_never_prefilled(
     assert eng.decode_stats.steps - steps_before < 500
     # prefills: `long` (3 tokens) and `short` (2); never `queued` (6)
     assert eng.decode_stats.prefill_tokens == 3 + 2
+
+
+def test_cancelled_multimodal_caller_is_never_decoded_or_stops_at_once(
+    model: torch.nn.Module, tok: Any, encode: Any
+) -> None:
+    """Multimodal requests decode alone, outside the continuous batch; a caller that gave up must not hold the
+    engine either: cancelled while queued, it is never prefilled; cancelled while decoding, its rows end at the
+    next step instead of running out their 1000 tokens."""
+    eng = HFEngine(model, tok, HFEngineConfig(max_batch_rows=1, gather_s=0.0))
+    extra = {"output_hidden_states": False}  # a forward kwarg every causal LM accepts; stands in for pixels
+    long = SamplingParams(max_tokens=1000, ignore_eos=True)
+    text = GenerationRequest(prompt_ids=encode("abc"), sampling=long)
+    queued = GenerationRequest(prompt_ids=encode("queued"), sampling=long, multimodal=extra)
+    image = GenerationRequest(prompt_ids=encode("pic"), sampling=long, multimodal=extra)
+    short = GenerationRequest(prompt_ids=encode("xy"), sampling=SamplingParams(max_tokens=3, ignore_eos=True))
+
+    async def cancel_after_two_steps(request: GenerationRequest, queue: GenerationRequest | None = None) -> None:
+        start = eng.decode_stats.steps
+        running = asyncio.create_task(eng.agenerate(request))
+        while eng.decode_stats.steps < start + 2:
+            await asyncio.sleep(0.001)
+        waiting = asyncio.create_task(eng.agenerate(queue)) if queue is not None else None
+        await asyncio.sleep(0)
+        for task in (running, waiting):
+            if task is not None:
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+
+    async def main() -> list[Any]:
+        await cancel_after_two_steps(text, queue=queued)  # the multimodal request waits behind `text`
+        await cancel_after_two_steps(image)  # the multimodal request itself is decoding
+        return await eng.agenerate(short)
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        eng.close()
+    assert [len(c.token_ids) for c in out] == [3]
+    # prefills: `text` (3 tokens), `image` (3) and `short` (2); never `queued` (6)
+    assert eng.decode_stats.prefill_tokens == 3 + 3 + 2
+    # each cancelled request ran a few steps past its cancel, then `short` its 3; either alone would take 999
+    assert eng.decode_stats.steps < 500
+
+
+@pytest.mark.parametrize("joiner", [None, "a waiting prompt far wider than the abandoned row's columns"])
+def test_a_batch_whose_every_row_is_abandoned_starts_afresh(
+    model: torch.nn.Module, settings: DecodeSettings, encode: Any, joiner: str | None
+) -> None:
+    """The only running row's caller goes (an agent's sole conversation timed out): the loop must not compact the
+    batch to nothing (an IndexError ended the run), nor join a wider newcomer onto an empty batch (its caller got
+    that IndexError); the newcomer then decodes exactly as alone."""
+    gone = _row(0, encode("abc"), max_tokens=50)
+    later = [_row(1, encode(joiner), max_tokens=4, temperature=0.0)] if joiner is not None else []
+    admit = iter([[gone], [], later])  # `later` arrives at the step `gone` is abandoned
+
+    decode(
+        model,
+        [],
+        settings,
+        admit=lambda room: next(admit, []),
+        abandoned=lambda row: row is gone and len(row.token_ids) >= 2,
+    )
+    assert (gone.finish_reason, len(gone.token_ids)) == ("abort", 2)
+    if joiner is not None:
+        alone = _alone(model, encode(joiner), settings, max_tokens=4, temperature=0.0)
+        assert (later[0].finish_reason, later[0].token_ids) == ("length", alone.token_ids)

@@ -352,6 +352,8 @@ def decode(
     while True:
         if abandoned is not None and batch is not None:
             batch.abandon(abandoned)
+            if batch.unfinished == 0:  # nobody waits for any row: start afresh (no empty compact or join)
+                batch = None
         if admit is not None and can_admit and (batch is None or stats.steps % settings.admit_every == 0):
             batch = _admit(
                 model, batch=batch, settings=settings, admit=admit, on_admit_error=on_admit_error, stats=stats

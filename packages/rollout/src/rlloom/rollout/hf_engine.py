@@ -157,9 +157,9 @@ class HFEngine:
         """One run of the batcher's worker: multimodal tickets alone, text tickets in a continuous batch."""
         tickets = take(self.config.max_batch_rows)
         for ticket in tickets:
-            if ticket.request.multimodal:
+            if ticket.request.multimodal and not ticket.cancelled:  # a caller that gave up is not decoded
                 try:
-                    self._decode_alone(ticket.request, ticket.deliver)
+                    self._decode_alone(ticket.request, ticket.deliver, _cancel_check(ticket))
                 except Exception as exc:  # its own batch: only this caller fails
                     ticket.fail(exc)
         feed = _RowFeed(self, lambda room: take(room, _is_text))
@@ -198,7 +198,12 @@ class HFEngine:
                 abandoned=feed.abandoned,
             )
 
-    def _decode_alone(self, request: GenerationRequest, deliver: Callable[[list[Completion]], None]) -> None:
+    def _decode_alone(
+        self,
+        request: GenerationRequest,
+        deliver: Callable[[list[Completion]], None],
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         """A multimodal request in its own batch: its image inputs and 3-D rope positions are per request.
 
         With `position_ids` in `request.multimodal` (the prompt's (3, L) M-RoPE positions, as
@@ -206,7 +211,8 @@ class HFEngine:
         prompt's for the prefill, one past the largest for each new token, exactly what the actor's
         teacher-forced forward uses. Without them the model infers positions itself (stateful `rope_deltas`;
         Qwen2.5-VL in transformers 5.x falls back to 1-D positions unless also given `mm_token_type_ids`).
-        The model's vision tokens (image/video pads, vision start) are never sampled.
+        The model's vision tokens (image/video pads, vision start) are never sampled. Once `cancelled()` is true
+        (its `agenerate` caller gave up) the rows end 'abort' at the next step.
         """
         prompt = self.prompt_ids(request)
         self._check_prompt(request, prompt)
@@ -224,7 +230,8 @@ class HFEngine:
         )
         with self._sampling_mode():
             self.batches_run += 1
-            decode(self.model, rows, settings, stats=self.decode_stats)
+            abandoned = (lambda _row: cancelled()) if cancelled is not None else None
+            decode(self.model, rows, settings, stats=self.decode_stats, abandoned=abandoned)
         deliver([self._completion(request, r) for r in rows])
 
     @contextmanager
@@ -343,6 +350,11 @@ def _vision_token_ids(model_config: Any) -> tuple[int, ...]:
     """Ids a VLM must not generate (Qwen-VL config names): a sampled image pad breaks the actor's forward."""
     names = ("image_token_id", "video_token_id", "vision_start_token_id")
     return tuple(sorted({v for n in names if isinstance(v := getattr(model_config, n, None), int)}))
+
+
+def _cancel_check(ticket: Ticket) -> Callable[[], bool]:
+    """Whether `ticket`'s caller has stopped waiting, asked as the decode goes."""
+    return lambda: ticket.cancelled
 
 
 def _is_text(request: GenerationRequest) -> bool:
