@@ -127,3 +127,16 @@ def test_groups_holding_a_correct_answer_merge_into_one() -> None:
     assert merged == [0, 0, 2, 0, None]
     assert gold_votes_together([0, 1], [False, False]) == [0, 1]  # nothing right: labels unchanged
     assert maj_at_k(merged[:3], [True, True, False], 3) == 1.0 and maj_at_k([0, 1, 2], [True, True, False], 3) < 1.0
+
+
+def test_answers_the_scorer_rejects_never_vote_for_the_gold() -> None:
+    """Where the equivalence grouping and the scorer disagree (the grouping put one accepted sample with four
+    rejected ones), only the accepted sample joins the gold's votes: the four rejected still out-vote the gold's
+    three, so maj@10 is 0 (merging the whole group gave the gold 7 votes, 3 of them right: 3/7)."""
+    from rlloom.rewards.at_k import gold_votes_together
+
+    labels = [0, 0, 0, 0, 0, 1, 1, 2, 2, 2]  # 0: "W" (and one sample the scorer accepts), 1: gold, 2: "V"
+    correct = [False, False, False, False, True, True, True, False, False, False]
+    voted = gold_votes_together(labels, correct)
+    assert voted == [3, 3, 3, 3, 0, 0, 0, 2, 2, 2]
+    assert maj_at_k(voted, correct, 10) == 0.0

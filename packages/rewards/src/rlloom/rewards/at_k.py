@@ -70,16 +70,22 @@ def group_answers(answers: Sequence[str | None], same: Callable[[str, str], bool
 
 
 def gold_votes_together(labels: Sequence[int | None], correct: Sequence[bool]) -> list[int | None]:
-    """`labels` with every group that holds a correct answer merged into one: answers the scorer accepts are the
-    same answer. A gold given as aliases (Geometry3K's value and its choice letter, ['80', 'D']; a QA answer's
-    alternative names) would otherwise split the right answer's votes, and a wrong answer could out-vote it."""
+    """`labels` with every answer the scorer accepts in one group: answers the scorer accepts are the same answer.
+    A gold given as aliases (Geometry3K's value and its choice letter, ['80', 'D']; a QA answer's alternative
+    names) would otherwise split the right answer's votes, and a wrong answer could out-vote it. Only the accepted
+    samples move: where the equivalence test grouped a rejected answer with an accepted one, the rejected samples
+    keep a group of their own rather than voting for the gold."""
     if len(labels) != len(correct):
         raise ValueError(f"labels ({len(labels)}) and correct ({len(correct)}) must have one entry per sample")
     right = [label for label, ok in zip(labels, correct, strict=True) if ok and label is not None]
     if not right:
         return list(labels)
-    merged = set(right)
-    return [right[0] if label in merged else label for label in labels]
+    fresh = max(label for label in labels if label is not None) + 1
+    apart = {label: fresh + i for i, label in enumerate(sorted(set(right)))}  # the rejected of a gold group
+    return [
+        label if label is None else right[0] if ok else apart.get(label, label)
+        for label, ok in zip(labels, correct, strict=True)
+    ]
 
 
 def majority_correct(labels: Sequence[int | None], correct: Sequence[bool]) -> float:
