@@ -151,3 +151,15 @@ def test_cli_errors_name_the_flag(tmp_path: Path) -> None:
         main(["eval", "--data", str(tmp_path / "missing.jsonl"), "--model", str(tmp_path)])
     with pytest.raises(SystemExit):
         main(["eval", "--data", str(DATA / "math500_head3.jsonl"), "--model", str(tmp_path), "--n", "2", "--k", "4"])
+
+
+def test_chat_template_variables_reach_every_eval_request(capsys: pytest.CaptureFixture[str]) -> None:
+    """--chat-template-kwargs (Qwen3's enable_thinking: evaluate with what the model was trained with) rides on
+    every request; bad JSON is a usage error naming the flag."""
+    engine = ScriptedEngine({"": ["\\boxed{1}"]})
+    settings = EvalSettings(n=1, chat_template_kwargs={"enable_thinking": False})
+    run_eval(engine, rows("math500", "math500_head3.jsonl"), settings, progress=False)
+    assert [r.chat_template_kwargs for r in engine.requests] == [{"enable_thinking": False}] * 3
+    with pytest.raises(SystemExit):
+        main(["eval", "--data", str(DATA / "math500_head3.jsonl"), "--model", "m", "--chat-template-kwargs", "{oops"])
+    assert "--chat-template-kwargs: not JSON" in capsys.readouterr().err

@@ -276,3 +276,9 @@ def test_chat_template_variables_reach_the_loop_and_the_prompt_length_check() ->
         fitting_rows(rows, tok, env, plain + 1, "rows", drop=True, chat_template_kwargs=quiet)
     search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])[1]
     assert loop_config(search, quiet).chat_template_kwargs == quiet
+
+
+def test_eval_settings_carry_chat_template_variables_into_the_loop() -> None:
+    settings = EvalSettings(chat_template_kwargs={"enable_thinking": False})
+    assert settings.loop_config().chat_template_kwargs == {"enable_thinking": False}
+    assert EvalSettings().loop_config().chat_template_kwargs == {}

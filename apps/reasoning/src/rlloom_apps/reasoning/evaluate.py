@@ -30,7 +30,11 @@ def text_request(settings: EvalSettings) -> RequestFor:
     """Row i's chat messages, sampled with seed + i."""
 
     def request_for(index: int, row: Mapping[str, Any]) -> GenerationRequest:
-        return GenerationRequest(messages=list(row["prompt"]), sampling=eval_sampling(settings, index))
+        return GenerationRequest(
+            messages=list(row["prompt"]),
+            sampling=eval_sampling(settings, index),
+            chat_template_kwargs=dict(settings.chat_template_kwargs),
+        )
 
     return request_for
 

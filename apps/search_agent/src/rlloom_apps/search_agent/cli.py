@@ -110,6 +110,11 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
         if field.annotation is bool:
             limits.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=field.description)
             continue
+        if name == "chat_template_kwargs":
+            from rlloom.rewards.eval_runner import json_object
+
+            limits.add_argument("--chat-template-kwargs", type=json_object, default={}, help=field.description)
+            continue
         kind = float if field.annotation is float else int
         limits.add_argument(f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.description)
 

@@ -77,6 +77,11 @@ class EvalSettings(BaseModel):
         default=False,
         description="Score the whole reply when it has no <answer> tag (lenient; for models not trained on the tags).",
     )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra chat-template variables as JSON, e.g. '{\"enable_thinking\": false}' for Qwen3 (what the "
+        "model was trained with: data.apply_chat_template_kwargs).",
+    )
     progress: bool = Field(default=True, description="Show a progress bar.")
 
     def loop_config(self, *, max_turns: int | None = None, compute_reward: bool = True) -> AgentLoopConfig:
@@ -89,6 +94,7 @@ class EvalSettings(BaseModel):
             max_concurrency=self.max_concurrency,
             sampling=SamplingParams(temperature=self.temperature, seed=self.seed),
             compute_reward=compute_reward,
+            chat_template_kwargs=dict(self.chat_template_kwargs),
             progress=self.progress,
         )
 

@@ -39,6 +39,11 @@ class EvalSettings(BaseModel):
     concurrency: int = Field(default=256, ge=1, description="problems sampled at once (engine requests in flight)")
     score_workers: int | None = Field(default=None, ge=0, description="scoring processes (default: one per core)")
     score_timeout: float = Field(default=30.0, gt=0.0, description="seconds per sample's scoring at most")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra chat-template variables as JSON, e.g. '{\"enable_thinking\": false}' for Qwen3 (give "
+        "what the model was trained with: data.apply_chat_template_kwargs)",
+    )
 
     @model_validator(mode="after")
     def _ks(self) -> EvalSettings:
@@ -60,9 +65,23 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, type=int, nargs="+", default=[], help=field.description)
         elif name == "score_workers":
             group.add_argument(flag, type=int, default=None, help=field.description)
+        elif name == "chat_template_kwargs":
+            group.add_argument(flag, type=json_object, default={}, help=field.description)
         else:
             kind = float if field.annotation is float else int
             group.add_argument(flag, type=kind, default=field.default, help=field.description)
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type: a JSON object (argparse names the flag and shows this message when it is not one)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        example = '{"enable_thinking": false}'
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg}); give an object, e.g. '{example}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"give a JSON object, e.g. '{{\"enable_thinking\": false}}', not {text!r}")
+    return value
 
 
 def flag_errors(err: ValidationError) -> str:
