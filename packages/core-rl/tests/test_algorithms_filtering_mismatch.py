@@ -164,6 +164,22 @@ def test_high_entropy_token_mask_keeps_the_top_fraction_of_valid_tokens() -> Non
         high_entropy_token_mask(entropy, mask, top_fraction=0.0)
 
 
+def test_high_entropy_token_mask_agrees_with_torch_quantile_and_takes_batches_it_refuses() -> None:
+    gen = torch.Generator().manual_seed(0)
+    entropy, mask = torch.rand(6, 50, generator=gen), torch.rand(6, 50, generator=gen) > 0.3
+    for fraction in (0.05, 0.2, 0.5, 0.999):
+        threshold = torch.quantile(entropy[mask], 1.0 - fraction)
+        assert (
+            high_entropy_token_mask(entropy, mask, top_fraction=fraction).tolist()
+            == (mask & (entropy >= threshold)).tolist()
+        )
+    # 2**24 + 2 valid tokens, more than torch.quantile takes: half of them 0, half 1; the 0.75 quantile is 1
+    half = 2**23 + 1
+    big = torch.stack([torch.zeros(half), torch.ones(half)])
+    keep = high_entropy_token_mask(big, torch.ones_like(big, dtype=torch.bool), top_fraction=0.25)
+    assert keep[1].all() and not keep[0].any()
+
+
 def test_identical_engines_show_no_mismatch() -> None:
     lp = torch.log(torch.rand(4, 6) + 0.01)
     m = mismatch_metrics(lp, lp.clone(), torch.ones(4, 6))

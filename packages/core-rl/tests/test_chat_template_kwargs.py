@@ -44,6 +44,31 @@ def test_reserved_arguments_are_refused() -> None:
         )
 
 
+def test_template_variables_and_loss_settings_can_be_set_one_by_one_as_in_verl(tmp_path: Path) -> None:
+    """veRL sets them as `+data.apply_chat_template_kwargs.enable_thinking=False`; the Hydra-prefix error tells
+    users to drop the `+`, so the dotted form must then work, added to the ones the YAML file gives."""
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config_loading import load_config
+
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("model:\n  path: /m\ndata:\n  apply_chat_template_kwargs:\n    custom: 1\n")
+    cfg = load_config(yaml_file, ["data.apply_chat_template_kwargs.enable_thinking=false"])
+    assert cfg.data.apply_chat_template_kwargs == {"custom": 1, "enable_thinking": False}
+    with pytest.raises(ConfigError, match="drop|every key exists"):
+        load_config(yaml_file, ["+data.apply_chat_template_kwargs.enable_thinking=false"])
+    with pytest.raises(ConfigError, match="add_generation_prompt cannot be set there"):
+        load_config(yaml_file, ["data.apply_chat_template_kwargs.add_generation_prompt=true"])
+    # the same for a loss's settings, which veRL keeps under actor.policy_loss
+    loss = load_config(yaml_file, ["algorithm.policy_loss=clip_cov", "algorithm.policy_loss_kwargs.clip_cov_ub=4"])
+    assert loss.algorithm.policy_loss_kwargs == {"clip_cov_ub": 4.0}
+    with pytest.raises(ConfigError, match="here it is algorithm.policy_loss_kwargs, one entry per setting"):
+        load_config(yaml_file, ["actor_rollout_ref.actor.policy_loss.clip_cov_ub=4"])
+    with pytest.raises(ConfigError, match="here it is algorithm.policy_loss. Valid"):
+        load_config(yaml_file, ["actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov"])
+    with pytest.raises(ConfigError, match="'data.max_prompt_length' is a value, not a section"):
+        load_config(yaml_file, ["data.max_prompt_length.x=1"])
+
+
 def test_the_trainer_renders_and_measures_prompts_with_the_variables(tiny_model_dir: Path, tmp_path: Path) -> None:
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model_dir)

@@ -116,6 +116,15 @@ def test_policy_loss_options_refused_at_load() -> None:
     assert error_of(["trainer.ema_beta=0.99", "model.lora_rank=8"]).startswith("trainer.ema_beta: is kept for")
     band = ["algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.9, 0.1]"]
     assert error_of(band).startswith("algorithm.filter_band: [0.9, 0.1] is empty")
+    assert error_of(["algorithm.tis_mode=sequence_mask"]).startswith(
+        "algorithm.tis_mode: sequence_mask shapes the TIS weights, but algorithm.tis_cap is null"
+    )
+    load_config(None, ["model.path=/m", "algorithm.tis_mode=sequence_mask", "algorithm.tis_cap=2.0"])
+    assert error_of(["algorithm.ref_model_mixup_alpha=0.9"]).startswith(
+        "algorithm.ref_model_mixup_alpha: 0.9, but algorithm.ref_model_sync_steps=0 never moves the reference"
+    )
+    same_dir = ["trainer.rollout_data_dir=runs/gen", "trainer.validation_data_dir=runs/gen/"]
+    assert error_of(same_dir).startswith("trainer.validation_data_dir: 'runs/gen/' is also trainer.rollout_data_dir")
     ok = load_config(None, ["model.path=/m", "algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.01, 0.99]"])
     assert ok.algorithm.filter_band == (0.01, 0.99)
 

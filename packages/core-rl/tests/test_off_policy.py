@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,28 @@ def test_off_policy_refusals(tiny_model_dir: Path, tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match="trainer.one_step_off_policy: cannot run with algorithm.dynamic_sampling"):
         load_config(None, ["model.path=/m", *OFF_POLICY, "algorithm.dynamic_sampling=true"])
+
+
+def test_a_resume_trains_on_the_prompts_that_were_in_flight(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Checkpoint 1 is saved while step 2's batch is being generated; resuming from it must train step 2 on those
+    same prompts (the loader position of the checkpoint excludes the batch in flight), not skip them."""
+
+    def prompts(dump: Path, step: int) -> list[str]:
+        records = [json.loads(line) for line in (dump / f"{step}.jsonl").read_text().splitlines()]
+        return sorted({r["prompt"] for r in records})
+
+    steps = [*OFF_POLICY, "trainer.save_every=1", "trainer.keep_last=3"]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    trainer_for(
+        tiny_model_dir, whole, SamplingEngine(tiny_model_dir), [*steps, f"trainer.rollout_data_dir={whole}/dump"]
+    ).fit()
+    trainer_for(
+        tiny_model_dir,
+        resumed,
+        SamplingEngine(tiny_model_dir),
+        [*steps, f"trainer.rollout_data_dir={resumed}/dump", f"trainer.resume={whole}/checkpoints/step_1"],
+    ).fit()
+    # 8 rows, 4 per step: steps 1-2 are epoch 0 (every row once), step 3 starts epoch 1
+    assert set(prompts(whole / "dump", 1)).isdisjoint(prompts(whole / "dump", 2))
+    for step in (2, 3):
+        assert prompts(resumed / "dump", step) == prompts(whole / "dump", step)

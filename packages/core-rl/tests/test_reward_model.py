@@ -16,7 +16,9 @@ from rlloom.core_rl.tiny import char_tokenizer
 from rlloom.core_rl.trajectory import Trajectory
 
 
-def save_reward_model(path: Path, num_labels: int = 1) -> Qwen2ForSequenceClassification:
+def save_reward_model(
+    path: Path, num_labels: int = 1, pad_token_id: int | None = None
+) -> Qwen2ForSequenceClassification:
     tok = char_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tok),
@@ -26,7 +28,7 @@ def save_reward_model(path: Path, num_labels: int = 1) -> Qwen2ForSequenceClassi
         num_key_value_heads=1,
         intermediate_size=64,
         num_labels=num_labels,
-        pad_token_id=tok.pad_token_id,
+        pad_token_id=tok.pad_token_id if pad_token_id is None else pad_token_id,
     )
     torch.manual_seed(3)
     model = Qwen2ForSequenceClassification(config).eval()
@@ -64,6 +66,23 @@ def test_scores_match_an_unbatched_forward_of_the_rendered_conversation(tmp_path
         assert out.score == pytest.approx(expected, abs=1e-5)
         assert out.components == {"reward_model": pytest.approx(expected, abs=1e-5)}
     assert len({round(o.score, 4) for o in outputs}) == 3
+
+
+def test_a_model_whose_pad_id_differs_from_its_tokenizers_scores_padded_rows_at_their_last_token(
+    tmp_path: Path,
+) -> None:
+    """The classifier reads each row's score at its last token that is not the *config's* pad id; rows padded with
+    the tokenizer's (different) pad id would be read at their last padding position instead."""
+    tok = char_tokenizer()
+    config_pad = tok.convert_tokens_to_ids("~")  # not the tokenizer's <pad>, and in none of the texts
+    assert config_pad != tok.pad_token_id
+    model = save_reward_model(tmp_path, pad_token_id=config_pad)
+    texts = ["a short one", "a much longer text than the first", "mid length"]
+    batched = RewardModel(tmp_path, batch_size=3).scores(texts)
+    for text, score in zip(texts, batched, strict=True):
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            assert score == pytest.approx(float(model(input_ids=ids).logits[0, 0]), abs=1e-5), text
 
 
 def test_prompts_kept_as_ids_are_decoded_with_the_policy_tokenizer(tmp_path: Path) -> None:

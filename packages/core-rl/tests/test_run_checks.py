@@ -127,6 +127,9 @@ def test_resuming_announces_itself_and_warns_about_training_changes(
     assert yaml.safe_load((out / "config.step_2.yaml").read_text())["actor"]["lr"] == 0.0003  # kept, not lost
     assert yaml.safe_load((out / "config.yaml").read_text())["actor"]["lr"] == 0.0001
     assert config_changes({"a": {"b": 1, "gone": 2}}, {"a": {"b": 1, "new": 3}}) == []
+    # where generations are written and how many are shown log the run; they do not change what it trains
+    logging_only = ["trainer.rollout_data_dir=d", "trainer.validation_data_dir=v", "trainer.log_val_generations=4"]
+    assert config_changes(old.model_dump(), tiny_config("/m", out, logging_only).model_dump()) == []
 
 
 def reward_with_errors(bad_sources: set[str]) -> Any:

@@ -9,6 +9,7 @@ to divide another: remainders become a smaller last mini-batch or micro-batch.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -352,6 +353,23 @@ class AlgorithmConfig(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_unused_settings(self) -> AlgorithmConfig:
+        # settings of a switched-off feature would otherwise do nothing without a word
+        if self.tis_mode != "token_truncate" and self.tis_cap is None:
+            raise KeyedValueError(
+                "algorithm.tis_mode",
+                f"{self.tis_mode} shapes the TIS weights, but algorithm.tis_cap is null (TIS off); set the cap as well "
+                "(e.g. algorithm.tis_cap=2.0, TRL's vllm_importance_sampling_cap) or leave tis_mode out",
+            )
+        if self.ref_model_mixup_alpha != 0.6 and not self.ref_model_sync_steps:
+            raise KeyedValueError(
+                "algorithm.ref_model_mixup_alpha",
+                f"{self.ref_model_mixup_alpha}, but algorithm.ref_model_sync_steps=0 never moves the reference; set "
+                "ref_model_sync_steps (e.g. 512, TRL's GRPO default) as well or leave ref_model_mixup_alpha out",
+            )
+        return self
+
 
 class ActorConfig(_Section):
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW peak learning rate.")
@@ -441,6 +459,19 @@ class TrainerConfig(_Section):
     validation_data_dir: str | None = Field(
         default=None, description="Write every validation's trajectories to <dir>/<step>.jsonl. None = off."
     )
+
+    @model_validator(mode="after")
+    def _check_dump_dirs(self) -> TrainerConfig:
+        train, val = self.rollout_data_dir, self.validation_data_dir
+        if train and val and os.path.normpath(train) == os.path.normpath(val):
+            # both write <step>.jsonl: a step that validates would replace its training generations
+            raise KeyedValueError(
+                "trainer.validation_data_dir",
+                f"{val!r} is also trainer.rollout_data_dir, and both write <step>.jsonl there; give validation a "
+                f"folder of its own (e.g. {os.path.join(os.path.normpath(val), 'validation')!r})",
+            )
+        return self
+
     seed: int = Field(default=0, description="Seed of python, numpy and torch RNGs and of data shuffling.")
     deterministic: bool = Field(
         default=False, description="torch.use_deterministic_algorithms: bitwise-repeatable runs, some speed cost."

@@ -63,6 +63,8 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.actor.clip_ratio": "algorithm.clip_low and algorithm.clip_high",
     "actor_rollout_ref.actor.clip_ratio_c": "algorithm.dual_clip",
     "actor_rollout_ref.actor.policy_loss.loss_mode": "algorithm.policy_loss",
+    "actor_rollout_ref.actor.policy_loss": "algorithm.policy_loss_kwargs, one entry per setting (e.g. "
+    "algorithm.policy_loss_kwargs.clip_cov_ratio=0.0002)",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
     "actor_rollout_ref.actor.grad_clip": "actor.grad_clip",
     "actor_rollout_ref.actor.use_dynamic_bsz": "actor.max_tokens_per_micro_batch (micro-batches always fill a "
@@ -179,6 +181,8 @@ def check_override_key(
             check_value(value, annotation, prefix=root + key, source=source)
         elif _is_model(annotation):
             node = annotation
+        elif depth == len(parts) - 2 and typing.get_origin(annotation) is dict:
+            return  # one entry of a mapping field, as veRL sets them (data.apply_chat_template_kwargs.enable_thinking)
         else:
             raise ConfigError(f"{source}: '{prefix}{part}' is a value, not a section")
 

@@ -53,12 +53,16 @@ class RewardModel:
                 f"{path}: a reward model has one output (num_labels=1), this one has {self.model.config.num_labels}; "
                 "load a Bradley-Terry reward model (e.g. trained with TRL's RewardTrainer)"
             )
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        # the classifier reads each row's score at its last token that is not the config's pad id, so rows are
+        # padded with that id (a tokenizer's own pad id may differ from it), or the tokenizer's when it has none
+        text_config = self.model.config.get_text_config()
+        pad = text_config.pad_token_id
+        for fallback in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            pad = fallback if pad is None else pad
         if pad is None:
             raise ValueError(f"{tokenizer_path or path}: the tokenizer has neither a pad nor an EOS token to pad with")
         self.pad_token_id = int(pad)
-        if self.model.config.pad_token_id is None:  # the classifier finds each row's last token by it
-            self.model.config.pad_token_id = self.pad_token_id
+        text_config.pad_token_id = self.pad_token_id
         self.device = torch.device(device)
         self.model.to(self.device).eval()
         self.batch_size = batch_size

@@ -34,6 +34,9 @@ RESUME_SAFE_KEYS = frozenset(
         "trainer.trackers",
         "trainer.project",
         "trainer.run_name",
+        "trainer.rollout_data_dir",
+        "trainer.validation_data_dir",
+        "trainer.log_val_generations",
     }
 )
 RESUME_SAFE_PREFIXES = ("trainer.val_", "rollout.val_")

@@ -164,6 +164,9 @@ class Trainer:
         # which training step's weights the actor and the engine hold (they differ off-policy, between batches)
         self._actor_weights_step = self._engine_weights_step = self.step
         self.rollouts = BackgroundRollouts() if config.trainer.one_step_off_policy else None
+        # off-policy: the loader's position before the batch in flight drew its prompts; a checkpoint saves this
+        # one, so a resume generates that batch again instead of skipping its prompts
+        self._loader_state_in_flight: dict[str, Any] | None = None
         source = (
             f"model.tokenizer_path={config.model.tokenizer_path}"
             if config.model.tokenizer_path
@@ -458,6 +461,7 @@ class Trainer:
             rollouts.start(self._round_job(self.step))
         with timer("rollout_wait"):
             done = rollouts.take()
+        self._loader_state_in_flight = None
         self.reward_errors.report(done.errors, step=self.step)
         metrics = dict(done.metrics)
         if done.penalties:
@@ -473,6 +477,7 @@ class Trainer:
         """Step `step`'s rollout: its prompts and sampling decided here, on the main thread (the loader's order
         stays the run's), generated and scored by the returned function on the worker."""
         metrics: dict[str, float] = {}
+        self._loader_state_in_flight = self.loader.state_dict()
         rows = [self.loader.rows[i] for i in self._next_prompt_ids(metrics)]
         sampling = self.sampling.model_copy(update={"max_tokens": self.cfg.rollout.max_tokens_at(step)})
         weights_step = self._engine_weights_step
@@ -702,7 +707,7 @@ class Trainer:
             "step": self.step,
             "actor": parts.actor.state_dict(),
             "critic": parts.critic.state_dict() if parts.critic is not None else None,
-            "loader": self.loader.state_dict(),
+            "loader": self._loader_state_in_flight or self.loader.state_dict(),
             "kl_controller": self.kl_ctrl.state_dict(),
             "entropy_controller": self.entropy_ctrl.state_dict() if self.entropy_ctrl is not None else None,
             "prompt_filter": self.prompt_filter.state_dict() if self.prompt_filter is not None else None,
