@@ -114,6 +114,7 @@ def test_policy_loss_options_refused_at_load() -> None:
     )
     assert error_of(["algorithm.filter_key=accuracy"]).startswith("algorithm.filter_key: filters groups only")
     assert error_of(["trainer.ema_beta=0.99", "model.lora_rank=8"]).startswith("trainer.ema_beta: is kept for")
+    assert error_of(["rollout.val_n=4"]).startswith("rollout.val_n: 4 samples per prompt, but rollout.val_temperatu")
     band = ["algorithm.dynamic_sampling=true", "algorithm.filter_band=[0.9, 0.1]"]
     assert error_of(band).startswith("algorithm.filter_band: [0.9, 0.1] is empty")
     assert error_of(["algorithm.tis_mode=sequence_mask"]).startswith(

@@ -173,6 +173,17 @@ class RolloutConfig(_Section):
     )
 
     @model_validator(mode="after")
+    def _check_validation_samples(self) -> RolloutConfig:
+        if self.val_n > 1 and self.val_temperature == 0.0:
+            raise KeyedValueError(
+                "rollout.val_n",
+                f"{self.val_n} samples per prompt, but rollout.val_temperature=0 is greedy: they would all be the "
+                "same (best@n = worst@n, std@n 0) at n times the cost; sample (e.g. rollout.val_temperature=0.6) "
+                "or set rollout.val_n=1",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_schedule(self) -> RolloutConfig:
         steps = [stage.step for stage in self.max_tokens_schedule]
         if any(later <= earlier for earlier, later in itertools.pairwise(steps)):

@@ -467,7 +467,8 @@ class Trainer:
         if done.penalties:
             metrics.update(_overlong_metrics(done.penalties))
         metrics.update({f"timing/background_{phase}_s": s for phase, s in done.seconds.items()})
-        metrics["rollout/policy_lag"] = float(self.step - 1 - done.weights_step)
+        # updates between the weights that sampled the batch and those it trains from (critic warm-up makes none)
+        metrics["rollout/policy_lag"] = float(self._actor_weights_step - done.weights_step)
         self._refresh_engine()
         if self.step < self.total_steps:
             rollouts.start(self._round_job(self.step + 1))

@@ -290,8 +290,9 @@ def clip_cov_policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
     veRL's `clip_cov`): the PPO loss, with the gradient of a few high-covariance tokens cut, against entropy
-    collapse. Among the valid tokens PPO's ε-clip left active whose covariance lies strictly in (lb, ub), a random
-    max(1, ⌊ratio · valid tokens⌋) get loss 0 (drawn from torch's global generator, so seeded runs repeat).
+    collapse. Among the valid tokens that PPO's ε-clip did not already clip and whose covariance lies strictly in
+    (lb, ub), a random max(1, ⌊ratio · valid tokens⌋) get loss 0 (drawn from torch's global generator, so seeded
+    runs repeat).
     Selected per call, i.e. per micro-batch, as in veRL. `pg_clipfrac` counts the cut tokens.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
@@ -340,7 +341,8 @@ def kl_cov_policy_loss(
     """KL-Cov (Cui et al. 2025, veRL's `kl_cov`): the unclipped surrogate −A·ρ, plus a penalty
     `ppo_kl_coef`·|log π − log π_old| on the max(1, ⌊ratio · valid tokens⌋) tokens of highest covariance
     (A − mean A)(log π − mean log π), selected per call (micro-batch) as in veRL. There is no ratio clip
-    (clip_low/clip_high are not used); `pg_clipfrac` counts the penalised tokens.
+    (clip_low/clip_high are not used); `pg_clipfrac` counts the penalised tokens. `ppo_kl_coef` defaults to 1.0, the
+    paper's scripts' value and veRL's fallback; veRL's config file sets 0.1.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
     if dual_clip is not None:
