@@ -101,8 +101,6 @@ def test_the_next_batch_is_generated_while_the_update_runs(tiny_model_dir: Path,
 
 
 def test_off_policy_refusals(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from rlloom.rollout.hf_engine import HFEngine  # noqa: F401  (documents the engine users pass instead)
-
     with pytest.raises(ConfigError, match="pass engine= .* instead of engine_factory="):
         Trainer(
             tiny_config(tiny_model_dir, tmp_path / "run", OFF_POLICY),
