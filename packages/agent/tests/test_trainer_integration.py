@@ -236,3 +236,13 @@ def test_dapo_overlong_punishment_refuses_multi_turn_trajectories(
     )
     with pytest.raises(ValueError, match=r"overlong_buffer=0 for agent training"):
         trainer.fit()
+
+
+def test_the_agent_collector_declares_its_template_variables() -> None:
+    from rlloom.agent import AgentLoopConfig, SingleTurnEnv, agent_collector
+    from rlloom.agent.rewards import AgentRubric
+    from rlloom.core_rl.tiny import char_tokenizer
+
+    config = AgentLoopConfig(chat_template_kwargs={"enable_thinking": False})
+    factory = agent_collector(char_tokenizer(), lambda: SingleTurnEnv(AgentRubric(lambda r, g: 0.0)), config)
+    assert factory.chat_template_kwargs == {"enable_thinking": False}  # type: ignore[attr-defined]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
+from rlloom.core_rl.collection import single_turn_collector
+from rlloom.core_rl.config import ConfigError
 from rlloom.core_rl.data import DataError, generation_request
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
@@ -97,3 +100,37 @@ def test_the_trainer_renders_and_measures_prompts_with_the_variables(tiny_model_
     assert think == 19
     with pytest.raises(DataError, match=f"train row 1 of 8: the prompt is {plain_length + think} tokens"):
         trainer([f"data.max_prompt_length={plain_length}"], "limited")
+
+
+class DeclaringCollector:
+    """A custom collector (single-turn underneath) that says which template variables it renders with."""
+
+    def __init__(self, engine: SamplingEngine, chat_template_kwargs: dict[str, object]) -> None:
+        self.chat_template_kwargs = chat_template_kwargs
+        self.inner = single_turn_collector(engine, chat_template_kwargs)
+
+    def __call__(self, rows: Any, sampling: Any, prefix: str) -> Any:
+        return self.inner(rows, sampling, prefix)
+
+
+def test_a_collector_rendering_other_variables_than_the_data_config_is_refused(
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet = ["data.apply_chat_template_kwargs={enable_thinking: false}"]
+    engine = SamplingEngine(tiny_model_dir)
+
+    def trainer(collect: Any, out: str) -> Trainer:
+        return Trainer(
+            tiny_config(tiny_model_dir, tmp_path / out, quiet),
+            engine=engine,
+            reward_fn=digit_reward,
+            train_data=sum_rows(8),
+            collect=collect,
+        )
+
+    with pytest.raises(ConfigError, match=r"data.apply_chat_template_kwargs: \{'enable_thinking': False\} differs"):
+        trainer(DeclaringCollector(engine, {}), "a")
+    trainer(DeclaringCollector(engine, {"enable_thinking": False}), "b")  # the same variables: accepted
+    with caplog.at_level("WARNING"):
+        trainer(single_turn_collector(engine), "c")  # declares nothing: it cannot be checked, so it is said
+    assert "reaches the prompt-length check only" in caplog.text

@@ -28,20 +28,27 @@ from rlloom.core_rl.protocols import RewardOutput, RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
 
-def agent_collector(
-    tokenizer: Any, make_env: Callable[[], Environment], config: AgentLoopConfig | None = None
-) -> CollectFactory:
-    """A `collect_factory` for the `Trainer`: multi-turn rollouts of `make_env()` environments on its engine."""
-    base = config or AgentLoopConfig()
+class AgentCollector:
+    """The `collect_factory` `agent_collector` returns. It says which chat-template variables its prompts are
+    rendered with (`chat_template_kwargs`), so the trainer can check them against `data.apply_chat_template_kwargs`."""
 
-    def on_engine(engine: RolloutEngine) -> CollectFn:
+    def __init__(self, tokenizer: Any, make_env: Callable[[], Environment], config: AgentLoopConfig) -> None:
+        self.tokenizer, self.make_env, self.config = tokenizer, make_env, config
+        self.chat_template_kwargs = dict(config.chat_template_kwargs)
+
+    def __call__(self, engine: RolloutEngine) -> CollectFn:
         def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-            loop = AgentLoop(engine, tokenizer, make_env, loop_config_for(base, sampling))
+            loop = AgentLoop(engine, self.tokenizer, self.make_env, loop_config_for(self.config, sampling))
             return loop.run(rows, n=sampling.n, group_prefix=prefix)
 
         return collect
 
-    return on_engine
+
+def agent_collector(
+    tokenizer: Any, make_env: Callable[[], Environment], config: AgentLoopConfig | None = None
+) -> CollectFactory:
+    """A `collect_factory` for the `Trainer`: multi-turn rollouts of `make_env()` environments on its engine."""
+    return AgentCollector(tokenizer, make_env, config or AgentLoopConfig())
 
 
 def loop_config_for(base: AgentLoopConfig, sampling: SamplingParams) -> AgentLoopConfig:

@@ -8,6 +8,7 @@ file does not change between the two.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -57,6 +58,9 @@ from rlloom.core_rl.weight_sync import sync_weights
 EngineFactory = Callable[[nn.Module], RolloutEngine]
 """Builds the rollout engine from the actor's own module, so it samples from the weights being trained (no copy,
 no per-step weight transfer); the in-process default. Only the in-process `PolicyActor` has a module to give."""
+
+
+logger = logging.getLogger(__name__)
 
 
 class RunFinished(SystemExit):
@@ -173,6 +177,7 @@ class Trainer:
             else f"model.path={config.model.path}"
         )
         check_engine_tokenizer(self.engine, self.parts.tokenizer, source)
+        _check_template_variables(config.data.apply_chat_template_kwargs, collect_factory or collect)
         if collect_factory is not None:
             collect = collect_factory(self.engine)
         self.collect = collect or single_turn_collector(self.engine, config.data.apply_chat_template_kwargs)
@@ -773,6 +778,27 @@ def _overlong_metrics(penalties: Sequence[float]) -> dict[str, float]:
         "overlong/penalty_mean": sum(penalties) / count,
         "overlong/penalised_frac": sum(p < 0 for p in penalties) / count,
     }
+
+
+def _check_template_variables(wanted: Mapping[str, Any], collector: Any) -> None:
+    """`data.apply_chat_template_kwargs` against a custom collector's: one that declares its own
+    (`chat_template_kwargs`, as rlloom.agent's does) must render with the same, or the prompt-length check and the
+    rollouts would see different prompts; one that declares none cannot be checked, so say where they go."""
+    if not wanted or collector is None:
+        return
+    declared = getattr(collector, "chat_template_kwargs", None)
+    if declared is None:
+        logger.warning(
+            "data.apply_chat_template_kwargs %s reaches the prompt-length check only: the custom collector renders "
+            "its own prompts, so give it the same variables",
+            dict(wanted),
+        )
+    elif dict(declared) != dict(wanted):
+        raise ConfigError(
+            f"data.apply_chat_template_kwargs: {dict(wanted)} differs from the collector's chat_template_kwargs "
+            f"{dict(declared)} (e.g. AgentLoopConfig.chat_template_kwargs); the rollouts would render other prompts "
+            "than the ones measured: give both the same"
+        )
 
 
 def _seed_everything(seed: int) -> None:
