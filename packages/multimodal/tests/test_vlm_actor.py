@@ -188,3 +188,33 @@ def test_critic_values_match_a_direct_forward_and_train_the_vision_tower(
     metrics = critic.update_critic(batch)
     assert metrics["critic/vf_loss"] > 0
     assert any(not torch.equal(v, before[k]) for k, v in backbone.named_parameters() if k in before)
+
+
+def test_a_frozen_vision_tower_stays_put_while_the_language_model_trains(
+    tmp_path: Any, tok: Any, trajectories: list[Trajectory]
+) -> None:
+    """model.freeze_vision_tower (EasyR1's): loaded through core-rl's loader, an update moves the language model and
+    leaves every vision-encoder weight exactly as it was; a text model asking for it is refused."""
+    from rlloom.core_rl.actor import load_causal_lm
+    from rlloom.core_rl.config import ConfigError, ModelConfig
+    from rlloom.core_rl.tiny import save_tiny_model
+    from rlloom.multimodal.tiny import save_tiny_vl_model
+
+    saved = save_tiny_vl_model(tmp_path / "vl")
+    model = load_causal_lm(ModelConfig(path=str(saved.model), freeze_vision_tower=True), str(saved.model), CPU)
+    frozen = {k for k, v in model.named_parameters() if not v.requires_grad}
+    assert frozen and all(".visual." in f".{k}" for k in frozen)
+    actor = _actor(model)
+    batch = TrajectoryBatch.from_trajectories(trajectories, tok.pad_token_id)
+    old, _ = actor.compute_logprobs(batch, temperature=0.7)
+    batch["old_logprobs"] = old
+    batch["advantages"] = torch.tensor([[1.0], [-1.0], [1.0]]) * batch.loss_mask
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    actor.update_policy(batch, temperature=0.7)
+    changed = {k for k, v in model.named_parameters() if not torch.equal(v, before[k])}
+    assert changed and not changed & frozen  # the language model moved, the vision tower did not
+    assert any("language_model" in k for k in changed)
+
+    text = save_tiny_model(tmp_path / "text")
+    with pytest.raises(ConfigError, match="model.freeze_vision_tower: the model has no vision tower"):
+        load_causal_lm(ModelConfig(path=str(text.model), freeze_vision_tower=True), str(text.model), CPU)

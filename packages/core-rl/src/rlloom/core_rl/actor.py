@@ -31,7 +31,7 @@ from rlloom.core_rl.algorithms import (
     token_and_seq_counts,
 )
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig
+from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig
 from rlloom.core_rl.dropout import disable_dropout
 from rlloom.core_rl.model_forward import autocast, response_logprobs
 from rlloom.core_rl.optim import (
@@ -67,6 +67,8 @@ def load_causal_lm(
     )
     if cfg.disable_dropout:
         disable_dropout(model)
+    if cfg.freeze_vision_tower:
+        freeze_vision_tower(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora_rank > 0:
@@ -84,6 +86,28 @@ def load_causal_lm(
         model = cast(PreTrainedModel, peft_model)  # a PeftModel forwards the PreTrainedModel interface
     nn.Module.to(model, device)  # transformers wraps `.to` with a signature mypy cannot follow
     return model
+
+
+VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
+"""What vision-language models call their image encoder (Qwen2/2.5-VL: `visual`; LLaVA-style: `vision_tower`)."""
+
+
+def freeze_vision_tower(model: nn.Module) -> int:
+    """Stop gradients to the vision encoder (EasyR1's `freeze_vision_tower`): its parameters get no gradient, so
+    AdamW leaves them as they are. Returns how many parameter values were frozen."""
+    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in VISION_TOWER_NAMES]
+    if not towers:
+        names = " / ".join(VISION_TOWER_NAMES)
+        raise ConfigError(
+            f"model.freeze_vision_tower: the model has no vision tower (no module named {names}); it is for "
+            "vision-language models: set model.freeze_vision_tower=false"
+        )
+    frozen = 0
+    for tower in towers:
+        for param in tower.parameters():
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
 
 
 def model_class(path: str) -> Any:

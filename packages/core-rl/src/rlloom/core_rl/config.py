@@ -62,6 +62,11 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward: less memory, about 30% more compute."
     )
+    freeze_vision_tower: bool = Field(
+        default=False,
+        description="Vision-language models: keep the vision encoder fixed and train only the language model "
+        "(EasyR1's freeze_vision_tower). A model without a vision tower is refused.",
+    )
     disable_dropout: bool = Field(
         default=True,
         description="Set every dropout rate of the actor, reference and critic to 0, so the update's log-probs "
