@@ -129,3 +129,25 @@ def test_bad_image_rows_name_the_row_and_the_fix(tok: Any, noise_image: Any, tmp
     moved = {"prompt": "<image>Which?", "images": [str(tmp_path / "gone.png")], "extra_info": {"id": 9}}
     with pytest.raises(ValueError, match=r"extra_info.id=9.*image file not found: .*gone.png"):
         row_request(moved, sampling, tok, processing)  # a FileNotFoundError with no row named, before
+
+
+def test_chat_template_variables_reach_image_and_text_prompts(processing: QwenVLProcessing, noise_image: Any) -> None:
+    """`QwenVLProcessing.chat_template_kwargs` (data.apply_chat_template_kwargs): image prompts, text prompts and
+    the collector the trainer checks all carry them."""
+    from rlloom.multimodal.collection import row_request
+    from rlloom.multimodal.qwen_vl import build_vision_inputs
+    from rlloom.multimodal.tiny import qwen_vl_char_tokenizer
+
+    tok = qwen_vl_char_tokenizer()
+    tok.chat_template += "{% if style is defined %}{{ style }}{% endif %}"
+    styled = QwenVLProcessing(**{**processing.model_dump(), "chat_template_kwargs": {"style": "brief:"}})
+    parts = [{"type": "image", "image": noise_image(56, 56)}, {"type": "text", "text": "Q"}]
+    messages = [{"role": "user", "content": parts}]
+    plain_ids = build_vision_inputs(messages, tok, processing).input_ids
+    styled_ids = build_vision_inputs(messages, tok, styled).input_ids
+    assert styled_ids == plain_ids + tok("brief:", add_special_tokens=False)["input_ids"]
+    text_row = {"prompt": "hi", "data_source": "x", "reward_model": {"ground_truth": "y"}}
+    assert row_request(text_row, SamplingParams(), tok, styled).chat_template_kwargs == {"style": "brief:"}
+    assert vision_collector(tok, styled).chat_template_kwargs == {"style": "brief:"}  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="add_generation_prompt cannot be set there"):
+        QwenVLProcessing(chat_template_kwargs={"add_generation_prompt": False})

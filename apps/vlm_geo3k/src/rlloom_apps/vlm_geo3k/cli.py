@@ -177,11 +177,6 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(flag_errors(err))
     except ValueError as err:
         parser.error(str(err))
-    if settings.chat_template_kwargs:  # the image path renders its prompts itself, without template variables
-        parser.error(
-            "--chat-template-kwargs is not supported for vision rows yet (rlloom.multimodal renders their prompts "
-            "without template variables); leave it out"
-        )
     for warning in sampling_warnings(settings):
         print(f"warning: {warning}", file=sys.stderr)
     try:
@@ -198,7 +193,8 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except ValueError as err:
         parser.error(str(err))
     try:
-        request_for = vision_request(settings, tokenizer, vision.processing(vision_config))
+        processing = vision.processing(vision_config, settings.chat_template_kwargs)
+        request_for = vision_request(settings, tokenizer, processing)
         result = run_eval(engine, rows, settings, request_for)
     except ValueError as err:
         parser.error(str(err))

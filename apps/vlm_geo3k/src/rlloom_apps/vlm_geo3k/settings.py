@@ -44,8 +44,9 @@ class VisionSettings(BaseModel):
             )
         return self
 
-    def processing(self, vision_config: Any) -> QwenVLProcessing:
-        """`QwenVLProcessing` with this budget and the model's patch, merge and temporal patch sizes."""
+    def processing(self, vision_config: Any, chat_template_kwargs: dict[str, Any] | None = None) -> QwenVLProcessing:
+        """`QwenVLProcessing` with this budget, the model's patch, merge and temporal patch sizes, and the chat
+        template variables prompts are rendered with (`data.apply_chat_template_kwargs`)."""
         return QwenVLProcessing(
             min_pixels=self.min_pixels,
             max_pixels=self.max_pixels,
@@ -53,6 +54,7 @@ class VisionSettings(BaseModel):
             patch_size=int(getattr(vision_config, "patch_size", 14)),
             merge_size=int(getattr(vision_config, "spatial_merge_size", 2)),
             temporal_patch_size=int(getattr(vision_config, "temporal_patch_size", 2)),
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
         )
 
 

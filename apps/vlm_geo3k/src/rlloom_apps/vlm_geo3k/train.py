@@ -69,7 +69,7 @@ def run_train(
     if getattr(model_config, "vision_config", None) is None:
         raise ConfigError(f"model.path={config.model.path} has no vision_config: pass a vision-language model")
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
-    processing = vision.processing(model_config.vision_config)
+    processing = vision.processing(model_config.vision_config, config.data.apply_chat_template_kwargs)
     train_rows = _fitting_rows(train_data, "--train-data", tokenizer, processing)
     if not train_rows:
         raise ConfigError(f"--train-data {train_data} holds no rows (that fit vision.max_prompt_tokens)")

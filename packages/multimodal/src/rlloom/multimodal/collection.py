@@ -21,6 +21,7 @@ from typing import Any
 from rlloom.core_rl.collection import CollectFn, sample_trajectories
 from rlloom.core_rl.data import Row, generation_request
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
@@ -106,7 +107,7 @@ def drop_overlong_rows(rows: Sequence[Row], tokenizer: Any, processing: QwenVLPr
         if row_images(row):
             length = len(row_vision_inputs(row, tokenizer, unlimited, tokens).input_ids)
         else:
-            length = len(_text_prompt_ids(row, tokenizer))
+            length = len(_text_prompt_ids(row, tokenizer, processing))
         if length <= limit:
             kept.append(row)
     if len(kept) < len(rows):
@@ -120,12 +121,8 @@ def drop_overlong_rows(rows: Sequence[Row], tokenizer: Any, processing: QwenVLPr
     return kept
 
 
-def _text_prompt_ids(row: Row, tokenizer: Any) -> list[int]:
-    request = generation_request(row, SamplingParams())
-    if request.prompt_ids is not None:
-        return request.prompt_ids
-    text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+def _text_prompt_ids(row: Row, tokenizer: Any, processing: QwenVLProcessing) -> list[int]:
+    return render_prompt(tokenizer, generation_request(row, SamplingParams(), processing.chat_template_kwargs))
 
 
 def row_request(
@@ -138,20 +135,28 @@ def row_request(
     """The engine request of one row: expanded `prompt_ids` plus the image tensors and M-RoPE positions
     (`engine_inputs()`) for an image row, core-rl's text request otherwise. The row's n samples share the tensors."""
     if not row_images(row):
-        return generation_request(row, sampling)
+        return generation_request(row, sampling, processing.chat_template_kwargs)
     inputs = row_vision_inputs(row, tokenizer, processing, tokens)
     return GenerationRequest(prompt_ids=inputs.input_ids, multimodal=inputs.engine_inputs(), sampling=sampling)
 
 
-def vision_collector(tokenizer: Any, processing: QwenVLProcessing) -> Callable[[RolloutEngine], CollectFn]:
-    """A core-rl `CollectFactory`: `collect_factory=vision_collector(tokenizer, processing)`."""
-    tokens = VisionTokenIds.from_tokenizer(tokenizer)
+class VisionCollector:
+    """The core-rl `CollectFactory` `vision_collector` returns; it declares the chat-template variables it renders
+    prompts with (`chat_template_kwargs`), which the trainer checks against `data.apply_chat_template_kwargs`."""
 
-    def on_engine(engine: RolloutEngine) -> CollectFn:
+    def __init__(self, tokenizer: Any, processing: QwenVLProcessing) -> None:
+        self.tokenizer, self.processing = tokenizer, processing
+        self.tokens = VisionTokenIds.from_tokenizer(tokenizer)
+        self.chat_template_kwargs = dict(processing.chat_template_kwargs)
+
+    def __call__(self, engine: RolloutEngine) -> CollectFn:
         def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
-            requests = [row_request(row, sampling, tokenizer, processing, tokens) for row in rows]
+            requests = [row_request(row, sampling, self.tokenizer, self.processing, self.tokens) for row in rows]
             return sample_trajectories(engine, rows, requests, prefix)
 
         return collect
 
-    return on_engine
+
+def vision_collector(tokenizer: Any, processing: QwenVLProcessing) -> Callable[[RolloutEngine], CollectFn]:
+    """A core-rl `CollectFactory`: `collect_factory=vision_collector(tokenizer, processing)`."""
+    return VisionCollector(tokenizer, processing)

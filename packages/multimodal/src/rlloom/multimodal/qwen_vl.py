@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from rlloom.core_rl.generation import check_chat_template_kwargs
 from rlloom.multimodal.image import (
     ImageInput,
     VisionGrid,
@@ -49,6 +50,17 @@ class QwenVLProcessing(BaseModel):
         gt=0,
         description="Reject prompts longer than this after image expansion (never truncated through vision tokens).",
     )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra chat-template variables for every prompt (data.apply_chat_template_kwargs), e.g. "
+        "{enable_thinking: false} for a thinking-switch template.",
+    )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_chat_template_kwargs(value, "QwenVLProcessing.chat_template_kwargs")
+        return value
 
     def image_processor(self) -> Qwen2VLImageProcessorPil:
         """The PIL (torchvision-free) Qwen2-VL image processor with these sizes; builds offline."""
@@ -264,7 +276,9 @@ def build_vision_inputs(
     tokens = tokens or VisionTokenIds.from_tokenizer(tokenizer)
     messages = [_with_image_parts(m) for m in messages]
     sources = _collect_images(messages, images)
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True, **processing.chat_template_kwargs
+    )
     raw_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     pixel_values, grid = process_images(sources, processing)
     counts = image_token_counts(grid, processing.merge_size)
