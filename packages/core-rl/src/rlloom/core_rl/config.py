@@ -110,12 +110,11 @@ class DataConfig(_Section):
 
     @model_validator(mode="after")
     def _check_template_kwargs(self) -> DataConfig:
-        from rlloom.core_rl.generation import check_chat_template_kwargs
+        from rlloom.core_rl.generation import template_arguments_clash
 
-        try:
-            check_chat_template_kwargs(self.apply_chat_template_kwargs, "data.apply_chat_template_kwargs")
-        except ValueError as err:
-            raise KeyedValueError("data.apply_chat_template_kwargs", str(err).split(": ", 1)[1]) from None
+        problem = template_arguments_clash(self.apply_chat_template_kwargs)
+        if problem:
+            raise KeyedValueError("data.apply_chat_template_kwargs", problem)
         return self
 
     filter_solved: bool = Field(

@@ -71,14 +71,22 @@ RESERVED_TEMPLATE_ARGUMENTS = frozenset(
 """`apply_chat_template` arguments the renderers set themselves; a template variable may not override them."""
 
 
+def template_arguments_clash(kwargs: dict[str, Any]) -> str | None:
+    """Why `kwargs` cannot be template variables (they would override how the prompt is rendered), or None."""
+    clash = sorted(RESERVED_TEMPLATE_ARGUMENTS & set(kwargs))
+    if not clash:
+        return None
+    return (
+        f"{', '.join(clash)} cannot be set there (the renderer sets them); pass only the template's own "
+        "variables, e.g. {enable_thinking: false}"
+    )
+
+
 def check_chat_template_kwargs(kwargs: dict[str, Any], field_name: str) -> None:
     """Refuse template variables that would override how the prompt is rendered (naming `field_name`)."""
-    clash = sorted(RESERVED_TEMPLATE_ARGUMENTS & set(kwargs))
-    if clash:
-        raise ValueError(
-            f"{field_name}: {', '.join(clash)} cannot be set there (the renderer sets them); pass only the "
-            "template's own variables, e.g. {enable_thinking: false}"
-        )
+    problem = template_arguments_clash(kwargs)
+    if problem:
+        raise ValueError(f"{field_name}: {problem}")
 
 
 @dataclass(slots=True)

@@ -14,7 +14,6 @@ its loggers; TRL has `log_completions`. We keep veRL's names and file layout, wi
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from rlloom.core_rl.rows_io import write_jsonl
+from rlloom.core_rl.trackers import json_number
 from rlloom.core_rl.trajectory import Trajectory
 
 GenerationRecord = dict[str, Any]
@@ -72,15 +72,21 @@ def generation_records(
     """
     if advantages is not None and len(advantages) != len(trajectories):
         raise ValueError(f"generation_records: {len(advantages)} advantages for {len(trajectories)} trajectories")
+    prompts: dict[str, str] = {}  # the n samples of a prompt share its group id: decode it once
     records = []
     for i, traj in enumerate(trajectories):
+        prompt = traj.prompt_text or (prompts.get(traj.group_id, "") if traj.group_id else "")
+        if not prompt:
+            prompt = readable_text(tokenizer, traj.prompt_ids)
+            if traj.group_id:
+                prompts[traj.group_id] = prompt
         records.append(
             {
                 "step": step,
                 "split": split,
                 "group_id": traj.group_id,
                 "data_source": traj.data_source,
-                "prompt": traj.prompt_text or readable_text(tokenizer, traj.prompt_ids),
+                "prompt": prompt,
                 "response": traj.response_text or readable_text(tokenizer, traj.response_ids),
                 "ground_truth": traj.ground_truth,
                 "reward": _json_number(traj.reward),
@@ -122,7 +128,4 @@ class GenerationDump:
 
 
 def _json_number(value: float | None) -> float | str | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else str(value)  # JSON has no NaN/inf
+    return None if value is None else json_number(value)

@@ -108,7 +108,7 @@ class JSONLTracker:
         self._file = self.path.open("a")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        record = {"step": step, **{k: _json_number(v) for k, v in metrics.items()}}
+        record = {"step": step, **{k: json_number(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
@@ -245,6 +245,7 @@ def _sample_rows(records: Sequence[Mapping[str, Any]], *, clip: bool = False) ->
     return rows
 
 
-def _json_number(value: float) -> float | str:
+def json_number(value: float) -> float | str:
+    """`value` as JSON holds it: a float, or its text for nan/inf (JSON has no such numbers)."""
     value = float(value)
     return value if math.isfinite(value) else str(value)  # JSON has no NaN/inf

@@ -499,13 +499,8 @@ class Trainer:
         """Give the engine the actor's current weights if it lacks them, once no batch is being generated."""
         if self.rollouts is not None:
             self.rollouts.drain()
-        if self._engine_weights_step != self.step_weights:
+        if self._engine_weights_step != self._actor_weights_step:
             self._sync_weights()
-
-    @property
-    def step_weights(self) -> int:
-        """The training step whose update produced the actor's current weights (0: the initial ones)."""
-        return self._actor_weights_step
 
     def _filter_score(self, traj: Trajectory) -> float:
         """What dynamic sampling judges a sample by: `algorithm.filter_key`'s reward component, else the task score
