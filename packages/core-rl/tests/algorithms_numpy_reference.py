@@ -160,6 +160,34 @@ def gspo_loss(logp, old, adv, mask, *, clip_low, clip_high) -> float:
     return sum(losses) / len(losses)
 
 
+def gpg_loss(logp, adv, mask, *, mode="token-mean", weights=None) -> float:
+    """GPG (Chu et al. 2025): the REINFORCE loss −A·log π on every token, weighted, then aggregated."""
+    logp, adv = np.asarray(logp, float), np.asarray(adv, float)
+    per_token = np.zeros_like(logp)
+    for b in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            w = 1.0 if weights is None else float(weights[b][t])
+            per_token[b, t] = -w * adv[b, t] * logp[b, t]
+    return aggregate(per_token, mask, mode)
+
+
+def sapo_token_loss(logp: float, old: float, adv: float, *, tau_pos: float, tau_neg: float) -> float:
+    """SAPO (arXiv 2511.20347): −A·(4/τ)·sigmoid(τ(r − 1)), r = exp(logp − old), τ = tau_pos iff A > 0."""
+    tau = tau_pos if adv > 0 else tau_neg
+    r = math.exp(logp - old)
+    return -adv * (4.0 / tau) / (1.0 + math.exp(-tau * (r - 1.0)))
+
+
+def sapo_loss(logp, old, adv, mask, *, tau_pos, tau_neg, mode="seq-mean-token-mean", weights=None) -> float:
+    logp, old, adv = (np.asarray(x, float) for x in (logp, old, adv))
+    per_token = np.zeros_like(logp)
+    for b in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            w = 1.0 if weights is None else float(weights[b][t])
+            per_token[b, t] = w * sapo_token_loss(logp[b, t], old[b, t], adv[b, t], tau_pos=tau_pos, tau_neg=tau_neg)
+    return aggregate(per_token, mask, mode)
+
+
 def value_loss(values, old_values, returns, mask, *, clip, mode="token-mean") -> float:
     values, old_values, returns = (np.asarray(x, float) for x in (values, old_values, returns))
     per = np.zeros_like(values)

@@ -18,9 +18,11 @@ from rlloom.core_rl.algorithms import (
     clip_cov_policy_loss,
     get_policy_loss,
     gmpo_policy_loss,
+    gpg_policy_loss,
     gspo_policy_loss,
     kl_cov_policy_loss,
     ppo_policy_loss,
+    sapo_policy_loss,
     value_loss,
 )
 
@@ -166,7 +168,7 @@ def test_ppo_matches_numpy(data, mode: str, dual: float | None, weighted: bool) 
 
 
 @FAST
-@given(loss_batches, st.sampled_from(["ppo", "gspo", "cispo"]), st.sampled_from(AGG_MODES))
+@given(loss_batches, st.sampled_from(["ppo", "gspo", "cispo", "gpg", "sapo"]), st.sampled_from(AGG_MODES))
 def test_masked_tokens_get_exactly_zero_gradient(data, name: str, mode: str) -> None:  # type: ignore[no-untyped-def]
     logp, old, adv, _, mask = _unpack(data)
     logp = logp.clone().requires_grad_(True)
@@ -309,6 +311,8 @@ def test_value_loss_matches_numpy(data, clip: float | None, mode: str) -> None: 
 def test_registry_names_and_errors() -> None:
     assert get_policy_loss("ppo") is ppo_policy_loss
     assert get_policy_loss("gspo") is gspo_policy_loss
+    assert get_policy_loss("gpg") is gpg_policy_loss
+    assert get_policy_loss("sapo") is sapo_policy_loss
     with pytest.raises(UnknownNameError, match="Did you mean 'gspo'"):
         get_policy_loss("gpso")
 
@@ -371,3 +375,243 @@ def test_policy_loss_kwargs_are_checked_against_the_losss_signature() -> None:
         load_config(None, [*base, "algorithm.dual_clip=3"])
     cfg = load_config(None, [*base, "algorithm.policy_loss_kwargs={kl_cov_ratio: 0.5, ppo_kl_coef: 2.0}"])
     assert cfg.algorithm.policy_loss_kwargs == {"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}
+
+
+# ---- GPG (Chu et al. 2025, arXiv 2504.02546; veRL loss_mode=gpg) -----------------------------------------------
+
+
+def test_gpg_hand_computed_loss_gradient_and_metrics() -> None:
+    logp = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -0.7, -9.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.2, -0.5, -1.0], [-0.3, -0.2, 5.0]], dtype=torch.float64)
+    adv = torch.tensor([[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    loss, metrics = gpg_policy_loss(logp, old, adv, mask)
+    # token-mean of −A·log π over the 5 valid tokens: −(2·(−3.5) + (−1)·(−1.0)) / 5 = 6/5
+    assert float(loss.detach()) == pytest.approx(1.2)
+    loss.backward()
+    assert logp.grad is not None
+    assert logp.grad.flatten().tolist() == pytest.approx([-0.4, -0.4, -0.4, 0.2, 0.2, 0.0])  # −A/5, 0 where masked
+    # ppo_kl: mean of log π_old − log π over the valid tokens = (−0.2 + 0 + 1.0 + 0 + 0.5) / 5
+    assert float(metrics["ppo_kl"]) == pytest.approx(0.26)
+    assert float(metrics["pg_clipfrac"]) == 0.0 and float(metrics["pg_clipfrac_lower"]) == 0.0
+    # no ratio: the old policy changes nothing but the drift metric
+    again, _ = gpg_policy_loss(logp, torch.zeros_like(old), adv, mask)
+    assert float(again.detach()) == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="GPG has no ratio to dual-clip"):
+        gpg_policy_loss(logp, old, adv, mask, dual_clip=3.0)
+
+
+def test_gpg_gradient_is_minus_advantage_times_the_score_function() -> None:
+    """On a softmax policy π(y|x) = softmax(W·x)[y], GPG's gradient is −(1/N)·Σₜ Aₜ·∇log π(yₜ|xₜ) with the textbook
+    score function ∇_W log π(y|x) = (e_y − π(·|x))·xᵀ; with a current policy it equals PPO's gradient at ratio 1."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)  # [B, T, features]
+    y = torch.randint(0, 5, (2, 3), generator=gen)
+    weight = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[1.5, 1.5, 1.5], [-0.5, -0.5, -0.5]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+
+    def logprobs() -> torch.Tensor:
+        return torch.log_softmax(x @ weight.T, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    stale = torch.full((2, 3), -3.0, dtype=torch.float64)  # any old policy: GPG has no ratio
+    loss, _ = gpg_policy_loss(logprobs(), stale, adv, mask)
+    (grad,) = torch.autograd.grad(loss, weight)
+    probs = torch.softmax(x @ weight.detach().T, -1)
+    expected = torch.zeros(5, 4, dtype=torch.float64)
+    for b, t in mask.nonzero().tolist():
+        score = torch.outer(torch.nn.functional.one_hot(y[b, t], 5).double() - probs[b, t], x[b, t])
+        expected -= adv[b, t] * score / int(mask.sum())
+    assert torch.allclose(grad, expected)
+    current = logprobs()
+    ppo, _ = ppo_policy_loss(current, current.detach(), adv, mask, clip_low=0.2, clip_high=0.2)
+    (ppo_grad,) = torch.autograd.grad(ppo, weight)
+    assert torch.allclose(grad, ppo_grad)
+
+
+@FAST
+@given(loss_batches, st.sampled_from(AGG_MODES), st.booleans())
+def test_gpg_matches_numpy(data, mode: str, weighted: bool) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, w, mask = _unpack(data)
+    weights = w.abs() if weighted else None
+    loss, _ = gpg_policy_loss(logp, old, adv, mask, agg=mode, rollout_is_weights=weights)
+    expected = ref.gpg_loss(
+        logp.numpy(), adv.numpy(), mask.numpy(), mode=mode, weights=None if weights is None else weights.numpy()
+    )
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+# ---- SAPO (Gao et al. 2025, arXiv 2511.20347; veRL loss_mode=sapo) ---------------------------------------------
+
+
+def _sapo_one_token(ratio: float, adv: float, **taus: float) -> tuple[float, float]:
+    """(loss, d loss / d log π) of SAPO on a single token with old log-prob 0."""
+    logp = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
+    loss, _ = sapo_policy_loss(
+        logp,
+        torch.zeros(1, 1, dtype=torch.float64),
+        torch.tensor([[adv]], dtype=torch.float64),
+        torch.ones(1, 1),
+        **taus,
+    )  # type: ignore[arg-type]
+    loss.backward()
+    assert logp.grad is not None
+    return float(loss.detach()), float(logp.grad)
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def _sapo_weight(ratio: float, tau: float) -> float:
+    """d/d log π of the gate (4/τ)·σ(τ(r − 1)), r = exp(log π − log π_old): 4·σ·(1 − σ)·r, worked out by hand."""
+    s = _sigmoid(tau * (ratio - 1.0))
+    return 4.0 * s * (1.0 - s) * ratio
+
+
+def test_sapo_hand_computed_token() -> None:
+    # r = 2, A = 1, τ_pos = 1: loss −4·σ(1), gradient −4·σ(1)·(1 − σ(1))·2
+    loss, grad = _sapo_one_token(2.0, 1.0, tau_pos=1.0, tau_neg=1.05)
+    assert loss == pytest.approx(-2.9242343145)
+    assert grad == pytest.approx(-1.5728954659)
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0, 1.05, 3.0])
+@pytest.mark.parametrize("adv", [2.0, -0.7])
+def test_sapo_at_ratio_one_is_the_plain_policy_gradient(tau: float, adv: float) -> None:
+    """σ(0) = ½: the gate is 2/τ and its slope 1, so on-policy SAPO has exactly the gradient −A·∇log π."""
+    loss, grad = _sapo_one_token(1.0, adv, tau_pos=tau, tau_neg=tau)
+    assert loss == pytest.approx(-adv * 2.0 / tau)
+    assert grad == pytest.approx(-adv)
+
+
+def test_sapo_on_policy_gradient_equals_gpg_on_a_batch() -> None:
+    logp = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -0.7, -0.9]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    sapo, _ = sapo_policy_loss(logp, logp.detach(), adv, mask, agg="seq-mean-token-mean")
+    gpg, _ = gpg_policy_loss(logp, logp.detach(), adv, mask, agg="seq-mean-token-mean")
+    (g_sapo,) = torch.autograd.grad(sapo, logp)
+    (g_gpg,) = torch.autograd.grad(gpg, logp)
+    assert torch.allclose(g_sapo, g_gpg)
+    # seq-mean-token-mean: −A/|yᵢ|/2 per valid token
+    assert g_sapo.flatten().tolist() == pytest.approx([-1 / 3, -1 / 3, -1 / 3, 0.25, 0.25, 0.0])
+
+
+def test_sapo_down_weights_far_off_policy_tokens_smoothly() -> None:
+    """The gradient weight w(r) = 4σ(1 − σ)·r: 1 on-policy, falling smoothly to ~0 far from 1 on both sides, never
+    the hard zero of PPO's clip (which is exactly 0 just past 1 + ε for A > 0)."""
+    ratios = [0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0]
+    weights = [-_sapo_one_token(r, 1.0, tau_pos=1.0)[1] for r in ratios]
+    assert weights == pytest.approx([_sapo_weight(r, 1.0) for r in ratios])
+    assert weights[3] == pytest.approx(1.0)
+    assert weights[:4] == sorted(weights[:4])  # rising toward r = 1 from below
+    assert weights[4:] == sorted(weights[4:], reverse=True)  # falling far above 1
+    assert weights[0] < 0.05 and weights[-1] < 0.01
+    # just past PPO's clip-higher bound: PPO's gradient is 0, SAPO's barely differs from just inside it
+    _, ppo_grad = _one_token_grad(math.log(1.29), 2.0, clip_low=0.2, clip_high=0.28)
+    _, inside = _sapo_one_token(1.27, 2.0, tau_pos=1.0)
+    _, outside = _sapo_one_token(1.29, 2.0, tau_pos=1.0)
+    assert ppo_grad == 0.0 and outside < 0 and abs(outside - inside) < 0.05
+    # a hotter gate (larger τ) cuts off sooner
+    assert -_sapo_one_token(3.0, 1.0, tau_pos=3.0)[1] < 0.05 < weights[4]
+
+
+@pytest.mark.parametrize("ratio", [0.6, 1.5])
+def test_sapo_each_advantage_sign_uses_its_own_temperature(ratio: float) -> None:
+    taus = {"tau_pos": 1.0, "tau_neg": 3.0}
+    assert _sapo_weight(ratio, 1.0) != pytest.approx(_sapo_weight(ratio, 3.0))  # the check can tell them apart
+    loss, grad = _sapo_one_token(ratio, 1.0, **taus)
+    assert loss == pytest.approx(-4.0 * _sigmoid(ratio - 1.0))
+    assert grad == pytest.approx(-_sapo_weight(ratio, 1.0))
+    loss, grad = _sapo_one_token(ratio, -1.0, **taus)
+    assert loss == pytest.approx(4.0 / 3.0 * _sigmoid(3.0 * (ratio - 1.0)))
+    assert grad == pytest.approx(_sapo_weight(ratio, 3.0))
+    # both signs in one batch, token-mean over 3 tokens (A = 0 contributes nothing)
+    logp = torch.full((1, 3), math.log(ratio), dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[1.0, -1.0, 0.0]], dtype=torch.float64)
+    loss_t, _ = sapo_policy_loss(
+        logp, torch.zeros(1, 3, dtype=torch.float64), adv, torch.ones(1, 3), agg="token-mean", **taus
+    )
+    loss_t.backward()
+    assert logp.grad is not None
+    assert logp.grad[0].tolist() == pytest.approx([-_sapo_weight(ratio, 1.0) / 3, _sapo_weight(ratio, 3.0) / 3, 0.0])
+
+
+@FAST
+@given(
+    loss_batches,
+    st.sampled_from(AGG_MODES),
+    st.sampled_from([(1.0, 1.05), (0.5, 2.0), (3.0, 3.0)]),
+    st.booleans(),
+)
+def test_sapo_matches_numpy(data, mode: str, taus: tuple[float, float], weighted: bool) -> None:  # type: ignore[no-untyped-def]
+    logp, old, adv, w, mask = _unpack(data)
+    weights = w.abs() if weighted else None
+    tau_pos, tau_neg = taus
+    loss, _ = sapo_policy_loss(
+        logp, old, adv, mask, agg=mode, rollout_is_weights=weights, tau_pos=tau_pos, tau_neg=tau_neg
+    )
+    expected = ref.sapo_loss(
+        logp.numpy(),
+        old.numpy(),
+        adv.numpy(),
+        mask.numpy(),
+        tau_pos=tau_pos,
+        tau_neg=tau_neg,
+        mode=mode,
+        weights=None if weights is None else weights.numpy(),
+    )
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_sapo_refuses_bad_temperatures_and_dual_clip() -> None:
+    x = torch.zeros(1, 2)
+    for taus, name in (
+        ({"tau_pos": -1.0}, "tau_pos"),
+        ({"tau_neg": 0.0}, "tau_neg"),
+        ({"tau_pos": math.nan}, "tau_pos"),
+    ):
+        with pytest.raises(ValueError, match=rf"{name} must be a finite temperature > 0 \(the SAPO paper"):
+            sapo_policy_loss(x, x, x, x, **taus)
+    with pytest.raises(ValueError, match="SAPO has no dual clip"):
+        sapo_policy_loss(x, x, x, x, dual_clip=3.0)
+
+
+def test_sapo_and_gpg_settings_are_checked_at_load() -> None:
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config_loading import load_config
+
+    sapo = ["model.path=/m", "algorithm.policy_loss=sapo"]
+    cfg = load_config(
+        None, [*sapo, "algorithm.policy_loss_kwargs.tau_pos=1.0", "algorithm.policy_loss_kwargs.tau_neg=2"]
+    )
+    assert cfg.algorithm.policy_loss_kwargs == {"tau_pos": 1.0, "tau_neg": 2.0}
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: tau_neg must be a finite temperature > 0 "):
+        load_config(None, [*sapo, "algorithm.policy_loss_kwargs.tau_neg=-1"])
+    with pytest.raises(
+        ConfigError, match=r"tau is not a setting of algorithm.policy_loss=sapo; its settings: tau_pos, "
+    ):
+        load_config(None, [*sapo, "algorithm.policy_loss_kwargs={tau: 1.0}"])
+    gpg = ["model.path=/m", "algorithm.policy_loss=gpg"]
+    with pytest.raises(ConfigError, match=r"tau_pos is not a setting of algorithm.policy_loss=gpg; its settings: none"):
+        load_config(None, [*gpg, "algorithm.policy_loss_kwargs.tau_pos=1.0"])
+    for base in (sapo, gpg):
+        with pytest.raises(ConfigError, match="algorithm.dual_clip: "):
+            load_config(None, [*base, "algorithm.dual_clip=3"])
+    # veRL keeps the temperatures on the actor: its key gets a hint to ours
+    with pytest.raises(ConfigError, match=r"that is veRL's name; here it is algorithm.policy_loss_kwargs.tau_pos "):
+        load_config(None, [*sapo, "actor_rollout_ref.actor.tau_pos=1.0"])
+
+
+def test_the_load_time_loss_probe_checks_values_and_leaves_the_rng_alone() -> None:
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config_loading import load_config
+
+    clip_cov = ["model.path=/m", "algorithm.policy_loss=clip_cov"]
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio must be in \(0, 1\]"):
+        load_config(None, [*clip_cov, "algorithm.policy_loss_kwargs.clip_cov_ratio=2"])
+    state = torch.get_rng_state()
+    # a band around 0 makes the probe's one token a candidate, so clip_cov draws from the RNG
+    load_config(None, [*clip_cov, "algorithm.policy_loss_kwargs.clip_cov_lb=-1"])
+    assert torch.equal(torch.get_rng_state(), state)

@@ -157,6 +157,57 @@ def test_dynamic_sampling_and_remax(tiny_model_dir: Path, tmp_path: Path) -> Non
         assert line["batch/samples"] <= 16
 
 
+def test_val_only_validates_once_and_trains_nothing(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """trainer.val_only (veRL's key): one validation, logged and written at step 0, then stop: no rollout step, no
+    optimizer step, no checkpoint, the weights as loaded."""
+    out = tmp_path / "val_only"
+    engine = SamplingEngine(tiny_model_dir)
+    trainer = make_trainer(tiny_model_dir, out, ["trainer.val_only=true", "trainer.val_before_train=true"], engine)
+    model = trainer.parts.actor.model
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def no_training() -> dict[str, float]:
+        raise AssertionError("trainer.val_only ran a training step")
+
+    trainer.train_step = no_training  # type: ignore[method-assign]
+    returned = trainer.fit()
+    assert trainer.step == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not trainer.parts.actor.optimizer.state  # AdamW never stepped
+    assert engine.weight_updates == 1  # the sync at start only
+    assert not (out / "checkpoints").exists()
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 1  # once, though val_before_train is on too
+    assert lines[0] == {"step": 0, **returned}
+    assert "val/reward/mean" in returned and "val/reward/toy_sum/mean" in returned
+    assert returned["val/response_length/mean"] > 0
+
+
+def test_val_only_validates_a_finished_runs_checkpoint_and_needs_validation_rows(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    one_step = ["trainer.total_steps=1", "actor.warmup_steps=0"]
+    trained = make_trainer(tiny_model_dir, out, one_step)
+    trained.fit()
+    weights = {k: v.detach().clone() for k, v in trained.parts.actor.model.state_dict().items()}
+    # the run is finished: training again is refused, validating it is not
+    trainer = make_trainer(tiny_model_dir, out, [*one_step, "trainer.val_only=true"])
+    assert trainer.step == 1
+    assert all(torch.equal(weights[k], v) for k, v in trainer.parts.actor.model.state_dict().items())
+    val = trainer.fit()
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 1] and lines[-1] == {"step": 1, **val}
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("step_")) == ["step_1"]
+    with pytest.raises(ConfigError, match="trainer.val_only: there are no validation rows to validate on; pass"):
+        Trainer(
+            tiny_config(tiny_model_dir, tmp_path / "no_val", ["trainer.val_only=true"]),
+            engine=SamplingEngine(tiny_model_dir),
+            reward_fn=digit_reward,
+            train_data=sum_rows(8),
+        )
+
+
 def test_dynamic_sampling_without_any_signal_skips_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
     """Every group scores the same, so DAPO keeps none: the step logs its rollouts and leaves the weights alone
     (an update on zero advantages would still move them through AdamW's momentum and weight decay)."""

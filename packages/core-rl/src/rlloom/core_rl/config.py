@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import yaml
@@ -225,12 +225,13 @@ class AlgorithmConfig(_Section):
     policy_loss: str = Field(
         default="ppo",
         description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, gmpo, cispo, clip_cov, kl_cov "
-        "(Cui et al. 2025).",
+        "(Cui et al. 2025), gpg (plain policy gradient, Chu et al. 2025), sapo (soft gate, Gao et al. 2025).",
     )
     policy_loss_kwargs: dict[str, float] = Field(
         default_factory=dict,
-        description="The loss's own settings (veRL's actor.policy_loss.*), e.g. {clip_cov_ratio: 0.0002, "
-        "clip_cov_lb: 1.0, clip_cov_ub: 5.0} for clip_cov, {kl_cov_ratio: 0.0002, ppo_kl_coef: 1.0} for kl_cov.",
+        description="The loss's own settings (veRL's actor.policy_loss.*, and actor.tau_pos/tau_neg), e.g. "
+        "{clip_cov_ratio: 0.0002, clip_cov_lb: 1.0, clip_cov_ub: 5.0} for clip_cov, {kl_cov_ratio: 0.0002, "
+        "ppo_kl_coef: 1.0} for kl_cov, {tau_pos: 1.0, tau_neg: 1.05} for sapo. Checked at load.",
     )
     clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below 1 (epsilon_low).")
     clip_high: float = Field(
@@ -446,6 +447,12 @@ class TrainerConfig(_Section):
     )
     val_every: int = Field(default=0, ge=0, description="Validate every N steps (and at the end); 0 = never.")
     val_before_train: bool = Field(default=False, description="Validate once before the first step.")
+    val_only: bool = Field(
+        default=False,
+        description="Validate once and stop: no training step, optimizer step or checkpoint (veRL's "
+        "trainer.val_only). Validates the latest checkpoint when trainer.resume finds one, else model.path; "
+        "needs validation data. Unlike veRL it does not also need val_before_train.",
+    )
     one_step_off_policy: bool = Field(
         default=False,
         description="Generate the next step's batch while this step trains (veRL's one_step_off_policy recipe): a "
@@ -670,7 +677,7 @@ def check_warmup(cfg: RLConfig, total_steps: int) -> None:
 
 
 # policy losses that refuse some options in their first update; refused here at config load instead
-_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo", "clip_cov", "kl_cov")
+_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo", "clip_cov", "kl_cov", "gpg", "sapo")
 _SEQUENCE_LEVEL = ("gmpo", "geo_mean")
 
 
@@ -713,6 +720,36 @@ def _check_policy_loss(algo: AlgorithmConfig) -> None:
             f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights to select tokens "
             "by; set algorithm.top_entropy_quantile=1.0 or use algorithm.policy_loss=ppo",
         )
+    if algo.policy_loss_kwargs:
+        _probe_policy_loss(algo)
+
+
+def _probe_policy_loss(algo: AlgorithmConfig) -> None:
+    """Run the loss once on a one-token batch, so that its own checks of the values in policy_loss_kwargs (a
+    temperature <= 0, a ratio outside (0, 1]) fail at load, naming the key, rather than at the first update."""
+    import torch
+
+    from rlloom.core_rl.algorithms import get_policy_loss
+
+    loss: Callable[..., Any] = get_policy_loss(algo.policy_loss)
+    one = torch.ones(1, 1)
+    with torch.random.fork_rng(devices=[]):  # clip_cov draws tokens at random: leave the seeded streams alone
+        try:
+            loss(
+                torch.zeros(1, 1),
+                torch.zeros(1, 1),
+                one,
+                one,
+                clip_low=algo.clip_low,
+                clip_high=algo.clip_high,
+                dual_clip=algo.dual_clip,
+                agg=algo.loss_agg_mode,
+                **algo.policy_loss_kwargs,
+            )
+        except ValueError as err:
+            raise KeyedValueError(
+                "algorithm.policy_loss_kwargs", f"{err} (algorithm.policy_loss={algo.policy_loss})"
+            ) from None
 
 
 def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:

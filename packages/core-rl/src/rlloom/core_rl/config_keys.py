@@ -65,6 +65,8 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.actor.policy_loss.loss_mode": "algorithm.policy_loss",
     "actor_rollout_ref.actor.policy_loss": "algorithm.policy_loss_kwargs, one entry per setting (e.g. "
     "algorithm.policy_loss_kwargs.clip_cov_ratio=0.0002)",
+    "actor_rollout_ref.actor.tau_pos": "algorithm.policy_loss_kwargs.tau_pos (with algorithm.policy_loss=sapo)",
+    "actor_rollout_ref.actor.tau_neg": "algorithm.policy_loss_kwargs.tau_neg (with algorithm.policy_loss=sapo)",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
     "actor_rollout_ref.actor.grad_clip": "actor.grad_clip",
     "actor_rollout_ref.actor.use_dynamic_bsz": "actor.max_tokens_per_micro_batch (micro-batches always fill a "

@@ -116,6 +116,12 @@ class Trainer:
             self.val_data = limit_prompt_length(
                 val_data or [], tokenizer, limit, drop=drop, split="validation", chat_template_kwargs=template
             )
+        if config.trainer.val_only and not self.val_data:
+            dropped = " (data.filter_overlong_prompts dropped every one)" if val_data else ""
+            raise ConfigError(
+                f"trainer.val_only: there are no validation rows to validate on{dropped}; pass val_data= (the apps' "
+                "--val-data) or set trainer.val_only=false"
+            )
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,
@@ -131,7 +137,7 @@ class Trainer:
         self.checkpoint_dir = self.output_dir / "checkpoints"
         state = load_trainer_state(self.resume_from) if self.resume_from else None
         self.step = int(state["step"]) if state else 0
-        if self.step >= self.total_steps:
+        if self.step >= self.total_steps and not config.trainer.val_only:  # val_only may validate a finished run
             raise RunFinished(
                 f"the run in {self.output_dir} already finished: checkpoint {self.resume_from} is at step "
                 f"{self.step} of trainer.total_steps={self.total_steps}. Ask for more steps "
@@ -248,14 +254,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
-        """Train until `trainer.total_steps`; returns the last step's metrics."""
+        """Train until `trainer.total_steps`; returns the last step's metrics (with `trainer.val_only`, validate
+        the current weights once, log the metrics at the current step and return them, without training)."""
         cfg, tracker = self.cfg, self.parts.tracker
         tracker.log_config(cfg.model_dump(mode="json"))
         self._sync_weights()  # the engine may have loaded an older checkpoint
-        if cfg.trainer.val_before_train and self.step == 0 and self.val_data:
+        if cfg.trainer.val_before_train and self.step == 0 and self.val_data and not cfg.trainer.val_only:
             tracker.log(self.validate(), step=0)
         metrics: dict[str, float] = {}
         try:
+            if cfg.trainer.val_only:  # no training rollout, no update, no checkpoint
+                metrics = self.validate()
+                tracker.log(metrics, step=self.step)
+                return metrics
             while self.step < self.total_steps:
                 self.step += 1
                 metrics = self.train_step()

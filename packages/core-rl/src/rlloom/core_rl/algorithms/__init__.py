@@ -1,11 +1,11 @@
 """Every advantage estimator and loss of rlloom as pure tensor functions, selected by name.
 
 Modules: `advantages` (GRPO, Dr.GRPO, GRPO pass@k, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name
-registry over them), `policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO), `value_loss`,
-`aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward), `kl_control`,
-`entropy_control` (Skywork-OR1 adaptive entropy coefficient), `logits` (chunked log-probs and entropy), `mismatch`
-(TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic sampling and overlong filters). Tensors in,
-tensors out; the trainer owns all state.
+registry over them), `policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO, GPG, SAPO, Clip-Cov,
+KL-Cov), `value_loss`, `aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward),
+`kl_control`, `entropy_control` (Skywork-OR1 adaptive entropy coefficient), `logits` (chunked log-probs and
+entropy), `mismatch` (TIS and rollout/trainer mismatch metrics), `filtering` (DAPO dynamic sampling and overlong
+filters). Tensors in, tensors out; the trainer owns all state.
 """
 
 from rlloom.core_rl.algorithms.advantages import (
@@ -67,10 +67,13 @@ from rlloom.core_rl.algorithms.policy_loss import (
     clip_cov_policy_loss,
     get_policy_loss,
     gmpo_policy_loss,
+    gpg_policy_loss,
     gspo_policy_loss,
     kl_cov_policy_loss,
     ppo_policy_loss,
     register_policy_loss,
+    sapo_gate,
+    sapo_policy_loss,
 )
 from rlloom.core_rl.algorithms.registry import Registry, UnknownNameError
 from rlloom.core_rl.algorithms.value_loss import value_loss
@@ -110,6 +113,7 @@ __all__ = [
     "get_advantage_estimator",
     "get_policy_loss",
     "gmpo_policy_loss",
+    "gpg_policy_loss",
     "group_index",
     "group_stats",
     "grpo_advantages",
@@ -136,6 +140,8 @@ __all__ = [
     "reinforce_pp_baseline_advantages",
     "remax_advantages",
     "rloo_advantages",
+    "sapo_gate",
+    "sapo_policy_loss",
     "tis_weights",
     "token_and_seq_counts",
     "truncated_responses",

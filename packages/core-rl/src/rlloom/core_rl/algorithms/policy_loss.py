@@ -1,4 +1,5 @@
-"""Policy-gradient surrogate losses: PPO clip (asymmetric, dual clip), GSPO, CISPO; selected by name.
+"""Policy-gradient surrogate losses: PPO clip (asymmetric, dual clip), GSPO, GMPO, CISPO, GPG, SAPO, Clip-/KL-Cov;
+selected by name.
 
 Every loss takes per-token log-probs under the current policy (with grad), the old policy's log-probs (no grad),
 advantages and the loss mask, all [B, T], and returns `(loss, metrics)`. Metrics are detached 0-dim tensors, so
@@ -8,6 +9,7 @@ the trainer decides when to synchronise with the device (`.item()` once per step
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -258,6 +260,93 @@ def cispo_policy_loss(
     clip_active = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
     metrics = {
         "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("gpg")
+def gpg_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "token-mean",
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GPG: the plain policy gradient, L = −A·log π per token, with no ratio and no clip.
+
+    Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning" (arXiv
+    2504.02546); veRL's `gpg` loss mode. The gradient is −A·∇log π whatever π_old is: PPO's gradient at ρ = 1, so it
+    suits one update per batch (one mini-batch, one epoch); later mini-batches or epochs are neither re-weighted
+    nor bounded. clip_low/clip_high are not used; `ppo_kl` still reports how far the policy has moved.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    if dual_clip is not None:
+        raise ValueError("GPG has no ratio to dual-clip; leave dual_clip=None")
+    loss = -advantages * logprobs
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    log_ratio = (logprobs - old_logprobs).detach()
+    metrics = {
+        "pg_clipfrac": logprobs.new_zeros(()),
+        "pg_clipfrac_lower": logprobs.new_zeros(()),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return pg_loss, metrics
+
+
+def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
+    """SAPO's soft gate f(ρ) = (4/τ)·σ(τ(ρ − 1)). Its slope 4·σ(1 − σ) is 1 at ρ = 1 and decays smoothly away from 1."""
+    return torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+
+
+@register_policy_loss("sapo")
+def sapo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str | LossAggregation = "seq-mean-token-mean",
+    rollout_is_weights: Tensor | None = None,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SAPO: a smooth, temperature-controlled gate on the ratio instead of PPO's hard clip.
+
+    Per token L = −A·f(ρ), f(ρ) = (4/τ)·σ(τ(ρ − 1)), ρ = π/π_old, τ = `tau_pos` where A > 0 and `tau_neg` otherwise.
+    The gradient is −A·w(ρ)·∇log π with w(ρ) = 4·σ(1 − σ)·ρ: w(1) = 1 (the plain policy gradient on-policy),
+    and w falls off smoothly as ρ leaves 1, so far-off-policy tokens are down-weighted rather than cut to zero.
+    A larger τ makes w fall off faster. A negative advantage raises the logits of every unsampled token, so the
+    paper damps those updates faster (τ_neg > τ_pos) for stability. Gao et al. 2025 (Qwen), "Soft Adaptive Policy
+    Optimization" (arXiv 2511.20347): τ_pos = 1.0, τ_neg = 1.05 and the `seq-mean-token-mean` objective; veRL's
+    `sapo` (actor.tau_pos / actor.tau_neg), which always aggregates as `seq-mean-token-mean`; here `agg`
+    (algorithm.loss_agg_mode) applies, as for every loss. clip_low/clip_high are not used; `pg_clipfrac` and
+    `pg_clipfrac_lower` are 0 (nothing is clipped).
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
+    for name, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
+        if not (math.isfinite(tau) and tau > 0.0):
+            raise ValueError(
+                f"{name} must be a finite temperature > 0 (the SAPO paper: tau_pos=1.0, tau_neg=1.05), got {tau}"
+            )
+    if dual_clip is not None:
+        raise ValueError("SAPO has no dual clip (its gate already bounds every token's weight); leave dual_clip=None")
+    log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    taus = torch.where(advantages > 0, ratio.new_tensor(tau_pos), ratio.new_tensor(tau_neg))  # in the ratio's dtype
+    loss = -advantages * sapo_gate(ratio, taus)
+    pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
+    metrics = {
+        "pg_clipfrac": logprobs.new_zeros(()),
         "pg_clipfrac_lower": logprobs.new_zeros(()),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
     }
