@@ -204,3 +204,20 @@ def test_an_engine_that_returns_no_token_ids_is_refused(tokenizer: Any, replay_e
     with pytest.raises(ValueError, match="no token ids .*`rlloom-rollout serve`"):
         loop.run(QUESTION)
     assert engine.calls == 1 and len(calls) == tools_before  # refused at the first turn, before its tool call ran
+
+
+class CancellingEnv(ToolEnv):
+    async def step(self, action: str, *, last_turn: bool = False) -> StepResult:
+        raise asyncio.CancelledError()  # e.g. a retriever client whose request was cancelled under it
+
+
+def test_a_conversation_cancelled_from_inside_is_an_error_not_a_missing_trajectory(
+    tokenizer: Any, replay_engine: Any
+) -> None:
+    """n conversations per sample must come back, or the run must fail: a silently missing one shrinks a GRPO
+    group and shifts every later sample's trajectories."""
+    engine = replay_engine(tokenizer, lambda ctx: "hi")
+    loop = AgentLoop(engine, tokenizer, lambda: CancellingEnv(Toolset([big]), AgentRubric(zero)))
+    with pytest.raises(RuntimeError, match="was cancelled from inside") as info:
+        loop.run([{"question": "first"}], n=2)
+    assert "question 'first'" in "\n".join(info.value.__notes__)

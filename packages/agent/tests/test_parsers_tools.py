@@ -333,3 +333,115 @@ def test_an_async_tool_under_a_plain_decorator_is_awaited_and_timed_out() -> Non
     toolset.close()
     assert (fetched.ok, fetched.content) == (True, '{"url": "a.b", "status": 200}')
     assert (stalled.ok, stalled.content) == (False, "Error: stall did not finish within 0.2 s")
+
+
+def test_unknown_tools_and_bad_arguments_are_capped_at_max_error_chars() -> None:
+    """A model can write a 10,000-character tool name or a list of 500 wrong items: the error it reads back must
+    stay within max_error_chars like every other error, not flood its context."""
+
+    def tag(words: list[str]) -> str:
+        """Tag words.
+
+        Args:
+            words: the words
+        """
+        return " ".join(words)
+
+    toolset = Toolset([tag], max_error_chars=120)
+
+    async def run() -> list[Any]:
+        return [
+            await toolset.call(ToolCall("x" * 10_000, {})),
+            await toolset.call(ToolCall("tag", {"words": [1] * 500})),
+        ]
+
+    unknown, invalid = asyncio.run(run())
+    toolset.close()
+    assert not unknown.ok and not invalid.ok
+    assert len(unknown.content) <= 120 and unknown.content.startswith("Error: unknown tool 'xxx")
+    assert len(invalid.content) <= 120
+    assert invalid.content.startswith("Error: invalid arguments for tag: words.0: Input should be a valid string")
+
+
+def test_a_tool_that_calls_sys_exit_is_an_error_not_the_end_of_the_run() -> None:
+    """argparse ends a wrapped CLI's bad arguments with sys.exit(2): that is the tool failing, and must not stop
+    the event loop (every conversation) or the process."""
+
+    def cli(argv: list[str]) -> str:
+        """Run a command line.
+
+        Args:
+            argv: its arguments
+        """
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="cli")
+        parser.add_argument("--n", type=int, required=True)
+        return str(parser.parse_args(argv).n)
+
+    async def quit_now(code: int) -> str:
+        """Exit.
+
+        Args:
+            code: exit status
+        """
+        raise SystemExit(code)
+
+    toolset = Toolset([cli, quit_now])
+
+    async def run() -> list[Any]:
+        return [
+            await toolset.call(ToolCall("cli", {"argv": ["--n", "x"]})),
+            await toolset.call(ToolCall("quit_now", {"code": 3})),
+            await toolset.call(ToolCall("cli", {"argv": ["--n", "4"]})),
+        ]
+
+    exited, quit_result, fine = asyncio.run(run())
+    toolset.close()
+    assert (exited.ok, exited.content) == (False, "Error: cli exited (SystemExit 2)")
+    assert (quit_result.ok, quit_result.content) == (False, "Error: quit_now exited (SystemExit 3)")
+    assert (fine.ok, fine.content) == (True, "4")
+
+
+def test_a_tool_cancelled_from_inside_is_an_error_result() -> None:
+    """An async tool whose own awaits were cancelled (a client library giving up) raises CancelledError; asyncio
+    would then treat the whole conversation as cancelled and drop it without a word."""
+
+    async def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: the address
+        """
+        raise asyncio.CancelledError()
+
+    toolset = Toolset([fetch])
+    result = asyncio.run(toolset.call(ToolCall("fetch", {"url": "a.b"})))
+    toolset.close()
+    assert (result.ok, result.content) == (False, "Error: fetch was cancelled before it returned")
+
+
+def test_generator_tools_are_refused() -> None:
+    """A generator function returns an iterator, not its values: the model would read '<generator object ...>'."""
+
+    def count(n: int) -> Any:
+        """Count.
+
+        Args:
+            n: up to
+        """
+        yield from range(n)
+
+    async def stream(n: int) -> Any:
+        """Stream.
+
+        Args:
+            n: up to
+        """
+        for i in range(n):
+            yield i
+
+    with pytest.raises(ValueError, match=r"tool 'count' is a generator function: .*return a list"):
+        Tool(count)
+    with pytest.raises(ValueError, match=r"tool 'stream' is a generator function"):
+        Tool(stream)

@@ -131,11 +131,24 @@ class AgentLoop:
         results: list[Trajectory | None] = [None] * (len(parsed) * n)
 
         async def one(index: int, sample: Sample, group_id: str) -> None:
+            where = f"AgentLoop: in conversation {index} (sample {index // n}: {_describe(sample)})"
             try:
                 async with limit:
                     results[index] = await self.rollout(sample, group_id=group_id, seed_offset=index)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the run itself is being cancelled (another conversation failed, or the caller)
+                # an env, tool or engine raised CancelledError of its own: the TaskGroup would drop this
+                # conversation without a word, leaving its group short
+                error = RuntimeError(
+                    "the conversation was cancelled from inside (its environment, a tool or the engine raised "
+                    "asyncio.CancelledError); turn such cancellations into errors or observations there"
+                )
+                error.add_note(where)
+                raise error from None
             except Exception as exc:
-                exc.add_note(f"AgentLoop: in conversation {index} (sample {index // n}: {_describe(sample)})")
+                exc.add_note(where)
                 raise
             bar.update(1)
 

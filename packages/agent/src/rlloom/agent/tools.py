@@ -5,8 +5,8 @@ The schema comes from type hints and the Google-style docstring (`Args:` section
 tools=...)` would render. Arguments are validated (and coerced, "3" -> 3, but never true -> 1) by pydantic's
 `validate_call`. Only functions a JSON call can reach are accepted: named parameters, no `*args`/`**kwargs`,
 no unbound `self`. Results become text: strings as-is, bytes decoded, anything else as JSON (NaN/inf -> null).
-Every failure (unknown tool, bad arguments, the tool raising, a timeout) becomes a `ToolResult` with
-`ok=False` and a message for the model: tool errors are observations, never exceptions in the rollout.
+Every failure (unknown tool, bad arguments, the tool raising or calling sys.exit, a timeout) becomes a `ToolResult`
+with `ok=False` and a message for the model: tool errors are observations, never exceptions in the rollout.
 Sync tools run on a thread pool sized for many concurrent conversations, async tools on the event loop.
 """
 
@@ -37,6 +37,11 @@ from rlloom.agent.tool_calls import ToolCall
 
 class ToolError(Exception):
     """Raise from a tool to report a failure to the model with exactly this message (counted as a tool error)."""
+
+
+class _ToolExitError(Exception):
+    """A tool's `SystemExit` (argparse exits on a wrapped CLI's bad arguments) as an ordinary error: raised inside
+    an asyncio task, SystemExit would stop the event loop, and every conversation with it."""
 
 
 @dataclass(slots=True)
@@ -88,6 +93,12 @@ class Tool:
 def _check_callable_by_json(fn: Callable[..., Any]) -> None:
     """Refuse functions a JSON tool call (named arguments only) could never call correctly."""
     what = getattr(fn, "__qualname__", None) or repr(fn)
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        name = getattr(fn, "__name__", what)
+        raise ValueError(
+            f"tool {name!r} is a generator function: calling it returns an iterator, not its values (the model "
+            "would read '<generator object ...>'); return a list or a string instead"
+        )
     if isinstance(fn, functools.partial):
         raise ValueError(
             f"tool {getattr(fn.func, '__name__', fn.func)!r}: functools.partial is not supported (its schema "
@@ -215,36 +226,50 @@ class Toolset:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "(none)"
-            return ToolResult(call.name, f"Error: unknown tool {call.name!r}; available tools: {known}", False)
+            shown = call.name if len(call.name) <= 100 else call.name[:100] + "..."  # keep the list of tools in view
+            return self._failed(call, f"Error: unknown tool {shown!r}; available tools: {known}", start)
         bad = tool.bool_for_number(call.arguments)
         if bad is not None:
-            return ToolResult(call.name, f"Error: invalid arguments for {call.name}: {bad}", False)
+            return self._failed(call, f"Error: invalid arguments for {call.name}: {bad}", start)
         try:
             value = await asyncio.wait_for(self._invoke(tool, call.arguments), self.timeout_s)
         except ValidationError as exc:
-            msg = f"Error: invalid arguments for {call.name}: {_short_validation(exc)}"
-            return ToolResult(call.name, msg, False, time.perf_counter() - start)
+            return self._failed(call, f"Error: invalid arguments for {call.name}: {_short_validation(exc)}", start)
         except ToolError as exc:
-            return ToolResult(call.name, str(exc)[: self.max_error_chars], False, time.perf_counter() - start)
+            return self._failed(call, str(exc), start)
         except TimeoutError:
-            msg = f"Error: {call.name} did not finish within {self.timeout_s} s"
-            return ToolResult(call.name, msg, False, time.perf_counter() - start)
+            return self._failed(call, f"Error: {call.name} did not finish within {self.timeout_s} s", start)
+        except _ToolExitError as exc:
+            return self._failed(call, f"Error: {call.name} exited (SystemExit {exc})", start)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the conversation itself is being cancelled
+            # the tool's own awaits were cancelled under it: left as is, asyncio would drop the conversation
+            return self._failed(call, f"Error: {call.name} was cancelled before it returned", start)
         except Exception as exc:  # a tool failing is information for the model, not a crash of the rollout
-            text = f"Error: {call.name} raised {type(exc).__name__}: {exc}"
-            return ToolResult(call.name, text[: self.max_error_chars], False, time.perf_counter() - start)
+            return self._failed(call, f"Error: {call.name} raised {type(exc).__name__}: {exc}", start)
         return ToolResult(call.name, _as_text(value), True, time.perf_counter() - start)
+
+    def _failed(self, call: ToolCall, text: str, start: float) -> ToolResult:
+        """An error result, cut to `max_error_chars`: the text may quote what the model wrote (a tool name,
+        hundreds of bad list items), which must not flood its context."""
+        return ToolResult(call.name, text[: self.max_error_chars], False, time.perf_counter() - start)
 
     async def _invoke(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         """The tool's value: async tools on the event loop, sync ones on the thread pool. A sync function that
         returns an awaitable (an async tool under a plain decorator, which hides that it is async) is awaited
         too, rather than handing the model the text of an unawaited coroutine."""
-        if tool.is_async:
-            value = await tool._validated(**arguments)
-        else:
-            loop = asyncio.get_running_loop()
-            value = await loop.run_in_executor(self._executor, lambda: tool._validated(**arguments))
-        if inspect.isawaitable(value):
-            value = await value
+        try:
+            if tool.is_async:
+                value = await tool._validated(**arguments)
+            else:
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(self._executor, lambda: tool._validated(**arguments))
+            if inspect.isawaitable(value):
+                value = await value
+        except SystemExit as exc:
+            raise _ToolExitError(exc.code) from None
         return value
 
     def close(self) -> None:
