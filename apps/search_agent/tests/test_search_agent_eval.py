@@ -276,6 +276,21 @@ def test_infer_command_prints_each_conversation(
         (["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--max-turns", "0"], "--max-turns 0:"),
         (["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--limit", "-1"], "--limit must be 0"),
         (["eval", "--data", "{nq}", "--method", "direct", "--engine-url", "http://x"], "needs --tokenizer DIR"),
+        (
+            # the arguments are .format()ted: {{ }} are the JSON object's braces
+            [
+                "eval",
+                "--data",
+                "{nq}",
+                "--method",
+                "direct",
+                "--model",
+                "{root}",
+                "--chat-template-kwargs",
+                '{{"tokenize": true}}',
+            ],
+            "--chat-template-kwargs {'tokenize': True}: tokenize cannot be set there",
+        ),
         (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
         (["infer", "q", " ", "--model", "{root}", "--index", "{root}/index"], "question 2 of 2 is empty"),
     ],

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, Sample, SearchEnv, SearchEnvConfig, SingleTurnEnv
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.generation import SamplingParams, template_arguments_clash
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.rewards.qa import extract_tagged_answer, qa_em_scorer, qa_golds
 
@@ -83,6 +83,15 @@ class EvalSettings(BaseModel):
         "model was trained with: data.apply_chat_template_kwargs).",
     )
     progress: bool = Field(default=True, description="Show a progress bar.")
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Refused here, with the flag named, before the model loads (the agent loop would refuse it after)."""
+        problem = template_arguments_clash(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     def loop_config(self, *, max_turns: int | None = None, compute_reward: bool = True) -> AgentLoopConfig:
         """The agent loop's limits and sampling (`max_turns` overrides the setting: 1 for one-turn methods)."""
