@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import functools
 import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from rlloom.agent.environment import Observation, Prompt, Sample
 from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_tag_content
@@ -219,6 +222,19 @@ def test_tool_refuses_functions_a_json_call_cannot_reach() -> None:
     toolset.close()
 
 
+@dataclasses.dataclass
+class Hit:
+    title: str
+    score: float
+
+
+class Page(BaseModel):
+    """A structured tool result (module level: the tool's schema resolves its return annotation)."""
+
+    hits: list[Hit]
+    day: datetime.date
+
+
 def test_tool_results_are_valid_text_and_bools_are_not_numbers() -> None:
     def raw() -> bytes:
         """Raw bytes."""
@@ -241,7 +257,11 @@ def test_tool_results_are_valid_text_and_bools_are_not_numbers() -> None:
         """
         return x * (times or 1)
 
-    toolset = Toolset([raw, stats, long_failure, scale], max_error_chars=100)
+    def search() -> Page:
+        """Search."""
+        return Page(hits=[Hit("Paris", 1.5), Hit("Lyon", float("nan"))], day=datetime.date(2024, 5, 1))
+
+    toolset = Toolset([raw, stats, long_failure, scale, search], max_error_chars=100)
 
     def call(name: str, **args: Any) -> Any:
         return asyncio.run(toolset.call(ToolCall(name, args)))
@@ -250,6 +270,11 @@ def test_tool_results_are_valid_text_and_bools_are_not_numbers() -> None:
     text = call("stats").content
     assert json.loads(text) == {"mean": None, "max": None, "rows": [1.5, None], "blob": "ok"}
     assert "NaN" not in text and "Infinity" not in text
+    # structured results reach the model as JSON objects, not a Python repr such as "Page(hits=[Hit(...)])"
+    assert json.loads(call("search").content) == {
+        "hits": [{"title": "Paris", "score": 1.5}, {"title": "Lyon", "score": None}],
+        "day": "2024-05-01",
+    }
     failed = call("long_failure")
     assert (failed.ok, failed.content) == (False, "e" * 100)
     assert call("scale", x="2", times=3).content == "6.0"  # strings still coerce

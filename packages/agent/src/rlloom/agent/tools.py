@@ -4,7 +4,8 @@ The schema comes from type hints and the Google-style docstring (`Args:` section
 `get_json_schema`, the same function chat templates use, so the model sees exactly what `apply_chat_template(
 tools=...)` would render. Arguments are validated (and coerced, "3" -> 3, but never true -> 1) by pydantic's
 `validate_call`. Only functions a JSON call can reach are accepted: named parameters, no `*args`/`**kwargs`,
-no unbound `self`. Results become text: strings as-is, bytes decoded, anything else as JSON (NaN/inf -> null).
+no unbound `self`. Results become text: strings as-is, bytes decoded, anything else as JSON (NaN/inf -> null;
+dataclasses and pydantic models as objects).
 Every failure (unknown tool, bad arguments, the tool raising or calling sys.exit, a timeout) becomes a `ToolResult`
 with `ok=False` and a message for the model: tool errors are observations, never exceptions in the rollout.
 Sync tools run on a thread pool sized for many concurrent conversations, async tools on the event loop.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError, validate_call
+from pydantic_core import to_jsonable_python
 from transformers.utils.chat_template_utils import (
     DocstringParsingException,
     TypeHintParsingException,
@@ -168,12 +170,15 @@ def _bools_for_numbers(hint: Any, value: Any, path: str) -> list[str]:
 
 
 def _as_text(value: Any) -> str:
+    """Strings as-is, bytes decoded, anything else as JSON: dataclasses, pydantic models, enums and dates become
+    JSON objects and strings (pydantic's own conversion) rather than a quoted Python repr."""
     if isinstance(value, str):
         return value
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", errors="replace")
     try:
-        return json.dumps(_json_safe(value), ensure_ascii=False, default=str, allow_nan=False)
+        jsonable = _json_safe(to_jsonable_python(_json_safe(value), fallback=str))  # NaN inside a model too
+        return json.dumps(jsonable, ensure_ascii=False, default=str, allow_nan=False)
     except (TypeError, ValueError):
         return str(value)
 
