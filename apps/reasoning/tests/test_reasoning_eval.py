@@ -163,3 +163,8 @@ def test_chat_template_variables_reach_every_eval_request(capsys: pytest.Capture
     with pytest.raises(SystemExit):
         main(["eval", "--data", str(DATA / "math500_head3.jsonl"), "--model", "m", "--chat-template-kwargs", "{oops"])
     assert "--chat-template-kwargs: not JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # was a pydantic traceback after the model had loaded
+        main(["eval", "--data", str(DATA / "math500_head3.jsonl"), "--model", "m", "--chat-template-kwargs",
+              '{"tokenize": true}'])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--chat-template-kwargs: tokenize cannot be set there" in err and "Traceback" not in err

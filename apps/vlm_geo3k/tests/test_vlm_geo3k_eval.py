@@ -159,6 +159,9 @@ def test_cli_names_bad_rows_and_flags_before_sampling(
     with pytest.raises(SystemExit):  # was named by the training config's keys, vision.min_pixels
         main([*base, "--min-pixels", "20000", "--max-pixels", "12544"])
     assert "--min-pixels 20000 exceeds --max-pixels 12544" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # was a pydantic traceback after the model had loaded
+        main([*base, "--chat-template-kwargs", '{"add_generation_prompt": false}'])
+    assert "--chat-template-kwargs: add_generation_prompt cannot be set there" in capsys.readouterr().err
 
 
 def test_train_names_a_row_whose_markers_and_images_disagree(tiny: Any, tmp_path: Path) -> None:

@@ -110,6 +110,7 @@ def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.evaluate import run_eval
 
+    from rlloom.core_rl.generation import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import read_rows, report, sampling_warnings, settings_from_args
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
@@ -117,8 +118,9 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--limit must be 0 or more, got {args.limit}")
     spec = PolicySpec.from_args(args)
     try:
-        spec.check()
         settings = settings_from_args(args)
+        check_chat_template_kwargs(settings.chat_template_kwargs, "--chat-template-kwargs")  # before the model loads
+        spec.check()
         rows = read_rows(args.data, limit=args.limit, made_by="reasoning prepare-data")
     except ValueError as err:
         parser.error(str(err))

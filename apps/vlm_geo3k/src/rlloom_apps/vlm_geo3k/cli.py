@@ -150,6 +150,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
 
+    from rlloom.core_rl.generation import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import (
         flag_errors,
         read_rows,
@@ -172,6 +173,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     try:
         spec.check()
         settings = settings_from_args(args)
+        check_chat_template_kwargs(settings.chat_template_kwargs, "--chat-template-kwargs")  # before the model loads
         vision = VisionSettings(min_pixels=args.min_pixels, max_pixels=args.max_pixels, max_prompt_tokens=None)
     except ValidationError as err:
         parser.error(flag_errors(err))
