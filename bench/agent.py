@@ -217,6 +217,19 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
+def turns_at_limit(trajs: Sequence[Any], budget: int) -> float:
+    """The share of model turns that ran to a length limit (the per-turn budget, or the context's end) without
+    closing a tag: the tiny model's format slips. Such a turn costs AgentLoop as many tokens as Search-R1's loop, so
+    this share, more than anything in the loop, sets the reading."""
+    turns = at_limit = 0
+    for t in trajs:
+        runs = [len(run) for run in "".join("x" if m else " " for m in t.loss_mask).split()]  # the model's turns
+        turns += len(runs)
+        at_limit += sum(n >= budget for n in runs[:-1])
+        at_limit += bool(runs) and (runs[-1] >= budget or t.finish_reason == "length")
+    return at_limit / max(turns, 1)
+
+
 def _never(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:
     return 0.0
 
@@ -458,6 +471,7 @@ def main() -> None:
                     "answered": statistics.mean(t.metrics.get("answers", 0.0) for t in trajs),
                     "generated_tokens": statistics.mean(t.metrics["model_tokens"] for t in trajs),
                     "response_tokens": statistics.mean(len(t.response_ids) for t in trajs),
+                    "turns_at_limit": turns_at_limit(trajs, cfg.max_tokens_per_turn),
                 }
             else:
                 s = sync_batch_loop(engine, tok, rows, delayed, cfg, use_stop=name == "sync_batch_stop")
@@ -496,6 +510,10 @@ def main() -> None:
             f"{s['prefilled_tokens']:.0f} / {s['reused_tokens']:.0f} | "
             f"{med[name] / med['agent_loop']:.2f}x |"
         )
+    print(
+        f"AgentLoop: {stats['agent_loop']['turns_at_limit']:.1%} of model turns ran to a length limit without closing "
+        "a tag (each costs AgentLoop what it costs Search-R1's loop)"
+    )
     print(f"engine: {engine.joins} joins into running batches, peak {engine.peak_batch_rows} rows per forward")
     # within a repeat the methods run the same conversations, so a repeat's own ratio is a paired measurement
     for name in ("search_r1", "sync_batch_stop"):
