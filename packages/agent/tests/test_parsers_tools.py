@@ -190,6 +190,29 @@ class Calc:
         return a * b
 
 
+def test_callable_objects_are_refused_with_the_way_to_pass_them() -> None:
+    class Calc:
+        """A calculator."""
+
+        def __call__(self, a: int, b: int) -> int:
+            """Add two numbers.
+
+            Args:
+                a: first
+                b: second
+            """
+            return a + b
+
+    with pytest.raises(ValueError, match=r"Tool\(obj.__call__, name='calc'\)"):
+        Tool(Calc())  # was "no docstring for operation"-style schema errors
+    tool = Tool(Calc().__call__, name="calc")  # the way the message gives works
+    assert tool.schema["function"]["name"] == "calc"
+    assert tool.schema["function"]["description"] == "Add two numbers."
+    toolset = Toolset([tool])
+    assert asyncio.run(toolset.call(ToolCall("calc", {"a": 2, "b": 3}))).content == "5"
+    toolset.close()
+
+
 def test_tool_refuses_functions_a_json_call_cannot_reach() -> None:
     def total(*xs: int) -> int:
         """Sum.

@@ -101,6 +101,12 @@ def _check_callable_by_json(fn: Callable[..., Any]) -> None:
             f"tool {name!r} is a generator function: calling it returns an iterator, not its values (the model "
             "would read '<generator object ...>'); return a list or a string instead"
         )
+    if not isinstance(fn, functools.partial) and not inspect.isroutine(fn) and not inspect.isclass(fn):
+        kind = type(fn).__name__
+        raise ValueError(
+            f"tool {kind!r} instance: a callable object has no tool name of its own and its schema would come from "
+            f"the class docstring; pass its method with a name instead, e.g. Tool(obj.__call__, name={kind.lower()!r})"
+        )
     if isinstance(fn, functools.partial):
         raise ValueError(
             f"tool {getattr(fn.func, '__name__', fn.func)!r}: functools.partial is not supported (its schema "
