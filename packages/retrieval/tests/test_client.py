@@ -144,3 +144,7 @@ def test_retry_after_stretches_the_pause_before_the_next_try() -> None:
     assert 0.05 <= _pause(httpx.Response(503, headers={"Retry-After": "soon"}), 0, 0.1) <= 0.15  # junk: backoff
     assert 0.05 <= _pause(None, 0, 0.1) <= 0.15  # a transport error has no response
     assert _pause(httpx.Response(503, headers={"Retry-After": "0.01"}), 3, 0.1) >= 0.4  # backoff 0.8 x [0.5, 1.5)
+    # a server asking for forever (or for more than a minute) gets at most a minute; 'nan' is junk
+    assert _pause(httpx.Response(503, headers={"Retry-After": "inf"}), 0, 0.1) == 60.0
+    assert _pause(httpx.Response(503, headers={"Retry-After": "86400"}), 0, 0.1) == 60.0
+    assert 0.05 <= _pause(httpx.Response(503, headers={"Retry-After": "nan"}), 0, 0.1) <= 0.15

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from typing import Any, Literal
@@ -63,12 +64,19 @@ def _results(api: Api, response: httpx.Response, n_queries: int) -> list[list[Hi
         ) from err
 
 
+MAX_RETRY_AFTER_S = 60.0
+"""The longest Retry-After honoured: a server asking for more (or for `inf`) must not park a rollout for good."""
+
+
 def _pause(response: httpx.Response | None, attempt: int, base: float) -> float:
-    """Seconds before the next try: the backoff, or the server's Retry-After (seconds) when it asks for longer."""
+    """Seconds before the next try: the backoff, or the server's Retry-After (seconds, at most MAX_RETRY_AFTER_S)
+    when it asks for longer."""
     wait = _backoff(attempt, base)
     if response is not None:
         with contextlib.suppress(ValueError):  # an HTTP date or junk: keep the backoff
-            wait = max(wait, float(response.headers.get("retry-after", 0)))
+            asked = float(response.headers.get("retry-after", 0))
+            if not math.isnan(asked):  # 'nan' is junk too; 'inf' gets the cap
+                wait = max(wait, min(asked, MAX_RETRY_AFTER_S))
     return wait
 
 
