@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,26 @@ def test_body_sent_in_chunks_is_read_whole(live_server: Any, hotpot_bm25: IndexR
     response = httpx.post(f"{live_server.url}/search", content=chunks, headers={"content-type": "application/json"})
     assert response.status_code == 200
     assert [h["doc_id"] for h in response.json()["results"][0]] == [h.doc_id for h in hotpot_bm25.search([query], 2)[0]]
+
+
+def test_an_oversized_body_gets_413_without_being_read_whole(start_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    limits = ServerLimits(max_queries=4, max_query_chars=100)
+    assert limits.body_limit() == 4 * 100 * 6 + 65_536  # room for the largest valid request, JSON-escaped
+    small = ServerLimits(max_body_bytes=2_000)
+    with start_server(hotpot_bm25, small) as server:
+        big = {"queries": ["film " * 100] * 10, "k": 1}  # about 5 kB
+        declared = httpx.post(f"{server.url}/search", json=big)
+        assert declared.status_code == 413 and "exceeds 2000 bytes" in declared.json()["detail"]
+        raw = json.dumps(big).encode()
+
+        def chunks() -> Iterator[bytes]:  # chunked transfer: no declared length, so the server counts bytes
+            for i in range(0, len(raw), 500):
+                yield raw[i : i + 500]
+
+        chunked = httpx.post(f"{server.url}/retrieve", content=chunks(), headers={"content-type": "application/json"})
+        assert chunked.status_code == 413
+        assert httpx.post(f"{server.url}/search", json={"queries": ["film"], "k": 1}).status_code == 200
+        assert httpx.get(f"{server.url}/stats").json()["too_large_413"] == 2
 
 
 def test_openapi_still_documents_the_query_bodies(live_server: Any) -> None:

@@ -39,6 +39,12 @@ class ServerLimits(BaseModel):
     default_topk: int = Field(
         default=3, gt=0, description="topk when a /retrieve request sends null (Search-R1 uses 3)."
     )
+    max_body_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Largest request body; a larger one gets 413 without being read whole. Default: room for "
+        "max_queries queries of max_query_chars characters, JSON-escaped (6 bytes a character), plus 64 KiB.",
+    )
     batch_window_ms: float = Field(default=1.0, ge=0, description="How long the batcher waits to gather more queries.")
     max_batch_queries: int = Field(default=1024, gt=0, description="Queries per backend call.")
     max_pending_queries: int = Field(default=8192, gt=0, description="Queued queries beyond which requests get 503.")
@@ -47,6 +53,10 @@ class ServerLimits(BaseModel):
         description="Exempt objects alive at startup from full GC passes (tens-of-ms stalls under load); turn off "
         "when embedding the app in a process whose startup objects must stay collectable.",
     )
+
+    def body_limit(self) -> int:
+        """`max_body_bytes`, or room for the largest request the other limits allow."""
+        return self.max_body_bytes or self.max_queries * self.max_query_chars * 6 + 65_536
 
 
 class RetrieveRequest(BaseModel):
@@ -174,7 +184,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         max_pending_queries=limits.max_pending_queries,
     )
     latency = LatencyWindow()
-    counters = {"requests": 0, "queries": 0, "rejected_503": 0, "invalid_422": 0, "errors_500": 0}
+    counters = {"requests": 0, "queries": 0, "rejected_503": 0, "invalid_422": 0, "too_large_413": 0, "errors_500": 0}
     started = time.time()
 
     @asynccontextmanager
@@ -237,7 +247,22 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         """The native endpoint; body `SearchRequest`, response `{"results": [[Hit...]...]}`."""
         return await answer_search(await request.body())
 
-    app.add_middleware(QueryFastPath, routes={"/retrieve": answer_retrieve, "/search": answer_search})
+    body_limit = limits.body_limit()
+
+    def too_large() -> Response:
+        counters["too_large_413"] += 1
+        detail = (
+            f"request body exceeds {body_limit} bytes; send fewer or shorter queries per request, or start the "
+            "server with a larger max_body_bytes"
+        )
+        return _json({"detail": detail}, 413)
+
+    app.add_middleware(
+        QueryFastPath,
+        routes={"/retrieve": answer_retrieve, "/search": answer_search},
+        max_body_bytes=body_limit,
+        too_large=too_large,
+    )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
