@@ -20,12 +20,13 @@ _EXPORTS = {
     "search_r1_format_reward": "format", "tool_call_format": "format", "overlong_penalty": "format",
     "kimi_length_rewards": "format",
     "JudgeConfig": "judge", "LLMJudge": "judge", "parse_verdict": "judge",
+    "RemoteReward": "remote", "RemoteRewardConfig": "remote", "RemoteRewardError": "remote", "RemoteSample": "remote",
     "Rubric": "rubric", "RubricTerm": "rubric",
     "DEFAULT_SCORERS": "registry", "get_scorer": "registry", "load_function": "registry", "register": "registry",
     "ScorerLoadError": "registry",
     "ScoreItem": "batch", "ScoringPool": "batch", "score_batch": "batch", "ascore_batch": "batch",
 }  # fmt: skip
-_SUBPACKAGES = ("math", "code", "qa", "format", "judge", "rubric", "registry", "batch", "cli")
+_SUBPACKAGES = ("math", "code", "qa", "format", "judge", "remote", "rubric", "registry", "batch", "cli")
 
 if TYPE_CHECKING:
     from rlloom.rewards.batch import ScoreItem, ScoringPool, ascore_batch, score_batch
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         substring_match,
     )
     from rlloom.rewards.registry import DEFAULT_SCORERS, ScorerLoadError, get_scorer, load_function, register
+    from rlloom.rewards.remote import RemoteReward, RemoteRewardConfig, RemoteRewardError, RemoteSample
     from rlloom.rewards.rubric import Rubric, RubricTerm
 
 
@@ -68,6 +70,10 @@ __all__ = [
     "FormatCheck",
     "JudgeConfig",
     "LLMJudge",
+    "RemoteReward",
+    "RemoteRewardConfig",
+    "RemoteRewardError",
+    "RemoteSample",
     "Rubric",
     "RubricTerm",
     "ScoreItem",
