@@ -281,3 +281,17 @@ def grpo_passk(scores: Sequence[float], group_ids: Sequence[Hashable], norm_by_s
             gap /= math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) + eps
         out[best] = gap
     return out
+
+
+def gpg(scores: Sequence[float], group_ids: Sequence[Hashable], f_norm: float = 1.0):
+    """veRL's GPG: alpha = B / (number of non-zero scores, at least 1), times the gap to the group mean."""
+    nonzero = sum(1 for s in scores if s != 0)
+    alpha = len(scores) / max(nonzero, 1)
+    out = np.zeros(len(scores))
+    for idx in _groups(group_ids).values():
+        if len(idx) == 1:
+            continue
+        mean = sum(scores[i] for i in idx) / len(idx)
+        for i in idx:
+            out[i] = alpha * (scores[i] - mean) / f_norm
+    return out

@@ -15,6 +15,7 @@ from rlloom.core_rl.algorithms import (
     UnknownNameError,
     gae_advantages,
     get_advantage_estimator,
+    gpg_advantages,
     grpo_advantages,
     grpo_passk_advantages,
     masked_whiten,
@@ -80,6 +81,30 @@ def test_grpo_passk_hand_computed() -> None:
 def test_rloo_hand_computed() -> None:
     adv = rloo_advantages(torch.tensor([1.0, 0.0, 1.0, 5.0, 2.0, 4.0]), ["a", "a", "a", "b", "c", "c"])
     torch.testing.assert_close(adv, torch.tensor([0.5, -1.0, 0.5, 0.0, -2.0, 2.0]))
+
+
+def test_gpg_hand_computed() -> None:
+    # 6 responses, 2 non-zero scores → α = 6/2 = 3; group a mean 1/3, group b mean 0 (all equal), c mean 1
+    scores = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    adv = gpg_advantages(scores, ["a", "a", "a", "b", "b", "c"])
+    # c is a singleton → 0; b has no spread → 0
+    torch.testing.assert_close(adv, torch.tensor([2.0, -1.0, -1.0, 0.0, 0.0, 0.0]))
+    # F_norm divides; an all-zero batch has α = B / 1 and still gives 0 (no spread anywhere)
+    torch.testing.assert_close(gpg_advantages(scores, ["a"] * 3 + ["b"] * 3, f_norm=2.0), 3 / 2 * (scores - 1 / 3))
+    torch.testing.assert_close(gpg_advantages(torch.zeros(4), ["a"] * 4), torch.zeros(4))
+    with pytest.raises(ValueError, match="f_norm must be > 0"):
+        gpg_advantages(scores, ["a"] * 6, f_norm=0.0)
+
+
+def test_gpg_alpha_counts_non_zero_scores_of_the_whole_batch() -> None:
+    # the same group gets a larger advantage when the rest of the batch scored 0 (veRL's α), and negative scores count
+    group = [1.0, 0.0]
+    alone = gpg_advantages(torch.tensor(group), ["a", "a"])
+    with_zeros = gpg_advantages(torch.tensor([*group, 0.0, 0.0]), ["a", "a", "b", "b"])
+    torch.testing.assert_close(alone, torch.tensor([1.0, -1.0]))  # α = 2/1
+    torch.testing.assert_close(with_zeros[:2], 2 * alone)  # α = 4/1
+    negative = gpg_advantages(torch.tensor([1.0, -1.0, 0.0, 0.0]), ["a", "a", "b", "b"])
+    torch.testing.assert_close(negative, torch.tensor([2.0, -2.0, 0.0, 0.0]))  # α = 4/2
 
 
 def test_remax_hand_computed() -> None:
@@ -149,6 +174,14 @@ def test_rloo_matches_numpy_and_is_zero_mean(data: tuple[list[float], list[int]]
     for g in set(groups):
         members = [i for i, x in enumerate(groups) if x == g]
         assert abs(float(got[members].sum())) < 1e-8 * max(1.0, float(np.abs(scores).max()) * len(members))
+
+
+@FAST
+@given(scores_and_groups, st.sampled_from([1.0, 0.5, 3.0]))
+def test_gpg_matches_numpy(data: tuple[list[float], list[int]], f_norm: float) -> None:
+    scores, groups = data
+    got = gpg_advantages(torch.tensor(scores, dtype=torch.float64), groups, f_norm=f_norm)
+    np.testing.assert_allclose(got.numpy(), ref.gpg(scores, groups, f_norm=f_norm), rtol=1e-9, atol=1e-9)
 
 
 def test_opo_hand_computed() -> None:
@@ -311,6 +344,7 @@ def test_registered_outcome_estimators_broadcast_over_tokens() -> None:
         ("rloo", rloo_advantages(scores, ["a"] * 3)),
         ("opo", opo_advantages(scores, ["a"] * 3, mask.sum(-1))),
         ("grpo_passk", grpo_passk_advantages(scores, ["a"] * 3)),
+        ("gpg", gpg_advantages(scores, ["a"] * 3)),
     ]:
         adv, ret = get_advantage_estimator(name)(inputs)
         torch.testing.assert_close(adv, expected[:, None] * mask)

@@ -130,7 +130,9 @@ def test_policy_loss_options_refused_at_load() -> None:
     assert ok.algorithm.filter_band == (0.01, 0.99)
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "reinforce_plus_plus_baseline"])
+@pytest.mark.parametrize(
+    "estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"]
+)
 def test_group_estimators_need_two_samples_per_prompt(estimator: str) -> None:
     message = error_of([f"algorithm.adv_estimator={estimator}", "rollout.n=1"])
     assert message.startswith(f"rollout.n: 1 sample per prompt, but algorithm.adv_estimator={estimator} compares")

@@ -2,9 +2,9 @@
 
 `PolicyActor` implements `PolicyWorker`: log-probs in token-budget micro-batches, and PPO epochs over
 mini-batches with gradient accumulation whose losses are normalised by the mini-batch's global token and
-sequence counts (so micro-batching never changes the gradient), an entropy bonus, a KL loss, TIS weights,
-grad-norm clipping and an AdamW step. `ReferencePolicy` is a frozen copy or, with LoRA, the actor's own base
-model with the adapter disabled.
+sequence counts (so micro-batching never changes the gradient), an entropy bonus, a KL loss, TIS weights, the
+PPO-ptx language-model loss, grad-norm clipping and an AdamW step. `ReferencePolicy` is a frozen copy or, with
+LoRA, the actor's own base model with the adapter disabled.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from rlloom.core_rl.optim import (
     single_optimizer_step,
     training_state,
 )
+from rlloom.core_rl.sft import supervised_nll_sum
 
 ADAPTER_DIR = "adapter"
 MAX_METRIC_SUFFIX = "_max"
@@ -209,13 +210,19 @@ class PolicyActor:
         )
 
     def update_policy(
-        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+        self,
+        batch: TrajectoryBatch,
+        *,
+        temperature: float = 1.0,
+        entropy_coef: float | None = None,
+        ptx_batch: Callable[[], TrajectoryBatch] | None = None,
     ) -> dict[str, float]:
         """PPO epochs; needs `advantages` (plus `ref_logprobs` with a KL loss) and `old_logprobs`, except when the
         batch gets a single optimizer step (`single_update`): then the update's own log-probs, detached, are the old
         ones, and the diagnostics the trainer would take from a separate old-log-prob forward (entropy, KL to the
         reference, rollout mismatch) come back with the update's metrics. `entropy_coef` overrides
-        `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step)."""
+        `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step). `ptx_batch` gives
+        the next PPO-ptx batch; it is called once per optimizer step while `algorithm.ptx_coef` > 0."""
         coef = self.algo.entropy_coef if entropy_coef is None else float(entropy_coef)
         for key in ("advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
             if key not in batch.tensors:
@@ -232,7 +239,7 @@ class PolicyActor:
         for mini in ppo_minibatches(
             batch, self.mini_batch_rows, epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle, generator=self.generator
         ):
-            for key, value in self._update_minibatch(mini, temperature, coef).items():
+            for key, value in self._update_minibatch(mini, temperature, coef, ptx_batch).items():
                 sums[key] = sums.get(key, 0.0) + value
             n_updates += 1
         metrics = {k if "/" in k else f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
@@ -245,7 +252,13 @@ class PolicyActor:
         """Whether `rows` rows get exactly one optimizer step here (`optim.single_optimizer_step`)."""
         return single_optimizer_step(rows, self.mini_batch_rows, epochs=self.cfg.ppo_epochs)
 
-    def _update_minibatch(self, mini: TrajectoryBatch, temperature: float, entropy_coef: float) -> dict[str, float]:
+    def _update_minibatch(
+        self,
+        mini: TrajectoryBatch,
+        temperature: float,
+        entropy_coef: float,
+        ptx_batch: Callable[[], TrajectoryBatch] | None = None,
+    ) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
         agg = LossAggregation(
             self.algo.loss_agg_mode,
@@ -258,6 +271,8 @@ class PolicyActor:
             micro = micro.to(self.device)
             for key, value in self._micro_loss(micro, agg, temperature, entropy_coef, weight).items():
                 totals[key] = combine_metric(key, totals[key], value) if key in totals else value
+        if ptx_batch is not None and self.algo.ptx_coef > 0:
+            totals["ptx_loss"] = self._ptx_backward(ptx_batch())
         totals = self._reduce_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
         out = {k: float(v) for k, v in totals.items()}
@@ -265,6 +280,21 @@ class PolicyActor:
         out["grad_norm_nonfinite"] = float(not torch.isfinite(grad_norm))
         # metric means were accumulated weighted by each micro-batch's share of tokens
         return out
+
+    def _ptx_backward(self, ptx: TrajectoryBatch) -> torch.Tensor:
+        """PPO-ptx (InstructGPT's pretraining mix): backpropagate ptx_coef x the mean NLL of `ptx`'s trained tokens
+        into the gradients the policy loss left, micro-batch by micro-batch (each part divided by the whole batch's
+        token count), so the optimizer step follows policy-gradient grad + ptx_coef x NLL grad. Returns the NLL."""
+        tokens = float(ptx.loss_mask.sum())
+        if tokens == 0:
+            raise ValueError("PPO-ptx: the batch has no trained token; every data.ptx_files row needs one")
+        nll = torch.zeros((), device=self.device)
+        for _, micro in ptx.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
+            with autocast(self.device, self.bf16):
+                part = supervised_nll_sum(self.model, micro.to(self.device), packed=self.cfg.padding_free) / tokens
+            (self.algo.ptx_coef * part).backward()  # type: ignore[no-untyped-call]
+            nll = nll + part.detach()
+        return nll
 
     def _training_micro_batches(self, mini: TrajectoryBatch) -> list[tuple[TrajectoryBatch, float]]:
         """The micro-batches this process runs for `mini`, each with its loss weight (a data-parallel rank takes

@@ -108,6 +108,23 @@ class DataConfig(_Section):
         "prompt-length checks (veRL's key; TRL's chat_template_kwargs), e.g. {enable_thinking: false} for Qwen3.",
     )
 
+    ptx_files: list[str] = Field(
+        default_factory=list,
+        description="JSONL files (.gz too) of supervised or pretraining rows for PPO-ptx (algorithm.ptx_coef; "
+        "OpenRLHF's --pretrain_data): {text: ...} trains every token of the text, {prompt: messages or string, "
+        "response: ...} the response and EOS after the chat-templated prompt, as the SFT warm-up does.",
+    )
+    ptx_batch_size: int = Field(
+        default=8,
+        ge=1,
+        description="PPO-ptx rows per actor optimizer step, cycled epoch by epoch (reshuffled with data.shuffle).",
+    )
+    ptx_max_length: int = Field(
+        default=1024,
+        ge=2,
+        description="PPO-ptx rows are cut to this many tokens, prompt included (OpenRLHF: prompt + generate max len).",
+    )
+
     @model_validator(mode="after")
     def _check_template_kwargs(self) -> DataConfig:
         from rlloom.core_rl.generation import template_arguments_clash
@@ -211,8 +228,8 @@ class AlgorithmConfig(_Section):
     adv_estimator: str = Field(
         default="grpo",
         description="Advantage estimator by registry name: gae (Schulman et al. 2016), grpo (Shao et al. 2024), "
-        "dr_grpo (Liu et al. 2025), rloo (Ahmadian et al. 2024), remax (Li et al. 2023), reinforce_plus_plus, "
-        "reinforce_plus_plus_baseline (Hu 2025).",
+        "dr_grpo (Liu et al. 2025), rloo (Ahmadian et al. 2024), gpg (Chu et al. 2025, veRL's), remax (Li et al. "
+        "2023), reinforce_plus_plus, reinforce_plus_plus_baseline (Hu 2025).",
     )
     norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
     adv_std_scope: Literal["group", "batch"] = Field(
@@ -267,6 +284,13 @@ class AlgorithmConfig(_Section):
     )
     max_entropy_coef: float = Field(
         default=0.5, ge=0.0, description="Adaptive entropy control: ceiling of the coefficient (Skywork-OR1: 0.5)."
+    )
+    ptx_coef: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="PPO-ptx (InstructGPT's gamma, Ouyang et al. 2022; OpenRLHF's --ptx_coef, 0.05 there): every actor "
+        "optimizer step adds ptx_coef x the language-model NLL of a batch of data.ptx_files rows to the loss, so "
+        "the policy keeps its supervised/pretraining distribution. 0 = off; > 0 needs data.ptx_files.",
     )
     use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
     kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")
@@ -637,6 +661,7 @@ class RLConfig(_Section):
                     "of the limit (DAPO: 4096 of 20480) or set algorithm.overlong_buffer=0",
                 )
         _check_policy_loss(algo)
+        _check_ptx(self)
         for section in ("actor", "critic") if self.uses_critic else ("actor",):
             optim: ActorConfig = getattr(self, section)
             if optim.warmup_ratio is not None and optim.warmup_steps:
@@ -750,6 +775,35 @@ def _probe_policy_loss(algo: AlgorithmConfig) -> None:
             raise KeyedValueError(
                 "algorithm.policy_loss_kwargs", f"{err} (algorithm.policy_loss={algo.policy_loss})"
             ) from None
+
+
+def _check_ptx(cfg: RLConfig) -> None:
+    """PPO-ptx needs both its coefficient and its rows; either alone would do nothing without a word."""
+    algo, data = cfg.algorithm, cfg.data
+    if algo.ptx_coef > 0 and not data.ptx_files:
+        raise KeyedValueError(
+            "algorithm.ptx_coef",
+            f"{algo.ptx_coef} weights a language-model loss on supervised/pretraining rows, but data.ptx_files is "
+            "empty; give the rows (data.ptx_files=[pretrain.jsonl]) or set algorithm.ptx_coef=0",
+        )
+    if data.ptx_files and algo.ptx_coef == 0:
+        raise KeyedValueError(
+            "data.ptx_files",
+            f"{data.ptx_files} are read only for PPO-ptx, but algorithm.ptx_coef=0 gives their loss no weight; set "
+            "algorithm.ptx_coef (OpenRLHF's default is 0.05) or leave data.ptx_files empty",
+        )
+    if not data.ptx_files:
+        for key in ("ptx_batch_size", "ptx_max_length"):
+            if getattr(data, key) != DataConfig.model_fields[key].default:
+                raise KeyedValueError(
+                    f"data.{key}", "shapes the PPO-ptx batches, but data.ptx_files is empty (PPO-ptx off); leave it out"
+                )
+    if algo.ptx_coef > 0 and cfg.distributed.num_ranks > 1:
+        raise KeyedValueError(
+            "algorithm.ptx_coef",
+            "PPO-ptx runs in the in-process actor only, not on sharded workers (distributed.num_ranks > 1); set "
+            "distributed.num_ranks=1 or algorithm.ptx_coef=0",
+        )
 
 
 def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:

@@ -75,13 +75,20 @@ def _row_problem(row: Any, agent_rows: bool) -> str | None:
 
 
 class PromptLoader:
-    """Yields batches of `batch_size` rows forever, epoch after epoch."""
+    """Yields batches of `batch_size` rows forever, epoch after epoch (the prompts, and the PPO-ptx rows)."""
 
     def __init__(
-        self, rows: Sequence[Row], batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False
+        self,
+        rows: Sequence[Row],
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        source: str = "the training data",
     ) -> None:
         if not rows:
-            raise DataError("PromptLoader: the training data has no rows")
+            raise DataError(f"PromptLoader: {source} has no rows")
         if drop_last and batch_size > len(rows):  # a DataError: the apps report it as one line, not a traceback
             raise DataError(
                 f"data.train_batch_size={batch_size} exceeds the {len(rows)} training rows and data.drop_last "
@@ -92,6 +99,7 @@ class PromptLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self.source = source  # what the rows are, for errors (the PPO-ptx rows use a loader of their own)
         self.epoch = 0
         self.position = 0  # rows of the current epoch already served
         self.excluded: frozenset[int] = frozenset()  # row indices left out of every epoch from now on
@@ -157,8 +165,9 @@ class PromptLoader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
             raise DataError(
-                f"PromptLoader: the checkpoint was taken over {state['num_rows']} rows but the data now has "
-                f"{len(self.rows)}; resume with the same training data or start a new run in a new trainer.output_dir"
+                f"PromptLoader: the checkpoint was taken over {state['num_rows']} rows but {self.source} now has "
+                f"{len(self.rows)}; resume with the same {self.source.removeprefix('the ')} or start a new run in a "
+                "new trainer.output_dir"
             )
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])

@@ -7,7 +7,7 @@ remote sandboxes) are interchangeable by config.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -102,9 +102,16 @@ class PolicyWorker(Protocol):
         ...
 
     def update_policy(
-        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+        self,
+        batch: TrajectoryBatch,
+        *,
+        temperature: float = 1.0,
+        entropy_coef: float | None = None,
+        ptx_batch: Callable[[], TrajectoryBatch] | None = None,
     ) -> dict[str, float]:
         """PPO epochs over mini-batches of `batch` (needs old_logprobs, advantages); returns mean metrics.
+        `ptx_batch`, with `algorithm.ptx_coef` > 0, is called for one PPO-ptx batch per optimizer step, whose
+        language-model NLL joins the loss with weight ptx_coef (logged as `actor/ptx_loss`).
         `temperature` is the rollout's, so the new log-probs are of the distribution that was sampled;
         `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy_coef`).
         When the batch gets one optimizer step (`actor.ppo_epochs` 1, one mini-batch), the trainer may leave

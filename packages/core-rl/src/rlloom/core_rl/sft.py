@@ -6,20 +6,35 @@ loss uses, so whatever the actor supports, this does too: padded text rows, and 
 own image inputs and M-RoPE positions (`Trajectory.multimodal`). Only loss-mask-1 response tokens are trained,
 so the same call warms up a single-turn answer (mask all 1) or an agent conversation (observations and template
 glue mask 0), and the prompt's logits are never computed (`logits_to_keep`).
+
+PPO-ptx (`algorithm.ptx_coef`) trains the same loss during RL on rows of `data.ptx_files`, turned into trajectories
+by `ptx_trajectory`: pretraining text, or (prompt, response) pairs rendered as the rollout engine renders prompts.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.generation import GenerationRequest
 from rlloom.core_rl.model_forward import response_logprobs
+from rlloom.core_rl.prompts import render_prompt
+from rlloom.core_rl.rows_io import DataError, read_jsonl
 from rlloom.core_rl.trajectory import Trajectory
+
+
+def supervised_nll_sum(model: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:
+    """Σ −log p of the loss-mask-1 response tokens of `batch` (on the model's device); callers divide by the token
+    count of the whole batch, so micro-batches of one batch add up to its mean."""
+    logprobs, _ = response_logprobs(model, batch, packed=packed)
+    return -(logprobs * batch.loss_mask.to(logprobs.dtype)).sum()
 
 
 def supervised_loss(model: nn.Module, trajectories: Sequence[Trajectory], *, pad_token_id: int) -> torch.Tensor:
@@ -27,12 +42,85 @@ def supervised_loss(model: nn.Module, trajectories: Sequence[Trajectory], *, pad
     batch = TrajectoryBatch.from_trajectories(list(trajectories), pad_token_id)
     device = next(model.parameters()).device
     batch = batch.to(device)
-    logprobs, _ = response_logprobs(model, batch)
-    mask = batch.loss_mask.to(logprobs.dtype)
-    tokens = mask.sum()
+    tokens = batch.loss_mask.sum()
     if float(tokens) == 0:
         raise ValueError("supervised_loss: no response token has loss mask 1; nothing to learn from")
-    return -(logprobs * mask).sum() / tokens
+    return supervised_nll_sum(model, batch) / tokens
+
+
+PTX_ROW_SHAPES = "{text: ...} (pretraining text) or {prompt: chat messages or a string, response: ...} (an SFT pair)"
+
+
+def ptx_row_problem(row: Any) -> str | None:
+    """Why `row` cannot be a PPO-ptx row (None when it can): it needs non-empty `text`, or `prompt` and `response`."""
+    if not isinstance(row, Mapping):
+        return f"the row is a {type(row).__name__}, not a mapping of fields"
+    if "text" in row:
+        text = row["text"]
+        return None if isinstance(text, str) and text else "`text` is not a non-empty string"
+    prompt, response = row.get("prompt"), row.get("response")
+    if prompt is None or response is None:
+        return (
+            f"the row has neither `text` nor `prompt` and `response` (its fields: {', '.join(sorted(map(str, row)))})"
+        )
+    if not isinstance(response, str) or not response:
+        return "`response` is not a non-empty string"
+    if isinstance(prompt, str):
+        return None if prompt else "`prompt` is an empty string"
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) and "role" in m for m in prompt):
+        return None
+    return "`prompt` is neither a string nor a list of chat messages"
+
+
+def read_ptx_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of every `data.ptx_files` file in order, each checked (`file:line` names the first bad one)."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise DataError(f"data.ptx_files: {path} does not exist (or is not a file)")
+        part = read_jsonl(path)
+        for index, row in enumerate(part):
+            problem = ptx_row_problem(row)
+            if problem is not None:
+                raise DataError(f"{part.where(index)}: {problem}; each data.ptx_files row needs {PTX_ROW_SHAPES}")
+        rows.extend(part)
+    if not rows:
+        raise DataError(f"data.ptx_files {list(paths)} hold no rows; PPO-ptx needs at least one")
+    return rows
+
+
+def ptx_trajectory(
+    tokenizer: Any, row: Mapping[str, Any], *, max_length: int, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> Trajectory:
+    """One PPO-ptx row as a trajectory whose trained (loss-mask-1) tokens are the ones the LM loss covers.
+
+    `{text}`: the text's tokens (with the tokenizer's own BOS, if it adds one) and EOS; the first token is the
+    "prompt", every later one is trained, as a pretraining loss over the whole sequence. `{prompt, response}`: the
+    prompt rendered with the chat template as the rollout engine renders it (a string is one user message), then the
+    response and EOS, trained, as the SFT warm-up does. Cut to `max_length` tokens in all, prompt included.
+    """
+    problem = ptx_row_problem(row)
+    if problem is not None:
+        raise DataError(f"PPO-ptx row: {problem}; each row needs {PTX_ROW_SHAPES}")
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError("PPO-ptx: the tokenizer has no eos_token_id to end the trained text with")
+    if "text" in row:
+        ids = [*tokenizer(row["text"])["input_ids"], int(eos)][:max_length]
+        return Trajectory(prompt_ids=ids[:1], response_ids=ids[1:], loss_mask=[1] * (len(ids) - 1))
+    prompt = row["prompt"]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    prompt_ids = render_prompt(
+        tokenizer, GenerationRequest(messages=messages, chat_template_kwargs=dict(chat_template_kwargs or {}))
+    )
+    room = max_length - len(prompt_ids)
+    if room < 1:
+        raise DataError(
+            f"PPO-ptx row: the prompt is {len(prompt_ids)} tokens, leaving no room for the response within "
+            f"data.ptx_max_length={max_length}; raise the limit or shorten the prompt"
+        )
+    response = [*tokenizer(row["response"], add_special_tokens=False)["input_ids"], int(eos)][:room]
+    return Trajectory(prompt_ids=prompt_ids, response_ids=response, loss_mask=[1] * len(response))
 
 
 def supervised_train(

@@ -1,9 +1,9 @@
 """The single-controller training loop: one plain Python loop that reads like ARCHITECTURE.md's diagram.
 
-dataloader → rollout → reward → old/ref log-probs and values → advantages → PPO epochs → critic update →
-weight sync → metrics → checkpoint → periodic validation. The workers behind it (`PolicyWorker`,
-`ReferenceWorker`, `CriticWorker`, `RolloutEngine`) are in-process here and Ray/FSDP2 groups at scale; this
-file does not change between the two.
+dataloader → rollout → reward → old/ref log-probs and values → advantages → PPO epochs (with the PPO-ptx loss on
+rows of its own loader, if asked) → critic update → weight sync → metrics → checkpoint → periodic validation.
+The workers behind it (`PolicyWorker`, `ReferenceWorker`, `CriticWorker`, `RolloutEngine`) are in-process here
+and Ray/FSDP2 groups at scale; this file does not change between the two.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_folder import record_config, resume_checkpoint
 from rlloom.core_rl.run_setup import RunParts, build_run, load_tokenizer, mini_batch_rows
+from rlloom.core_rl.sft import ptx_trajectory, read_ptx_rows
 from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import sync_weights
@@ -128,6 +129,18 @@ class Trainer:
             shuffle=config.data.shuffle,
             seed=config.trainer.seed,
             drop_last=config.data.drop_last,
+        )
+        # PPO-ptx: supervised/pretraining rows in a loader of their own, one batch per actor optimizer step
+        self.ptx_loader = (
+            PromptLoader(
+                read_ptx_rows(config.data.ptx_files),
+                config.data.ptx_batch_size,
+                shuffle=config.data.shuffle,
+                seed=config.trainer.seed,
+                source="data.ptx_files",
+            )
+            if config.algorithm.ptx_coef > 0
+            else None
         )
         self.total_steps = config.trainer.total_steps or config.trainer.total_epochs * self.loader.batches_per_epoch
         try:  # validated at load when trainer.total_steps is set; here for steps counted from epochs
@@ -332,9 +345,11 @@ class Trainer:
             batch["loss_mask"] = mask_truncated_responses(batch.loss_mask, truncated)
             metrics["overlong/filtered_frac"] = float(truncated.float().mean())
         if not warming:
+            # only with PPO-ptx on, so a PolicyWorker written before `ptx_batch` existed still fits
+            ptx = {"ptx_batch": self._next_ptx_batch} if self.ptx_loader is not None else {}
             with timer("update_actor"):
                 metrics.update(
-                    actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef)
+                    actor.update_policy(batch, temperature=self.sampling.temperature, entropy_coef=entropy_coef, **ptx)
                 )
             self._actor_weights_step = self.step
             if self.ema is not None:
@@ -576,6 +591,22 @@ class Trainer:
         rows = mini_batch_rows(self.cfg, actor.mini_batch_size)
         return single_optimizer_step(batch.batch_size, rows, epochs=actor.ppo_epochs)
 
+    def _next_ptx_batch(self) -> TrajectoryBatch:
+        """The next `data.ptx_batch_size` PPO-ptx rows as a batch; the loader's position is saved with checkpoints, so
+        a resumed run continues with the rows an uninterrupted one would have drawn."""
+        assert self.ptx_loader is not None
+        data = self.cfg.data
+        trajectories = [
+            ptx_trajectory(
+                self.parts.tokenizer,
+                row,
+                max_length=data.ptx_max_length,
+                chat_template_kwargs=data.apply_chat_template_kwargs,
+            )
+            for row in self.ptx_loader.next_batch()
+        ]
+        return TrajectoryBatch.from_trajectories(trajectories, self.parts.pad_token_id)
+
     def _entropy_coef(self, metrics: dict[str, float]) -> float:
         """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the
         entropy just measured on the batch (then the controller moves for the next step)."""
@@ -720,6 +751,7 @@ class Trainer:
             "actor": parts.actor.state_dict(),
             "critic": parts.critic.state_dict() if parts.critic is not None else None,
             "loader": self._loader_state_in_flight or self.loader.state_dict(),
+            "ptx_loader": self.ptx_loader.state_dict() if self.ptx_loader is not None else None,
             "kl_controller": self.kl_ctrl.state_dict(),
             "entropy_controller": self.entropy_ctrl.state_dict() if self.entropy_ctrl is not None else None,
             "prompt_filter": self.prompt_filter.state_dict() if self.prompt_filter is not None else None,
@@ -751,6 +783,8 @@ class Trainer:
         if self.cfg.algorithm.ref_model_sync_steps and state.get("reference") is not None:
             self._reference().model.load_state_dict(state["reference"])
         self.loader.load_state_dict(state["loader"])
+        if self.ptx_loader is not None and state.get("ptx_loader") is not None:
+            self.ptx_loader.load_state_dict(state["ptx_loader"])
         self.kl_ctrl.load_state_dict(state["kl_controller"])
         # a checkpoint of a run without these options leaves them at their configured start
         if self.entropy_ctrl is not None and state.get("entropy_controller") is not None:

@@ -1,6 +1,6 @@
 """Every advantage estimator and loss of rlloom as pure tensor functions, selected by name.
 
-Modules: `advantages` (GRPO, Dr.GRPO, GRPO pass@k, RLOO, OPO, ReMax, GAE, REINFORCE++), `estimators` (the name
+Modules: `advantages` (GRPO, Dr.GRPO, GRPO pass@k, RLOO, OPO, GPG, ReMax, GAE, REINFORCE++), `estimators` (the name
 registry over them), `policy_loss` (PPO clip / clip-higher / dual clip, GSPO, GMPO, CISPO, GPG, SAPO, Clip-Cov,
 KL-Cov), `value_loss`, `aggregation` (loss_agg_mode), `kl` (k1/k2/k3/abs and straight-through, KL-in-reward),
 `kl_control`, `entropy_control` (Skywork-OR1 adaptive entropy coefficient), `logits` (chunked log-probs and
@@ -11,6 +11,7 @@ filters). Tensors in, tensors out; the trainer owns all state.
 from rlloom.core_rl.algorithms.advantages import (
     discounted_returns,
     gae_advantages,
+    gpg_advantages,
     grpo_advantages,
     grpo_passk_advantages,
     opo_advantages,
@@ -113,6 +114,7 @@ __all__ = [
     "get_advantage_estimator",
     "get_policy_loss",
     "gmpo_policy_loss",
+    "gpg_advantages",
     "gpg_policy_loss",
     "group_index",
     "group_stats",

@@ -1,6 +1,6 @@
-"""Advantage estimators as pure tensor functions: GRPO / Dr.GRPO, RLOO, ReMax, GAE, REINFORCE++(-baseline).
+"""Advantage estimators as pure tensor functions: GRPO / Dr.GRPO, RLOO, GPG, ReMax, GAE, REINFORCE++(-baseline).
 
-Outcome estimators (GRPO, RLOO, ReMax) take one score per response ([B]) and return one advantage per response;
+Outcome estimators (GRPO, RLOO, GPG, ReMax) take one score per response ([B]) and return one advantage per response;
 the trainer broadcasts it over the response tokens (see `estimators.py`). Token estimators (GAE, REINFORCE++) take
 [B, T] tensors and a mask. Tokens with mask 0 *inside* a response (tool observations in multi-turn trajectories)
 are skipped by the recursions as if they were absent: they get advantage 0 and do not break the chain. Nothing
@@ -90,6 +90,27 @@ def rloo_advantages(scores: Tensor, group_ids: GroupIds) -> Tensor:
     n = stats.count
     adv = (scores.detach().to(n.dtype) - stats.mean) * n / (n - 1).clamp(min=1)
     return torch.where(n > 1, adv, torch.zeros_like(adv))
+
+
+def gpg_advantages(scores: Tensor, group_ids: GroupIds, *, f_norm: float = 1.0) -> Tensor:
+    """GPG: Aᵢ = α·(rᵢ − mean_g)/F_norm with α = B / max(#{j : rⱼ ≠ 0}, 1) over the whole batch of B responses.
+
+    The group mean is the baseline, with no std division. α scales the batch's gradient up when few responses
+    score non-zero, so groups that carry no signal do not dilute the update toward zero. This is veRL's
+    `compute_gpg_outcome_advantage` (`adv_estimator=gpg`; its F_norm is 1). The paper's own code counts differently,
+    α = B / (B − M) with M the responses in groups whose rewards are all equal: an all-correct group adds to veRL's
+    count of non-zero scores but not to the paper's valid ones. A group of one gets 0 (veRL: α·rᵢ).
+    Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning"
+    (arXiv 2504.02546); pair it with `policy_loss=gpg` (−A·log π), as veRL's recipe does.
+    """
+    if f_norm <= 0:
+        raise ValueError(f"f_norm must be > 0, got {f_norm}")
+    stats = group_stats(scores, group_ids)
+    x = scores.detach().to(stats.mean.dtype)
+    nonzero = int(torch.count_nonzero(x))
+    alpha = x.shape[0] / max(nonzero, 1)
+    adv = alpha * (x - stats.mean) / f_norm
+    return torch.where(stats.count > 1, adv, torch.zeros_like(adv))
 
 
 def opo_advantages(scores: Tensor, group_ids: GroupIds, lengths: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ from rlloom.core_rl.algorithms.advantages import (
     check_rewards_on_valid_tokens,
     discounted_returns,
     gae_advantages,
+    gpg_advantages,
     grpo_advantages,
     grpo_passk_advantages,
     opo_advantages,
@@ -38,7 +39,7 @@ class AdvantageInputs:
     """Everything any estimator may read; each uses what it needs and names what is missing.
 
     token_rewards / mask: [B, T] over the response; mask = 1 on model-generated tokens.
-    group_ids: one id per response, equal for responses to the same prompt (GRPO, RLOO, REINFORCE++-baseline).
+    group_ids: one id per response, equal for responses to the same prompt (GRPO, RLOO, GPG, REINFORCE++-baseline).
     values: critic values [B, T] (GAE). baseline_scores: greedy-response scores [B] (ReMax).
     """
 
@@ -157,6 +158,13 @@ def grpo_passk_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
 def rloo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """RLOO leave-one-out baseline (`rloo_advantages`)."""
     tokens = _broadcast(rloo_advantages(inputs.scores(), inputs.require_group_ids("rloo")), inputs.mask)
+    return tokens, tokens
+
+
+@register_advantage("gpg", group_relative=True)
+def gpg_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
+    """GPG group-mean baseline with veRL's batch correction α (`gpg_advantages`)."""
+    tokens = _broadcast(gpg_advantages(inputs.scores(), inputs.require_group_ids("gpg")), inputs.mask)
     return tokens, tokens
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -182,8 +182,15 @@ class RayActorGroup:
         return self.row_logprobs("actor", batch, temperature=temperature, entropy=entropy)
 
     def update_policy(
-        self, batch: TrajectoryBatch, *, temperature: float = 1.0, entropy_coef: float | None = None
+        self,
+        batch: TrajectoryBatch,
+        *,
+        temperature: float = 1.0,
+        entropy_coef: float | None = None,
+        ptx_batch: Callable[[], TrajectoryBatch] | None = None,
     ) -> dict[str, float]:
+        if ptx_batch is not None:  # the config refuses algorithm.ptx_coef with distributed.num_ranks > 1
+            raise NotImplementedError("PPO-ptx (algorithm.ptx_coef) runs in the in-process actor only")
         ref = self._ray.put(batch)
         metrics = self.call("actor", "update_policy", ref, temperature=temperature, entropy_coef=entropy_coef)
         return dict(metrics[0])  # every rank summed the same totals
