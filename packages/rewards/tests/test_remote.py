@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -104,18 +102,9 @@ def make_app() -> FastAPI:
 
 
 @pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    server = uvicorn.Server(uvicorn.Config(make_app(), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+def server_url(serve_app: Any) -> Iterator[str]:
+    with serve_app(make_app()) as url:
+        yield url
 
 
 @dataclass
