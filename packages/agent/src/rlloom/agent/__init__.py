@@ -10,11 +10,21 @@ from rlloom.agent.envs.tool import ToolEnv
 from rlloom.agent.loop import AgentLoop, AgentLoopConfig, rollout_metrics, to_batch
 from rlloom.agent.parsers import XMLParser, extract_answer, first_action, last_tag_content
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
-from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
+from rlloom.agent.tool_calls import (
+    TOOL_CALL_PARSERS,
+    HermesToolCallParser,
+    Llama3JsonToolCallParser,
+    MistralToolCallParser,
+    Qwen3CoderToolCallParser,
+    ToolCall,
+    ToolCallParser,
+    make_tool_call_parser,
+)
 from rlloom.agent.tools import Tool, ToolError, ToolResult, Toolset
 from rlloom.agent.training import agent_collector, env_reward
 
 __all__ = [
+    "TOOL_CALL_PARSERS",
     "AgentLoop",
     "AgentLoopConfig",
     "AgentRubric",
@@ -23,8 +33,11 @@ __all__ = [
     "Environment",
     "EpisodeSummary",
     "HermesToolCallParser",
+    "Llama3JsonToolCallParser",
+    "MistralToolCallParser",
     "Observation",
     "Prompt",
+    "Qwen3CoderToolCallParser",
     "Sample",
     "SearchEnv",
     "SearchEnvConfig",
@@ -45,6 +58,7 @@ __all__ = [
     "extract_answer",
     "first_action",
     "last_tag_content",
+    "make_tool_call_parser",
     "python_tool",
     "python_toolset",
     "rollout_metrics",

@@ -142,7 +142,7 @@ class CodeEnv(ToolEnv):
         sandbox: Toolset,
         rubric: AgentRubric,
         *,
-        parser: ToolCallParser | None = None,
+        parser: ToolCallParser | str | None = None,
         system_prompt: str | None = CODE_SYSTEM_PROMPT,
         template: str = "{question}",
         max_calls_per_turn: int = 4,

@@ -5,6 +5,8 @@ that failed or could not be parsed), rendered by the chat template as the model 
 without a tool call is the final answer and ends the episode. Calls within a turn run concurrently; across
 conversations they overlap with generation. On the turn the loop ends the episode after (`last_turn`), calls
 are not run (nobody would see their results); they are counted as `tool_calls_skipped`.
+The tool-call format is the parser's: a `ToolCallParser`, or a name from `TOOL_CALL_PARSERS` (`"hermes"`, the
+default; `"llama3_json"`, `"mistral"`, `"qwen3_coder"`), built for this environment's tools.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Literal
 from rlloom.agent.environment import Observation, Prompt, Sample, StepResult
 from rlloom.agent.envs.single_turn import chat_messages
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
-from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser
+from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser, make_tool_call_parser
 from rlloom.agent.tools import ToolResult, Toolset
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trajectory import Trajectory
@@ -30,14 +32,18 @@ def _counts(**values: float) -> dict[str, float]:
 
 
 class ToolEnv:
-    """One tool-using conversation over a shared `Toolset`."""
+    """One tool-using conversation over a shared `Toolset`.
+
+    `parser`: a `ToolCallParser`, or the name of one in `TOOL_CALL_PARSERS` (vLLM's `--tool-call-parser` names),
+    made with the toolset's schemas; an unknown name raises, listing the valid ones. Default: Hermes/Qwen.
+    """
 
     def __init__(
         self,
         toolset: Toolset,
         rubric: AgentRubric,
         *,
-        parser: ToolCallParser | None = None,
+        parser: ToolCallParser | str | None = None,
         system_prompt: str | None = None,
         template: str = "{question}",
         max_calls_per_turn: int = 8,
@@ -48,7 +54,10 @@ class ToolEnv:
             raise ValueError(f"ToolEnv: max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
         self.toolset = toolset
         self.rubric = rubric
-        self.parser: ToolCallParser = parser or HermesToolCallParser()
+        if isinstance(parser, str):
+            self.parser: ToolCallParser = make_tool_call_parser(parser, toolset.schemas)
+        else:
+            self.parser = parser or HermesToolCallParser()
         self.system_prompt = system_prompt
         self.template = template
         self.max_calls_per_turn = max_calls_per_turn
