@@ -26,6 +26,9 @@ def test_sampling_kwargs_follow_vllm_conventions() -> None:
     assert kw["top_k"] == -1 and kw["logprobs"] == 0 and kw["stop"] == ["</search>"] and kw["n"] == 3
     assert kw["stop_token_ids"] is None and kw["seed"] == 4
     assert vllm_sampling_kwargs(SamplingParams(top_k=20, logprobs=False))["logprobs"] is None
+    assert kw["skip_special_tokens"] is True  # vLLM's default, as HFEngine's
+    # kept for formats whose markers are special tokens (Mistral's [TOOL_CALLS])
+    assert vllm_sampling_kwargs(SamplingParams(), skip_special_tokens=False)["skip_special_tokens"] is False
 
 
 def test_weight_buckets_respect_the_byte_budget() -> None:

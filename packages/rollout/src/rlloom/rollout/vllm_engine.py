@@ -49,6 +49,11 @@ class VLLMEngineConfig(BaseModel):
     )
     weight_bucket_bytes: int = Field(default=512 << 20, ge=1 << 20, description="Bytes per weight-update RPC.")
     max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")
+    skip_special_tokens: bool = Field(
+        default=True,
+        description="Leave special tokens out of `text` (as HFEngineConfig's). False keeps markers that are special "
+        "tokens, e.g. Mistral's [TOOL_CALLS], which the agent's mistral tool-call parser reads.",
+    )
 
 
 def _import_vllm() -> Any:
@@ -62,7 +67,7 @@ def _import_vllm() -> Any:
     return vllm
 
 
-def vllm_sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
+def vllm_sampling_kwargs(p: SamplingParams, *, skip_special_tokens: bool = True) -> dict[str, Any]:
     """Our `SamplingParams` as keyword arguments of `vllm.SamplingParams` (same names, vLLM's conventions)."""
     return {
         "n": p.n,
@@ -78,6 +83,7 @@ def vllm_sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
         "seed": p.seed,
         "logprobs": 0 if p.logprobs else None,  # 0: only the sampled token's logprob
         "detokenize": True,
+        "skip_special_tokens": skip_special_tokens,
     }
 
 
@@ -146,7 +152,9 @@ class VLLMEngine:
             if r.multimodal:
                 prompt["multi_modal_data"] = r.multimodal
             prompts.append(TokensPrompt(**prompt))  # type: ignore[typeddict-item]
-        params = [self._vllm.SamplingParams(**vllm_sampling_kwargs(r.sampling)) for r in requests]
+        skip = self.config.skip_special_tokens
+        kwargs = [vllm_sampling_kwargs(r.sampling, skip_special_tokens=skip) for r in requests]
+        params = [self._vllm.SamplingParams(**kw) for kw in kwargs]
         started = time.perf_counter()
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
         latency = time.perf_counter() - started
