@@ -33,6 +33,7 @@ __all__ = [
     "ModelConfig",
     "RLConfig",
     "RolloutConfig",
+    "SamplerConfig",
     "TrackerName",
     "TrainerConfig",
     "check_warmup",
@@ -84,6 +85,39 @@ class ModelConfig(_Section):
     )
 
 
+class SamplerConfig(_Section):
+    class_path: str | None = Field(
+        default=None,
+        description="The prompt sampler class: 'package.module:Class' or 'path/to/file.py:Class' (veRL's "
+        "data.sampler.class_path and class_name in one string), or a built-in name: 'learnability' (a curriculum "
+        "drawing prompts by p(1-p) of their running pass rate, LILO). Built as Class(rows, seed=trainer.seed, "
+        "**kwargs); see rlloom.core_rl.samplers for the methods it needs. None: every row once per epoch, in the "
+        "order data.shuffle and trainer.seed give.",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the sampler's constructor (checked at load)."
+    )
+
+    @model_validator(mode="after")
+    def _check_spec(self) -> SamplerConfig:
+        from rlloom.core_rl.samplers import BUILTIN_SAMPLERS
+
+        path = self.class_path
+        if path is not None and path not in BUILTIN_SAMPLERS and (":" not in path or path.endswith(":")):
+            raise KeyedValueError(
+                "data.sampler.class_path",
+                f"{path!r} names no class; write 'package.module:Class' or 'path/to/file.py:Class' (veRL's "
+                f"class_path and class_name joined by ':'), or a built-in sampler: {', '.join(BUILTIN_SAMPLERS)}",
+            )
+        if path is None and self.kwargs:
+            raise KeyedValueError(
+                "data.sampler.kwargs",
+                "set but data.sampler.class_path is not; the default sampler takes none (its options are "
+                "data.shuffle and trainer.seed)",
+            )
+        return self
+
+
 class DataConfig(_Section):
     train_batch_size: int = Field(default=8, ge=1, description="Prompts per training step (before n samples each).")
     shuffle: bool = Field(default=True, description="Reshuffle the prompts every epoch (seeded by trainer.seed).")
@@ -133,6 +167,12 @@ class DataConfig(_Section):
         if problem:
             raise KeyedValueError("data.apply_chat_template_kwargs", problem)
         return self
+
+    sampler: SamplerConfig = Field(
+        default_factory=SamplerConfig,
+        description="Which prompts each step draws (veRL's data.sampler): a class by import path, e.g. a curriculum "
+        "that sees every step's rewards.",
+    )
 
     filter_solved: bool = Field(
         default=False,

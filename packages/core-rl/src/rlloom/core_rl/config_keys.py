@@ -32,6 +32,8 @@ VERL_NAMES: dict[str, str] = {
     "data.max_response_length": "rollout.max_tokens",
     "data.train_files": "the app's --train-data flag",
     "data.val_files": "the app's --val-data flag",
+    "data.sampler.class_name": "data.sampler.class_path, which names module and class in one: 'pkg.module:Class' "
+    "or 'path/to/file.py:Class'",
     "trainer.total_training_steps": "trainer.total_steps",
     "trainer.default_local_dir": "trainer.output_dir",
     "trainer.save_freq": "trainer.save_every",

@@ -21,6 +21,7 @@ from rlloom.core_rl.config_keys import (
     hydra_prefix_error,
     validation_message,
 )
+from rlloom.core_rl.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
 
@@ -142,9 +143,12 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 def _validate(raw: Mapping[str, Any]) -> RLConfig:
     try:
-        return RLConfig.model_validate(raw)
+        config = RLConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(validation_message(err, root=RLConfig)) from None
+    # user code is imported here, not in a validator: Ray workers re-validate the config where the file may not be
+    check_sampler_config(config.data.sampler.class_path, config.data.sampler.kwargs)
+    return config
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:

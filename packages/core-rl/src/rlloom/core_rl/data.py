@@ -4,21 +4,24 @@ Rows follow the veRL/Search-R1 shape: `prompt` (chat messages, or a plain string
 `data_source`, `reward_model.ground_truth`, `extra_info`; `prompt_ids` may replace `prompt`. Each epoch's order
 is a permutation seeded by (seed, epoch) of the rows still in play, so the state to save is two integers and the
 set of excluded rows (retired by online prompt filtering, `prompt_filter.py`), and a resumed run sees the same
-prompts in the same order, including across an epoch boundary.
+prompts in the same order, including across an epoch boundary. Which rows come next is the loader's `sampler`
+(`samplers.py`: that permutation by default, or `data.sampler`'s class, e.g. a curriculum), whose own state is
+saved with the loader's.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.rows_io import DataError, JsonlRows, read_jsonl
+from rlloom.core_rl.samplers import EpochSampler, PromptSampler
 
 Row = Mapping[str, Any]
 __all__ = ["DataError", "JsonlRows", "read_jsonl"]  # re-exported: where rows are read
@@ -75,7 +78,11 @@ def _row_problem(row: Any, agent_rows: bool) -> str | None:
 
 
 class PromptLoader:
-    """Yields batches of `batch_size` rows forever, epoch after epoch (the prompts, and the PPO-ptx rows)."""
+    """Yields batches of `batch_size` rows forever, epoch after epoch (the prompts, and the PPO-ptx rows).
+
+    `sampler` decides which rows (default: `EpochSampler(shuffle=shuffle, seed=seed)`, every row once per epoch);
+    the loader keeps the epoch and position, `drop_last`, the excluded rows, and checks the sampler's answers.
+    """
 
     def __init__(
         self,
@@ -86,6 +93,7 @@ class PromptLoader:
         seed: int = 0,
         drop_last: bool = False,
         source: str = "the training data",
+        sampler: PromptSampler | None = None,
     ) -> None:
         if not rows:
             raise DataError(f"PromptLoader: {source} has no rows")
@@ -103,6 +111,7 @@ class PromptLoader:
         self.epoch = 0
         self.position = 0  # rows of the current epoch already served
         self.excluded: frozenset[int] = frozenset()  # row indices left out of every epoch from now on
+        self.sampler: PromptSampler = sampler if sampler is not None else EpochSampler(rows, seed=seed, shuffle=shuffle)
 
     @property
     def active_ids(self) -> list[int]:
@@ -120,13 +129,6 @@ class PromptLoader:
         remaining = len(self.active_ids) - self.position
         return remaining <= 0 or (self.drop_last and remaining < self.batch_size)
 
-    def _order(self, epoch: int) -> list[int]:
-        active = self.active_ids
-        if not self.shuffle:
-            return active
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return [active[i] for i in torch.randperm(len(active), generator=gen).tolist()]
-
     def next_batch(self) -> list[Row]:
         """The next batch; the last batch of an epoch may be smaller (unless drop_last), then a new epoch starts."""
         return [self.rows[i] for i in self.next_batch_ids()]
@@ -136,8 +138,17 @@ class PromptLoader:
         if self.epoch_finished:
             self.epoch += 1
             self.position = 0
-        order = self._order(self.epoch)
-        picked = order[self.position : self.position + self.batch_size]
+        active = self.active_ids
+        count = min(self.batch_size, len(active) - self.position)
+        picked = [int(i) for i in self.sampler.next_ids(active, epoch=self.epoch, position=self.position, count=count)]
+        if len(picked) != count or not set(picked) <= set(active):
+            strays = sorted(set(picked) - set(active))[:5]
+            problem = f"row ids {strays} that are not in play" if strays else f"{len(picked)} row ids"
+            raise RuntimeError(
+                f"{type(self.sampler).__name__}.next_ids was asked for {count} of the {len(active)} active rows "
+                f"(epoch {self.epoch}, position {self.position}) and returned {problem}; it must return exactly "
+                "`count` ids taken from `active`"
+            )
         self.position += len(picked)
         return picked
 
@@ -160,6 +171,8 @@ class PromptLoader:
             "position": self.position,
             "num_rows": len(self.rows),
             "excluded": sorted(self.excluded),
+            "sampler_class": _class_name(self.sampler),
+            "sampler": copy.deepcopy(self.sampler.state_dict()),  # a snapshot: off-policy keeps it while drawing on
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -172,6 +185,22 @@ class PromptLoader:
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
         self.excluded = frozenset(int(i) for i in state.get("excluded", ()))
+        saved_class = state.get("sampler_class")
+        if saved_class is None:  # a checkpoint from before samplers: only the default sampler existed, stateless
+            return
+        if saved_class != _class_name(self.sampler):
+            logger.warning(
+                "the checkpoint's prompt sampler was %s, this run's is %s: its state is not restored, the new sampler "
+                "starts fresh (at the checkpoint's epoch and position)",
+                saved_class,
+                _class_name(self.sampler),
+            )
+            return
+        self.sampler.load_state_dict(state["sampler"])
+
+
+def _class_name(obj: object) -> str:
+    return type(obj).__qualname__  # not the module: a sampler file loaded from another folder is the same class
 
 
 def generation_request(

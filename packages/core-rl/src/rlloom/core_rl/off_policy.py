@@ -27,6 +27,8 @@ class RolloutRound:
     seconds: dict[str, float] = field(default_factory=dict)  # time the worker spent per phase
     metrics: dict[str, float] = field(default_factory=dict)
     weights_step: int = 0  # the training step whose weights the engine sampled with
+    row_ids: list[int] = field(default_factory=list)  # the data rows the batch was drawn from, in request order
+    prefix: str = ""  # its group ids' prefix (`f"{prefix}-{i}"` for row_ids[i])
 
 
 class BackgroundRollouts:

@@ -38,9 +38,10 @@ def prompt_ids_of(trajectories: Sequence[Trajectory], row_ids: Sequence[int], pr
     unknown = sorted({t.group_id for t in trajectories} - row_of.keys())
     if unknown:
         raise ValueError(
-            f"online prompt filtering (data.filter_solved / data.filter_unsolved) maps samples to prompts by group id "
-            f"'<prefix>-<row position>' (here '{prefix}-0' ...), but the collector returned group ids {unknown[:3]}; "
-            "make the CollectFn follow that convention or switch the filtering off"
+            "online prompt filtering (data.filter_solved / data.filter_unsolved) and curriculum samplers "
+            f"(data.sampler) map samples to prompts by group id '<prefix>-<row position>' (here '{prefix}-0' ...), "
+            f"but the collector returned group ids {unknown[:3]}; make the CollectFn follow that convention or "
+            "switch them off"
         )
     return [row_of[t.group_id] for t in trajectories]
 

@@ -51,6 +51,7 @@ from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
 from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.run_folder import record_config, resume_checkpoint
 from rlloom.core_rl.run_setup import RunParts, build_run, load_tokenizer, mini_batch_rows
+from rlloom.core_rl.samplers import SamplerFeedback, make_sampler
 from rlloom.core_rl.sft import ptx_trajectory, read_ptx_rows
 from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer
 from rlloom.core_rl.trajectory import Trajectory
@@ -123,12 +124,20 @@ class Trainer:
                 f"trainer.val_only: there are no validation rows to validate on{dropped}; pass val_data= (the apps' "
                 "--val-data) or set trainer.val_only=false"
             )
+        sampler_cfg = config.data.sampler
         self.loader = PromptLoader(
             train_data,
             config.data.train_batch_size,
             shuffle=config.data.shuffle,
             seed=config.trainer.seed,
             drop_last=config.data.drop_last,
+            sampler=make_sampler(
+                sampler_cfg.class_path,
+                sampler_cfg.kwargs,
+                train_data,
+                seed=config.trainer.seed,
+                shuffle=config.data.shuffle,
+            ),
         )
         # PPO-ptx: supervised/pretraining rows in a loader of their own, one batch per actor optimizer step
         self.ptx_loader = (
@@ -388,6 +397,9 @@ class Trainer:
             metrics["rollout/max_tokens"] = float(self.sampling.max_tokens)
         if self.prompt_filter is not None:
             metrics.update(self.prompt_filter.metrics(len(self.loader.active_ids)))
+        sampler_metrics = getattr(self.loader.sampler, "metrics", None)
+        if sampler_metrics is not None:
+            metrics.update(sampler_metrics())
         metrics.update(timer.metrics())
         tokens = float(batch["attention_mask"].sum())
         metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
@@ -435,6 +447,7 @@ class Trainer:
                 self.prompt_filter.record(
                     prompt_ids_of(trajectories, row_ids, prefix), [t.reward or 0.0 for t in trajectories]
                 )
+            self._feed_sampler(trajectories, row_ids, prefix)
             if not algo.dynamic_sampling:
                 self.reward_errors.report(errors, step=self.step)
                 return trajectories, metrics
@@ -494,6 +507,8 @@ class Trainer:
             done = rollouts.take()
         self._loader_state_in_flight = None
         self.reward_errors.report(done.errors, step=self.step)
+        # before the next batch is drawn: its prompts then know this batch's rewards, as on-policy
+        self._feed_sampler(done.trajectories, done.row_ids, done.prefix)
         metrics = dict(done.metrics)
         if done.penalties:
             metrics.update(_overlong_metrics(done.penalties))
@@ -510,14 +525,18 @@ class Trainer:
         stays the run's), generated and scored by the returned function on the worker."""
         metrics: dict[str, float] = {}
         self._loader_state_in_flight = self.loader.state_dict()
-        rows = [self.loader.rows[i] for i in self._next_prompt_ids(metrics)]
+        row_ids = self._next_prompt_ids(metrics)
+        rows = [self.loader.rows[i] for i in row_ids]
         sampling = self.sampling.model_copy(update={"max_tokens": self.cfg.rollout.max_tokens_at(step)})
         weights_step = self._engine_weights_step
+        prefix = f"s{step}r1"
 
         def job() -> RolloutRound:
             timer = PhaseTimer()
-            trajectories, errors, penalties = self._rollout_round(rows, sampling, f"s{step}r1", timer)
-            return RolloutRound(trajectories, errors, penalties, timer.seconds, metrics, weights_step)
+            trajectories, errors, penalties = self._rollout_round(rows, sampling, prefix, timer)
+            return RolloutRound(
+                trajectories, errors, penalties, timer.seconds, metrics, weights_step, row_ids=row_ids, prefix=prefix
+            )
 
         return job
 
@@ -579,6 +598,20 @@ class Trainer:
                 metrics["data/filter_skipped"] = 1.0
             self.loader.exclude(self.prompt_filter.retired)
         return self.loader.next_batch_ids()
+
+    def _feed_sampler(self, trajectories: Sequence[Trajectory], row_ids: Sequence[int], prefix: str) -> None:
+        """A curriculum sampler's `update` with one rollout round's rewards, mapped to their rows (a sampler
+        without `update` costs nothing here)."""
+        update = getattr(self.loader.sampler, "update", None)
+        if update is None:
+            return
+        feedback = SamplerFeedback(
+            step=self.step,
+            row_ids=tuple(prompt_ids_of(trajectories, row_ids, prefix)),
+            rewards=tuple(t.reward or 0.0 for t in trajectories),
+            components=tuple(dict(t.reward_components) for t in trajectories),
+        )
+        update(feedback)
 
     def _update_supplies_old_logprobs(self, batch: TrajectoryBatch) -> bool:
         """`algorithm.old_logprobs=auto`: skip the separate old-log-prob forward when the batch gets one optimizer
