@@ -76,6 +76,20 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err.strip().splitlines()[-1]
 
 
+def _refused_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, record: dict[str, object]
+) -> tuple[Path, Path, str]:
+    """prepare-data on a one-record input file: (the input, the output that must not appear, the error line)."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "rows.jsonl"
+    return (
+        source,
+        out,
+        _refused(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)], capsys),
+    )
+
+
 def test_prepare_data_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     math500 = tmp_path / "math500.jsonl"
     math500.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
@@ -142,10 +156,7 @@ def test_null_or_empty_fields_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, record: dict[str, object], message: str
 ) -> None:
     """A null answer used to become the gold "None", which the math checker matches to a \\boxed{None} reply."""
-    source = tmp_path / "in.jsonl"
-    source.write_text(json.dumps(record) + "\n")
-    out = tmp_path / "rows.jsonl"
-    line = _refused(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)], capsys)
+    source, out, line = _refused_record(tmp_path, capsys, dataset, record)
     assert f"--input {source}:1: {dataset} record 0" in line and message in line and "fix or drop the record" in line
     assert not out.exists()
     source.write_text(json.dumps({"problem": "Find n.", "answer": 204}) + "\n")  # AIME answers may be numbers
@@ -166,9 +177,6 @@ def test_null_or_empty_fields_are_refused(
 def test_code_records_without_usable_tests_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, record: dict[str, object], message: str
 ) -> None:
-    source = tmp_path / "in.jsonl"
-    source.write_text(json.dumps(record) + "\n")
-    out = tmp_path / "rows.jsonl"
-    line = _refused(["prepare-data", "--dataset", dataset, "--input", str(source), "--out", str(out)], capsys)
+    source, out, line = _refused_record(tmp_path, capsys, dataset, record)
     assert f"--input {source}:1: {dataset} record 0" in line and message in line
     assert not out.exists()

@@ -22,13 +22,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from rlloom.rewards.remote import (
-    RemoteReward,
-    RemoteRewardConfig,
-    RemoteRewardError,
-    RemoteSample,
-    retry_after_seconds,
-)
+from rlloom.rewards.http_retry import retry_after_seconds
+from rlloom.rewards.remote import RemoteReward, RemoteRewardConfig, RemoteRewardError, RemoteSample
 from rlloom.rewards.rubric import Rubric
 
 CALLS: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)  # key -> bodies received, in arrival order

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlloom.rewards.http_retry import RetriesExhaustedError, post_with_retries
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
@@ -197,37 +198,31 @@ class LLMJudge:
             self.stats["cache_hits"] += 1
             return cached, True
         client, limit = self._client()
-        last = "no attempt made"
         async with limit:
-            for attempt in range(self.config.max_retries + 1):
-                if attempt:
-                    self.stats["retries"] += 1
-                    await asyncio.sleep(self.config.backoff * 2 ** (attempt - 1))
-                self.stats["requests"] += 1
-                try:
-                    response = await client.post("/chat/completions", json=payload)
-                except httpx.TimeoutException:
-                    last = f"timed out after {self.config.timeout:g} s"
-                    continue
-                except httpx.TransportError as exc:
-                    last = f"connection error: {type(exc).__name__}: {exc}"
-                    continue
-                if response.status_code == 429 or response.status_code >= 500:
-                    last = f"HTTP {response.status_code}: {response.text[:200]}"
-                    continue
-                if response.status_code >= 400:
-                    raise JudgeError(
-                        f"judge endpoint refused the request: HTTP {response.status_code}: {response.text[:300]}"
-                    )
-                try:
-                    reply = response.json()["choices"][0]["message"]["content"]
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    raise JudgeError(f"judge reply is not a chat completion ({exc!r}): {response.text[:300]}") from exc
-                if not isinstance(reply, str):
-                    raise JudgeError(f"judge reply content is {type(reply).__name__}, expected text")
-                self._store(key, reply)
-                return reply, False
-        raise JudgeError(f"judge failed after {self.config.max_retries + 1} attempts; last: {last}")
+            try:
+                response = await post_with_retries(
+                    client,
+                    "/chat/completions",
+                    json=payload,
+                    max_retries=self.config.max_retries,
+                    backoff=self.config.backoff,
+                    timeout=self.config.timeout,
+                    stats=self.stats,
+                )
+            except RetriesExhaustedError as exc:
+                raise JudgeError(f"judge failed after {exc.attempts} attempts; last: {exc.last}") from None
+            if response.status_code >= 400:
+                raise JudgeError(
+                    f"judge endpoint refused the request: HTTP {response.status_code}: {response.text[:300]}"
+                )
+            try:
+                reply = response.json()["choices"][0]["message"]["content"]
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise JudgeError(f"judge reply is not a chat completion ({exc!r}): {response.text[:300]}") from exc
+            if not isinstance(reply, str):
+                raise JudgeError(f"judge reply content is {type(reply).__name__}, expected text")
+            self._store(key, reply)
+            return reply, False
 
     def build_messages(
         self, response: str, reference: str, *, question: str = "", rubric: str | None = None

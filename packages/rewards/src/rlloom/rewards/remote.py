@@ -15,19 +15,18 @@ to the wrong sample; a reward that is not a finite number fails only its own sam
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rlloom.rewards.http_retry import RetriesExhaustedError, post_with_retries
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
@@ -91,23 +90,6 @@ class _Prepared:
     query: str
     prompt: str
     label: Any
-
-
-def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date), else None."""
-    if not value:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _message_text(message: Mapping[str, Any]) -> str:
@@ -277,40 +259,30 @@ class RemoteReward:
     async def _post(self, client: httpx.AsyncClient, payload: bytes) -> Any:
         """The decoded JSON reply, after retrying timeouts, connection errors, 429 and 5xx."""
         cfg = self.config
-        attempts = cfg.max_retries + 1
-        last = "no attempt made"
-        delay = 0.0
-        for attempt in range(attempts):
-            if attempt:
-                self.stats["retries"] += 1
-                await asyncio.sleep(delay)
-            delay = min(cfg.max_backoff, cfg.backoff * 2**attempt)
-            self.stats["requests"] += 1
-            try:
-                response = await client.post(cfg.url, content=payload)
-            except httpx.TimeoutException:
-                last = f"timed out after {cfg.timeout:g} s"
-                continue
-            except httpx.TransportError as exc:
-                last = f"connection error: {type(exc).__name__}: {exc}"
-                continue
-            status = response.status_code
-            if status == 429 or status >= 500:
-                last = f"HTTP {status}: {response.text[:200]}"
-                wait = retry_after_seconds(response.headers.get("Retry-After"))
-                if wait is not None:
-                    delay = min(cfg.max_backoff, wait)
-                continue
-            if not response.is_success:
-                raise RemoteRewardError(f"{cfg.url}: HTTP {status} (not retried): {response.text[:300]}")
-            try:
-                return response.json()
-            except ValueError:
-                kind = response.headers.get("content-type", "no content-type")
-                raise RemoteRewardError(
-                    f"{cfg.url}: the reply is not JSON (HTTP {status}, {kind}): {response.text[:200]!r}"
-                ) from None
-        raise RemoteRewardError(f"{cfg.url}: no reply after {attempts} attempt(s); last: {last}")
+        try:
+            response = await post_with_retries(
+                client,
+                cfg.url,
+                content=payload,
+                max_retries=cfg.max_retries,
+                backoff=cfg.backoff,
+                max_backoff=cfg.max_backoff,
+                timeout=cfg.timeout,
+                stats=self.stats,
+                honour_retry_after=True,
+            )
+        except RetriesExhaustedError as exc:
+            raise RemoteRewardError(f"{cfg.url}: {exc}") from None
+        status = response.status_code
+        if not response.is_success:
+            raise RemoteRewardError(f"{cfg.url}: HTTP {status} (not retried): {response.text[:300]}")
+        try:
+            return response.json()
+        except ValueError:
+            kind = response.headers.get("content-type", "no content-type")
+            raise RemoteRewardError(
+                f"{cfg.url}: the reply is not JSON (HTTP {status}, {kind}): {response.text[:200]!r}"
+            ) from None
 
     async def _score_batch(self, client: httpx.AsyncClient, batch: list[_Prepared]) -> list[ScoreResult]:
         payload = json.dumps(self.body(batch), ensure_ascii=False, default=str).encode("utf-8")

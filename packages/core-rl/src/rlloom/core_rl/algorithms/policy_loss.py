@@ -85,6 +85,22 @@ def _weighted(loss: Tensor, weights: Tensor | None) -> Tensor:
     return loss if weights is None else loss * weights.detach()
 
 
+def _loss_metrics(
+    log_ratio: Tensor, mask: Tensor, *, clipped: Tensor | None = None, clipped_lower: Tensor | None = None
+) -> dict[str, Tensor]:
+    """What every loss reports, detached: `pg_clipfrac` (share of valid tokens clipped, cut or penalised),
+    `pg_clipfrac_lower` (dual clip active) and `ppo_kl` (mean of log π_old − log π); a flag not given is 0."""
+
+    def share(flags: Tensor | None) -> Tensor:
+        return log_ratio.new_zeros(()) if flags is None else masked_mean(flags.to(log_ratio.dtype), mask).detach()
+
+    return {
+        "pg_clipfrac": share(clipped),
+        "pg_clipfrac_lower": share(clipped_lower),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+
+
 @register_policy_loss("ppo")
 def ppo_policy_loss(
     logprobs: Tensor,
@@ -122,12 +138,7 @@ def ppo_policy_loss(
         dual_active = (advantages < 0) & (loss > bound)
         loss = torch.where(dual_active, bound, loss)
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
-    metrics = {
-        "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
-        "pg_clipfrac_lower": masked_mean(dual_active.to(ratio.dtype), mask).detach(),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active, clipped_lower=dual_active)
 
 
 @register_policy_loss("gspo")
@@ -164,12 +175,7 @@ def gspo_policy_loss(
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
-    metrics = {
-        "pg_clipfrac": masked_mean((clipped > unclipped).to(logprobs.dtype), mask).detach(),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=clipped > unclipped)
 
 
 @register_policy_loss("gmpo")
@@ -222,12 +228,7 @@ def gmpo_policy_loss(
     per_token = torch.where(valid, seq_loss.unsqueeze(-1).expand_as(log_ratio), zeros)
     pg_loss = aggregate_with(per_token, mask, agg)
     clip_active = (sign * log_ratio) > (sign * log_ratio.clamp(-clip_low, clip_high))
-    metrics = {
-        "pg_clipfrac": masked_mean(clip_active.to(logprobs.dtype), mask).detach(),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active)
 
 
 @register_policy_loss("cispo")
@@ -258,12 +259,7 @@ def cispo_policy_loss(
     loss = -advantages * weight * logprobs
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
     clip_active = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
-    metrics = {
-        "pg_clipfrac": masked_mean(clip_active.to(ratio.dtype), mask).detach(),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active)
 
 
 @register_policy_loss("gpg")
@@ -292,12 +288,7 @@ def gpg_policy_loss(
     loss = -advantages * logprobs
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
     log_ratio = (logprobs - old_logprobs).detach()
-    metrics = {
-        "pg_clipfrac": logprobs.new_zeros(()),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask)
 
 
 def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
@@ -345,12 +336,7 @@ def sapo_policy_loss(
     taus = torch.where(advantages > 0, ratio.new_tensor(tau_pos), ratio.new_tensor(tau_neg))  # in the ratio's dtype
     loss = -advantages * sapo_gate(ratio, taus)
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
-    metrics = {
-        "pg_clipfrac": logprobs.new_zeros(()),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask)
 
 
 def _covariance(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
@@ -404,12 +390,7 @@ def clip_cov_policy_loss(
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
     loss = torch.maximum(unclipped, clipped) * keep
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
-    metrics = {
-        "pg_clipfrac": masked_mean((keep == 0).to(ratio.dtype), mask).detach(),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=keep == 0)
 
 
 @register_policy_loss("kl_cov")
@@ -449,9 +430,4 @@ def kl_cov_policy_loss(
         penalised.view(-1)[top] = True
     loss = -advantages * ratio + ppo_kl_coef * log_ratio.abs() * penalised.to(ratio.dtype)
     pg_loss = aggregate_with(_weighted(loss, rollout_is_weights), mask, agg)
-    metrics = {
-        "pg_clipfrac": masked_mean(penalised.to(ratio.dtype), mask).detach(),
-        "pg_clipfrac_lower": logprobs.new_zeros(()),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return pg_loss, metrics
+    return pg_loss, _loss_metrics(log_ratio, mask, clipped=penalised)
