@@ -21,7 +21,7 @@ import json
 import math
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -231,9 +231,24 @@ class Toolset:
         """OpenAI-style function schemas, as `apply_chat_template(tools=...)` expects."""
         return [t.schema for t in self.tools.values()]
 
-    async def call(self, call: ToolCall) -> ToolResult:
-        """Run one call; any failure becomes an error result the model can read."""
+    async def call(self, call: ToolCall | str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
+        """Run one call; any failure becomes an error result the model can read.
+
+        The call is a parsed `ToolCall`, or a tool name with its `arguments`: a mapping, the JSON object text an
+        OpenAI-style API returns in `function.arguments`, or None for no arguments (what adapters such as
+        verifiers or TRL tools hand over, without building a `ToolCall` first).
+        """
         start = time.perf_counter()
+        if isinstance(call, ToolCall):
+            if arguments is not None:
+                raise TypeError("Toolset.call: give either a ToolCall or a tool name and arguments, not both")
+        elif isinstance(call, str):
+            parsed = _arguments_of(arguments)
+            if isinstance(parsed, str) and call in self.tools:  # an unknown name is reported as such, below
+                return self._failed(ToolCall(call, {}), f"Error: invalid arguments for {call}: {parsed}", start)
+            call = ToolCall(call, parsed if isinstance(parsed, dict) else {})
+        else:
+            raise TypeError(f"Toolset.call: call must be a ToolCall or a tool name (str), got {type(call).__name__}")
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "(none)"
@@ -285,6 +300,26 @@ class Toolset:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _arguments_of(arguments: Mapping[str, Any] | str | None) -> dict[str, Any] | str:
+    """The arguments of a call by name as a dict, or the reason they are unusable (shown to the model)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        text = arguments.strip()
+        if not text:
+            return {}
+        try:
+            arguments = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"arguments are not valid JSON ({exc.msg} at position {exc.pos}); give a JSON object"
+    if not isinstance(arguments, Mapping):
+        return f"arguments must be a JSON object of named arguments, got {type(arguments).__name__}"
+    bad_keys = [k for k in arguments if not isinstance(k, str)]
+    if bad_keys:
+        return f"argument names must be strings, got {bad_keys[:5]!r}"
+    return dict(arguments)
 
 
 def _short_validation(exc: ValidationError) -> str:
