@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from rlloom.rewards.math.approximate import evaluate, screen
 from rlloom.rewards.math.guard import symbolic_refusal
-from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, strip_assignment
+from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, reduce_chain, strip_assignment
 from rlloom.rewards.math.numeric import approximates, numbers_match, parse_number
 from rlloom.rewards.math.structure import Shape, parse_shape, split_top_level
 from rlloom.rewards.math.worker import bounded_symbolic_equal
@@ -128,7 +128,8 @@ def clear_symbolic_cache() -> None:
 
 
 def _match_unordered(preds: tuple[str, ...], golds: tuple[str, ...], budget: _Budget) -> bool:
-    """A perfect matching between two equal-length lists (backtracking; lists are short)."""
+    """A perfect matching between two lists as sets (exact repeats dropped; backtracking, lists are short)."""
+    preds, golds = tuple(dict.fromkeys(preds)), tuple(dict.fromkeys(golds))
     if len(preds) != len(golds):
         return False
     used = [False] * len(golds)
@@ -221,6 +222,17 @@ def _strip_assignments(text: str) -> str:
     return ", ".join(strip_assignment(part) for part in parts)
 
 
+_DECIMAL_COMMA_RE = re.compile(r"-?\d+,\d+")
+_DECIMAL_RE = re.compile(r"-?\d*\.\d+")
+
+
+def _decimal_comma(text: str, other: str) -> str:
+    """`1000,99` against a decimal `1000.99` is a decimal comma; against anything else it stays a two-item list."""
+    if _DECIMAL_COMMA_RE.fullmatch(text) and _DECIMAL_RE.fullmatch(other):
+        return text.replace(",", ".")
+    return text
+
+
 def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
     """Full verdict for one (pred, gold) pair: see `is_equivalent`."""
     if not isinstance(pred, str) or not isinstance(gold, str):
@@ -233,6 +245,8 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
     gold_letter = choice_letter(gold)
     if gold_letter is not None:
         return Verdict(choice_letter(pred) == gold_letter, "multiple-choice letter")
+    pn = Normalized(_decimal_comma(reduce_chain(pn.text), gn.text), pn.percent)
+    gn = Normalized(_decimal_comma(reduce_chain(gn.text), pn.text), gn.percent)
     if ("=" in pn.text) != ("=" in gn.text):
         pn = Normalized(_strip_assignments(pn.text), pn.percent)
         gn = Normalized(_strip_assignments(gn.text), gn.percent)

@@ -2,9 +2,11 @@
 
 A grader that reads the wrong span is wrong whatever its equivalence check does, so extraction is strict and
 ordered: the last `\\boxed{}`/`\\fbox{}` (nested braces), then the last `<answer>...</answer>`, then
-"the answer is ...", then GSM8K's `#### n`, then the last bare number. Adjacent boxes joined only by a
-separator ("\\boxed{3} or \\boxed{4}") are read as ONE answer listing both, so a hedge cannot match a single
-gold, while a self-correction (boxes far apart) keeps only the last box.
+"the answer is ...", then GSM8K's `#### n`, then the last math environment or bare number (`spans.py`).
+Boxes close together with no correction between them ("\\boxed{3} or \\boxed{4}", "\\boxed{(2,2)} \\quad
+\\text{and} \\quad \\boxed{(6,2)}") are read as ONE answer listing them all, so a hedge cannot match a single
+gold while a multi-part answer can match a set gold; a self-correction (boxes far apart, or "wait", "wrong",
+"so" between them) keeps only the last box.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Literal
+
+from rlloom.rewards.math.spans import final_answer, prose_words
 
 ExtractionMode = Literal["boxed", "answer_tag", "answer_is", "gsm8k", "final_number"]
 DEFAULT_MODES: tuple[ExtractionMode, ...] = ("boxed", "answer_tag", "answer_is", "gsm8k", "final_number")
@@ -21,12 +25,17 @@ ALL_MODES: frozenset[str] = frozenset(DEFAULT_MODES)
 # adversarial text must stay fast.
 TAIL_CHARS = 20_000
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
-_HEDGE_GAP_RE = re.compile(r"^[\s$.,;:]*(?:,|;|\bor\b|\band\b|&)?[\s$.,;:]*(?:\\\]|\\\)|\\\[|\\\()?[\s$]*$")
+MAX_JOIN_GAP = 48
+# Between two boxes, any of these means the later box replaces the earlier one rather than adding to it.
+_CORRECTION_RE = re.compile(
+    r"\b(?:wait|actually|instead|wrong|incorrect|correct(?:ion|ed)?|mistake|error|sorry|recheck|re-?compute"
+    r"|however|but|so|then|therefore|thus|hence|final|answer|not|no)\b|[.!?]\s+[A-Z]|\n\s*\n",
+    re.IGNORECASE,
+)
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _ANSWER_MARKER_RE = re.compile(r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|:)\s*:?\s*", re.IGNORECASE)
 _SENTENCE_RE = re.compile(r"(.+?)(?:\.(?=\s|$)|\n|$)")
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
-_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -66,14 +75,14 @@ def _boxes(text: str) -> list[tuple[str, int, int]]:
 
 
 def extract_boxed(text: str) -> str | None:
-    """The last boxed answer; boxes separated only by ',', 'and', 'or' are joined into one list answer."""
+    """The last boxed answer; boxes close before it with no correction between are joined into one list answer."""
     boxes = _boxes(text)
     if not boxes:
         return None
     answers = [boxes[-1][0]]
     for k in range(len(boxes) - 1, 0, -1):
         gap = text[boxes[k - 1][2] : boxes[k][1]]
-        if len(gap) > 24 or not _HEDGE_GAP_RE.match(gap):
+        if len(gap) > MAX_JOIN_GAP or _CORRECTION_RE.search(gap):
             break
         answers.insert(0, boxes[k - 1][0])
     return ", ".join(a.strip() for a in answers)
@@ -92,22 +101,20 @@ def _extract_answer_is(text: str) -> str | None:
     for marker in reversed(list(_ANSWER_MARKER_RE.finditer(text))):
         sentence = _SENTENCE_RE.match(text, marker.end())
         span = _strip_math_delimiters(sentence.group(1)) if sentence else ""
+        if span and prose_words(span) >= 2:  # "The largest $n$ is 34": the answer inside the sentence
+            span = final_answer(span) or span
         if span:
             return span
     return None
-
-
-def _extract_final_number(text: str) -> str | None:
-    matches = _NUMBER_RE.findall(text)
-    return matches[-1].replace(" ", "") if matches else None
 
 
 def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES) -> str | None:
     """The final answer in `text`, trying `modes` in order; None when no mode finds one.
 
     Modes: "boxed" (last `\\boxed{}`/`\\fbox{}`), "answer_tag" (last `<answer>...</answer>`, whose own box wins),
-    "answer_is" ("The answer is X", "Final answer: X"), "gsm8k" (`#### n`), "final_number" (the last number).
-    Drop "final_number" to refuse unmarked answers, which stops rewarding text that merely ends in a number.
+    "answer_is" ("The answer is X", "Final answer: X"), "gsm8k" (`#### n`), "final_number" (the last math
+    environment or bare number, read whole). Drop "final_number" to refuse unmarked answers, which stops
+    rewarding text that merely ends in a number.
     """
     unknown = set(modes) - ALL_MODES
     if unknown:
@@ -130,7 +137,7 @@ def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES
             hits = _GSM8K_RE.findall(tail)
             found = hits[-1].strip() if hits else None
         elif mode == "final_number":
-            found = _extract_final_number(tail[-2000:])
+            found = final_answer(tail[-4000:])
         if found is not None and found.strip():
             return found.strip()
     return None

@@ -38,8 +38,22 @@ _TEXT_UNIT_TAIL_RE = re.compile(
 )
 _REALS_RE = re.compile(r"\\(?:mathbb|Bbb)\s*\{?\s*R\s*\}?")  # the whole answer "all reals" is (-inf, inf)
 _TEXT_RE = re.compile(
-    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname|mathit|mathsf|mathtt)\s*\{([^{}]*)\}"
+    r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mbox|operatorname|mathit|mathsf|mathtt)\s*\{([^{}]*)\}"
 )
+# Any words in a text box right after a number are a unit or a counted noun: `5\text{ eggs}`, `125\textnormal{ miles}`.
+_TEXT_WORDS_TAIL_RE = re.compile(
+    r"([\d}.)])\s*\\(?:text|textnormal|textrm|textbf|textit|mbox)\s*\{\s*[A-Za-z][A-Za-z ]{0,30}\}\s*\.?\s*$"
+)
+# ASCII and alternative spellings of relations, so `x >= 5`, `x \geqslant 5` and `x \geq 5` read alike.
+_RELATIONS = (
+    (">=", "\\geq "),
+    ("<=", "\\leq "),
+    ("!=", "\\ne "),
+    ("\\geqslant", "\\geq "),
+    ("\\leqslant", "\\leq "),
+)
+_LT_GT_RE = re.compile(r"\\(lt|gt)(?![a-zA-Z])")
+_CONNECTOR_RE = re.compile(r"\s*(?:,\s*)?\b(?:and|or)\b\s*(?:,\s*)?")
 _SPACING_RE = re.compile(r"(?<!\\)\\[,:;! ]|\\quad|\\qquad|~|\\displaystyle|\\limits")
 _LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?=[()\[\]|.]|\\[{}|])")
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
@@ -49,7 +63,7 @@ _SQRT_SHORT_RE = re.compile(r"\\sqrt\s*(\d+|[a-zA-Z])")
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 _CURRENCY_RE = re.compile(r"\\\$|\$|€|£|¥|\\euro|\\pounds|\bUSD\b|\bRs\.?")
 _ASSIGN_RE = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-zA-Z]\))?\s*=\s*(?=[^=])")
-_THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:(?:,|\{,\}|\\,| )\d{3})+)(?![\d])")
+_THOUSANDS_RE = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:(?:,|\{,\}|\\,| )\d{3})+)(?![\d])")
 # "0.1666 repeating", "0.333\\ldots": the digits shown are an approximation, compared with tolerance later.
 _REPEATING_RE = re.compile(r"(?<=\d)\s*(?:\\ldots|\\dots|\.\.\.|…|\s(?:repeating|recurring))", re.IGNORECASE)
 _MC_RE = re.compile(r"^\(?\s*([A-J])\s*\)?[.:]?$")
@@ -108,15 +122,19 @@ def normalize(answer: str) -> Normalized:
     s = _SPACING_RE.sub(" ", s)
     s = _LEFT_RIGHT_RE.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
-    s = s.replace("\\le ", "\\leq ").replace("\\ge ", "\\geq ").replace("\\neq", "\\ne")
+    for old, new in _RELATIONS:
+        s = s.replace(old, new)
+    s = _LT_GT_RE.sub(lambda m: "<" if m.group(1) == "lt" else ">", s)
+    s = re.sub(r"\\(le|ge)(?![a-zA-Z])", r"\\\1q", s).replace("\\neq", "\\ne")
     s = s.replace("−", "-").replace("–", "-").replace("×", "\\times").replace("·", "\\cdot").replace("π", "\\pi")
     s = s.replace("∞", "\\infty").replace("√", "\\sqrt")
     s = _TEXT_UNIT_TAIL_RE.sub(r"\1", s)
+    s = _TEXT_WORDS_TAIL_RE.sub(r"\1", s)
     s = _unwrap_text(s)
     s = _DEGREE_RE.sub("", s)
     s = _CURRENCY_RE.sub("", s)
-    percent = bool(re.search(r"\\?%|\bpercent\b", s))
-    s = re.sub(r"\\?%|\bpercent\b", "", s)
+    percent = bool(re.search(r"\\?%|\bpercent(?:age)?\b|\bpct\b", s))
+    s = re.sub(r"\\?%|\bpercent(?:age)?\b|\bpct\b", "", s)
     s = _REPEATING_RE.sub("", s)
     s = s.strip().rstrip(".").strip()
     s = _strip_units(s)
@@ -126,19 +144,50 @@ def normalize(answer: str) -> Normalized:
     s = _FRAC_HALF2_RE.sub(r"\\frac\1{\2}", s)
     s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
     s = _join_thousands(s)
+    if re.search(r"[\d\\]", s):  # a math answer: "2 and 3", "-12;-11" and "(0;1)" list with commas
+        s = _CONNECTOR_RE.sub(",", s).replace(";", ",").strip(",")
     s = re.sub(r"\s+", " ", s).strip()
     s = re.sub(r"\s*([(),\[\]{}^_+*/=<>-])\s*", r"\1", s)
     s = re.sub(r"(?<![\d])\.(\d)", r"0.\1", s)  # ".5" -> "0.5"
     s = re.sub(r"^\{([^{}]*)\}$", r"\1", s)
+    s = re.sub(r"^[(\[](\\begin\{(\w+)\}.*\\end\{\2\})[)\]]$", r"\1", s)  # "(\\begin{pmatrix}..\\end{pmatrix})"
     if _REALS_RE.fullmatch(s):
         s = "(-\\infty,\\infty)"
     return Normalized(text=s, percent=percent)
 
 
+_LABEL_NOISE_RE = re.compile(r"_\{[^{}]*\}|_\w|\\(?:frac|angle|overline|triangle|vec|text|mathrm)|[{}\s]")
+_LABEL_RE = re.compile(r"[A-Za-z(),:|]+")
+_CONSTANT_NOISE_RE = re.compile(r"\\(?:frac|sqrt|cdot|times|div|pi)|[\d\s{}()+\-*/^.,!]")
+
+
+def _is_label(lhs: str) -> bool:
+    """`x`, `f(x)`, `(p,q)`, `AB`, `|AB|`, `V_{1}:V_{2}`, `\\frac{NO}{BO}`: names, no numbers or operators."""
+    return bool(_LABEL_RE.fullmatch(_LABEL_NOISE_RE.sub("", lhs)))
+
+
+def _is_constant(side: str) -> bool:
+    """`5+5+1`, `\\frac{1}{2}\\cdot 3`: a number or a computation, no names."""
+    return bool(side.strip()) and not _CONSTANT_NOISE_RE.sub("", side)
+
+
+def reduce_chain(text: str) -> str:
+    """`x=5+5+1=\\frac{1}{3}\\approx 0.3` -> `x=\\frac{1}{3}`: a chain of equalities states its last side."""
+    if "\\approx" in text and "=" in text:
+        text = text.split("\\approx", 1)[0]
+    parts = text.split("=")
+    if len(parts) <= 2 or re.search(r"[<>,]|\\[lg]eq|\\ne", text):  # "a=1,b=2" is a list, not a chain
+        return text
+    return f"{parts[0]}={parts[-1]}" if _is_label(parts[0]) else parts[-1]
+
+
 def strip_assignment(text: str) -> str:
-    """`x=3` -> `3` (and `f(x)=...`, `a_1=...`); used only when the other answer is not an equation."""
+    """`x=3` -> `3` (and `f(x)=`, `a_1=`, `(p,q)=`, `AB=`, `1+1=`); used only when the other answer has no `=`."""
     if text.count("=") != 1 or re.search(r"[<>]|\\[lg]eq|\\ne", text):
         return text
+    lhs, rhs = text.split("=")
+    if _is_label(lhs) or (_is_constant(lhs) and _is_constant(rhs)):  # "7=11a+c" is an equation, not a value
+        return rhs
     return _ASSIGN_RE.sub("", text, count=1)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlloom.rewards.math.equivalence import DEFAULT_TIMEOUT, compare
 from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer
+from rlloom.rewards.math.spans import joined_environments, prose_words
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
 
@@ -26,10 +27,13 @@ def _golds(gold: str | Sequence[str]) -> list[str]:
 
 
 def _extract_gold(gold: str) -> str:
-    """A gold written as a full solution ("... \\boxed{5}" or "#### 5") is reduced to its answer."""
+    """A gold written as a full solution ("... \\boxed{5}", "#### 5", "... The final answer is $28\\%$. ...")
+    is reduced to its answer; `$1$ and $2$` becomes the list `1, 2`."""
     if "\\boxed" in gold or "\\fbox" in gold or "####" in gold:
         return extract_answer(gold, modes=("boxed", "gsm8k")) or gold
-    return gold
+    if prose_words(gold) >= 3:
+        return extract_answer(gold) or gold
+    return joined_environments(gold) or gold
 
 
 def score_detailed(

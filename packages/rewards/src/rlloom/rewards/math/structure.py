@@ -75,22 +75,45 @@ def _enclosed(text: str, left: str, right: str) -> bool:
 
 _LESS = r"(<|\\leqslant|\\leq|\\le)"
 _GREATER = r"(>|\\geqslant|\\geq|\\ge)"
-_ONE_SIDED_RE = re.compile(rf"^([a-zA-Z])\s*(?:{_LESS}|{_GREATER})\s*(.+)$")
-_TWO_SIDED_RE = re.compile(rf"^(.+?)\s*{_LESS}\s*([a-zA-Z])\s*{_LESS}\s*(.+)$")
+_VAR = r"-?[a-zA-Z](?:\([a-zA-Z]\))?"  # x, -x, f(x)
+_ONE_SIDED_RE = re.compile(rf"^({_VAR})\s*(?:{_LESS}|{_GREATER})\s*(.+)$")
+_BOUND_FIRST_RE = re.compile(rf"^(.+?)\s*(?:{_LESS}|{_GREATER})\s*({_VAR})$")
+_TWO_SIDED_RE = re.compile(rf"^(.+?)\s*{_LESS}\s*({_VAR})\s*{_LESS}\s*(.+)$")
+_FLIP = {"<": ">", ">": "<", "\\leq": "\\geq", "\\geq": "\\leq", "\\le": "\\ge", "\\ge": "\\le"}
+_FLIP |= {"\\leqslant": "\\geq", "\\geqslant": "\\leq"}
+
+
+def _one_sided(text: str) -> tuple[str, str] | None:
+    """(op, bound) with the variable on the left and positive: `5 \\leq x` and `-x \\geq -5` -> (`\\geq`, ...)."""
+    one = _ONE_SIDED_RE.match(text)
+    if one:
+        var, less, greater, bound = one.groups()
+        op = less or greater
+    else:
+        first = _BOUND_FIRST_RE.match(text)
+        if first is None or _ONE_SIDED_RE.match(first.group(1)):
+            return None
+        bound, less, greater, var = first.groups()
+        op = _FLIP[less or greater]
+    if var.startswith("-"):
+        op, bound = _FLIP[op], f"-({bound})"
+    return op, bound
 
 
 def inequality_as_interval(text: str) -> str | None:
     """`x>3` -> `(3,\\infty)`, `-1\\leq x<2` -> `[-1,2)`: a one-variable inequality is the interval it describes."""
     two = _TWO_SIDED_RE.match(text)
     if two:
-        low, low_op, _, high_op, high = two.groups()
+        low, low_op, var, high_op, high = two.groups()
+        if var.startswith("-"):
+            return None
         return ("(" if low_op == "<" else "[") + f"{low},{high}" + (")" if high_op == "<" else "]")
-    one = _ONE_SIDED_RE.match(text)
+    one = _one_sided(text)
     if one:
-        _, less, greater, bound = one.groups()
-        if less is not None:
-            return f"(-\\infty,{bound}" + (")" if less == "<" else "]")
-        return ("(" if greater == ">" else "[") + f"{bound},\\infty)"
+        op, bound = one
+        if op in ("<", "\\leq", "\\le"):
+            return f"(-\\infty,{bound}" + (")" if op == "<" else "]")
+        return ("(" if op == ">" else "[") + f"{bound},\\infty)"
     return None
 
 

@@ -91,6 +91,10 @@ def _equations_equal(a: Any, b: Any) -> bool:
     return bool(ratio != 0 and not ratio.free_symbols)
 
 
+def _undefined(expr: Any) -> bool:
+    return isinstance(expr, sympy.Basic) and bool(expr.has(sympy.zoo, sympy.nan))
+
+
 def symbolic_equal(pred: str, gold: str) -> tuple[bool, str]:
     """Whether two normalised scalar answers are equal; the second item says which rule decided."""
     try:
@@ -98,6 +102,8 @@ def symbolic_equal(pred: str, gold: str) -> tuple[bool, str]:
         b = to_sympy(gold)
     except Exception as exc:
         return False, f"unparseable: {type(exc).__name__}"
+    if _undefined(a) or _undefined(b):  # `\\frac{1}{0}`, `12:00` read as 12/0: no value, so equal to nothing
+        return False, "sympy: undefined value (division by zero)"
     try:
         a_eq = isinstance(a, sympy.Equality)
         b_eq = isinstance(b, sympy.Equality)

@@ -18,7 +18,6 @@ import signal
 import threading
 from multiprocessing.connection import Connection, Pipe
 
-from rlloom.rewards.math import symbolic
 from rlloom.rewards.math.symbolic import symbolic_equal
 
 CHILD_MEMORY_HEADROOM = 2 * 1024**3
@@ -59,7 +58,7 @@ def _serve(conn: Connection, parent: int) -> None:
 def _warm_up() -> None:
     """Run one trivial check in this process before the first fork, so children inherit SymPy's lazily-loaded
     modules and caches instead of paying for them (seconds on a busy machine) inside every first timeout."""
-    symbolic.symbolic_equal("\\sin^2 x + \\cos^2 x", "1")
+    symbolic_equal("\\sin^2 x + \\cos^2 x", "1")
 
 
 class SymbolicWorker:
