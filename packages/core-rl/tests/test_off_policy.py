@@ -49,7 +49,7 @@ def test_each_batch_is_sampled_with_the_weights_of_two_steps_before(tiny_model_d
     weights = [checksum(actor.model)]  # θ0, then θ1, θ2, θ3 after each step
     lags, recomputed = [], []
 
-    trainer._sync_weights()  # what fit() does first
+    trainer.weights.sync()  # what fit() does first
     try:
         for step in (1, 2, 3):
             trainer.step = step
@@ -57,7 +57,7 @@ def test_each_batch_is_sampled_with_the_weights_of_two_steps_before(tiny_model_d
             weights.append(checksum(actor.model))
             lags.append(metrics["rollout/policy_lag"])
             recomputed.append(metrics["actor/old_logprobs_from_update"])
-        trainer._refresh_engine()
+        trainer.weights.refresh()
     finally:
         assert trainer.rollouts is not None
         trainer.rollouts.close()

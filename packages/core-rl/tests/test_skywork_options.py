@@ -162,8 +162,8 @@ def test_trainer_moves_the_entropy_coef_by_the_rule(
 
     for now, nxt in itertools.pairwise(lines):
         assert nxt["actor/entropy_coef"] == pytest.approx(rule(now["actor/entropy_coef"], now["actor/entropy"]))
-    assert trainer.entropy_ctrl is not None
-    assert trainer.entropy_ctrl.value == pytest.approx(rule(expected_coef[-1], lines[-1]["actor/entropy"]))
+    assert trainer.entropy.controller is not None
+    assert trainer.entropy.controller.value == pytest.approx(rule(expected_coef[-1], lines[-1]["actor/entropy"]))
 
 
 # ---------------------------------------------------------------------------------------------- prompt filtering
@@ -235,13 +235,13 @@ def test_resume_restores_the_controller_and_the_filter(tiny_model_dir: Path, tmp
     first = make_trainer(tiny_model_dir, tmp_path, ["trainer.total_steps=2", *options], rows)
     first.fit()  # the end of epoch 0, checkpointed; nothing retired yet
     assert first.loader.excluded == frozenset()
-    assert first.entropy_ctrl is not None and first.prompt_filter is not None
-    coef_after_2 = first.entropy_ctrl.value
+    assert first.entropy.controller is not None and first.prompt_filter is not None
+    coef_after_2 = first.entropy.controller.value
     assert coef_after_2 == pytest.approx(0.005)  # 0.001 + 2 x 0.002
 
     resumed = make_trainer(tiny_model_dir, tmp_path, ["trainer.total_steps=3", *options], rows)
     assert resumed.step == 2
-    assert resumed.entropy_ctrl is not None and resumed.entropy_ctrl.value == coef_after_2
+    assert resumed.entropy.controller is not None and resumed.entropy.controller.value == coef_after_2
     assert resumed.prompt_filter is not None
     # the epoch's solve counts came back: 2 samples each; solved rows 2/2, the unsolved row 0/2, mixed rows 1/2
     assert resumed.prompt_filter.sampled == dict.fromkeys(range(8), 2)

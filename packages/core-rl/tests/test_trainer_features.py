@@ -19,9 +19,16 @@ from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
 from rlloom.core_rl.data import DataError, generation_request
 from rlloom.core_rl.generation import SamplingParams
 from rlloom.core_rl.metrics import PhaseTimer, best_worst_at_n
+from rlloom.core_rl.phases.token_weights import policy_diagnostics, set_token_weights
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
+
+
+def _step_batch(trainer: Trainer) -> tuple[list[Trajectory], dict[str, float]]:
+    """The trajectories and metrics of the step's rollout phase (generation, rewards, dynamic sampling)."""
+    drawn = trainer._step_batch(PhaseTimer())
+    return drawn.trajectories, drawn.metrics
 
 
 def make_trainer(model_dir: Path, out: Path, overrides: list[str], engine: SamplingEngine | None = None) -> Trainer:
@@ -253,7 +260,7 @@ def test_outcome_reward_sits_on_the_last_sampled_token() -> None:
 def test_soft_overlong_punishment_shapes_training_rewards_only(tiny_model_dir: Path, tmp_path: Path) -> None:
     overrides = ["rollout.max_tokens=8", "algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5"]
     trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
-    trajectories, metrics = trainer._collect_scored(PhaseTimer())
+    trajectories, metrics = _step_batch(trainer)
     task = digit_reward(trajectories)
     lengths = [len(t.response_ids) for t in trajectories]
     assert max(lengths) > 4  # some responses reach into the buffer, so the check below means something
@@ -279,14 +286,14 @@ def test_overlong_metrics_cover_every_dynamic_sampling_round(tiny_model_dir: Pat
         train_data=sum_rows(8),
     )
     drawn: list[Trajectory] = []
-    collect = trainer.collect
+    collect = trainer.rounds.collect
 
     def recording(rows: Any, sampling: Any, prefix: str) -> list[Trajectory]:
         drawn.extend(out := collect(rows, sampling, prefix))
         return out
 
-    trainer.collect = recording
-    _, metrics = trainer._collect_scored(PhaseTimer())
+    trainer.rounds.collect = recording
+    _, metrics = _step_batch(trainer)
     assert metrics["dynamic_sampling/rounds"] == 3 and len(drawn) == 3 * 16
     penalties = [-max(0, len(t.response_ids) - 4) / 4 for t in drawn]  # DAPO eq. 13 by hand, factor 1
     assert len({len(t.response_ids) for t in drawn}) > 1  # lengths differ, so the rounds' means differ
@@ -370,10 +377,10 @@ def test_old_logprobs_are_recomputed_when_something_reads_them_before_the_update
     }
     for name, overrides in cases.items():
         trainer = make_trainer(tiny_model_dir, tmp_path / name.replace(" ", "_"), overrides)
-        batch = TrajectoryBatch.from_trajectories(trainer._collect_scored(PhaseTimer())[0], 0)
+        batch = TrajectoryBatch.from_trajectories(_step_batch(trainer)[0], 0)
         assert not trainer._update_supplies_old_logprobs(batch), name
     trainer = make_trainer(tiny_model_dir, tmp_path / "on_policy", on_policy)
-    batch = TrajectoryBatch.from_trajectories(trainer._collect_scored(PhaseTimer())[0], 0)
+    batch = TrajectoryBatch.from_trajectories(_step_batch(trainer)[0], 0)
     assert trainer._update_supplies_old_logprobs(batch)
 
 
@@ -390,7 +397,8 @@ def test_high_entropy_selection_and_tis_mode_set_the_update_weights(tiny_model_d
     # sequence ratios: exp(0.1 + 0.2 + 0.3) = 1.82 (under the cap), exp(1.0 + 0.0) = 2.72 -> 2
     batch["old_logprobs"] = torch.tensor([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]])
     entropy = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.8, 7.0]])  # 7.0 is padding
-    metrics = trainer._policy_diagnostics(batch, entropy)
+    metrics = policy_diagnostics(batch, entropy, trainer.cfg.algorithm)
+    metrics.update(set_token_weights(batch, entropy, trainer.cfg.algorithm))
     # valid entropies 0.1 0.2 0.5 0.8 0.9: the median 0.5 and above are kept
     ratio = math.exp(0.6)
     torch.testing.assert_close(batch["is_weights"], torch.tensor([[ratio, 0.0, ratio], [0.0, 2.0, 0.0]]))

@@ -11,12 +11,13 @@ abandoned later steps count as the oldest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,17 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block (validation, a probe) without moving the run's RNG streams: a seeded run then trains the same
+    whether or not, and how often, it validates."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
 
 
 def save_checkpoint(

@@ -10,6 +10,7 @@ import torch
 
 from rlloom.core_rl.algorithms import masked_mean
 from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.trajectory import Trajectory
 
 
 class PhaseTimer:
@@ -117,3 +118,27 @@ def best_worst_at_n(rewards: Sequence[float], group_ids: Sequence[str], prefix: 
         f"{prefix}/worst@{n}": sum(min(g) for g in values) / len(values),
         f"{prefix}/std@{n}": sum(stds) / len(stds),
     }
+
+
+def validation_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Validation's reward (overall and per data source, with best/worst/std@n over each prompt's samples), reward
+    components, response length and the rollout's own metrics."""
+    rewards = [t.reward or 0.0 for t in trajectories]
+    out = {"val/reward/mean": float(torch.tensor(rewards).mean())}
+    for source in sorted({t.data_source for t in trajectories}):
+        picked = [t for t in trajectories if t.data_source == source]
+        name = f"val/reward/{source or 'default'}"
+        out[f"{name}/mean"] = sum(t.reward or 0.0 for t in picked) / len(picked)
+        out.update(best_worst_at_n([t.reward or 0.0 for t in picked], [t.group_id for t in picked], name))
+    out.update(component_means([t.reward_components for t in trajectories], prefix="val/"))
+    out["val/response_length/mean"] = sum(len(t.response_ids) for t in trajectories) / len(trajectories)
+    out.update({f"val/rollout/{k}": v for k, v in metric_means([t.metrics for t in trajectories]).items()})
+    return out
+
+
+def mean_advantages(batch: TrajectoryBatch) -> list[float | None]:
+    """Each row's mean advantage over its sampled tokens (None for a row with none), for generation dumps."""
+    mask = batch.loss_mask.float()
+    sampled = mask.sum(-1)
+    means = (batch["advantages"].float() * mask).sum(-1) / sampled.clamp(min=1)
+    return [float(m) if n > 0 else None for m, n in zip(means.tolist(), sampled.tolist(), strict=True)]

@@ -23,6 +23,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.config import DataConfig
+from rlloom.core_rl.data import PromptLoader
 from rlloom.core_rl.generation import GenerationRequest
 from rlloom.core_rl.model_forward import response_logprobs
 from rlloom.core_rl.prompts import render_prompt
@@ -174,3 +176,15 @@ def supervised_train(
     bar.close()
     model.eval()
     return losses
+
+
+def next_ptx_batch(loader: PromptLoader, tokenizer: Any, pad_token_id: int, data: DataConfig) -> TrajectoryBatch:
+    """The next `data.ptx_batch_size` PPO-ptx rows of `loader` as a batch; the loader's position is checkpointed,
+    so a resumed run continues with the rows an uninterrupted one would have drawn."""
+    trajectories = [
+        ptx_trajectory(
+            tokenizer, row, max_length=data.ptx_max_length, chat_template_kwargs=data.apply_chat_template_kwargs
+        )
+        for row in loader.next_batch()
+    ]
+    return TrajectoryBatch.from_trajectories(trajectories, pad_token_id)

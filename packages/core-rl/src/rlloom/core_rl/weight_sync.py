@@ -8,7 +8,7 @@ comes: `RolloutEngine.update_weights` accepts any subset of the weights.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -53,4 +53,28 @@ def sync_weights(actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: in
     return 1
 
 
-__all__ = ["BucketedWeights", "bucket_names", "sync_weights"]
+class EngineWeights:
+    """Which training step's weights the actor and the rollout engine hold, and the sync that brings the engine up
+    to date. They differ off-policy, where the engine may take new weights only between batches: `wait_idle`
+    (set by the off-policy rollouts) waits until no batch is being generated."""
+
+    def __init__(self, actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: int, step: int) -> None:
+        self.actor = actor
+        self.engine = engine
+        self.bucket_bytes = bucket_bytes
+        self.actor_step = self.engine_step = step
+        self.wait_idle: Callable[[], None] = lambda: None
+
+    def sync(self) -> None:
+        """Push the actor's weights now (the engine must be idle)."""
+        sync_weights(self.actor, self.engine, bucket_bytes=self.bucket_bytes)
+        self.engine_step = self.actor_step
+
+    def refresh(self) -> None:
+        """Give the engine the actor's current weights if it lacks them, once no batch is being generated."""
+        self.wait_idle()
+        if self.engine_step != self.actor_step:
+            self.sync()
+
+
+__all__ = ["BucketedWeights", "EngineWeights", "bucket_names", "sync_weights"]

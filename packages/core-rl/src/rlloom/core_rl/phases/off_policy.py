@@ -13,8 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
+from rlloom.core_rl.collection import RewardErrorReport
+from rlloom.core_rl.config import RolloutConfig
+from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.phases.dynamic_sampling import StepBatch
+from rlloom.core_rl.phases.prompt_source import PromptSource
+from rlloom.core_rl.phases.reward_shaping import overlong_metrics
+from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.weight_sync import EngineWeights
 
 
 @dataclass(slots=True)
@@ -65,3 +75,96 @@ class BackgroundRollouts:
         self.drain()
         self._pending = None
         self._executor.shutdown(wait=True)
+
+
+class OffPolicyRollouts:
+    """The trainer's side of one-step off-policy: which batch the step trains on, and which it starts next.
+
+    The engine's weights may change only between batches, so `weights.refresh()` waits for the batch in flight
+    before it syncs; the step whose weights sampled a batch is recorded when it starts, for the policy lag.
+    """
+
+    def __init__(
+        self,
+        prompts: PromptSource,
+        rounds: RoundRunner,
+        rollout: RolloutConfig,
+        reward_errors: RewardErrorReport,
+        weights: EngineWeights,
+    ) -> None:
+        self.prompts = prompts
+        self.rounds = rounds
+        self.rollout = rollout
+        self.reward_errors = reward_errors
+        self.weights = weights
+        self.background = BackgroundRollouts()
+        weights.wait_idle = self.drain
+        # the loader's position before the batch in flight drew its prompts; a checkpoint saves this one, so a
+        # resume generates that batch again instead of skipping its prompts
+        self.loader_state_in_flight: dict[str, Any] | None = None
+
+    def next_batch(
+        self,
+        step: int,
+        *,
+        total_steps: int,
+        sampling: SamplingParams,
+        timer: PhaseTimer,
+    ) -> StepBatch:
+        """Take the batch generated during the previous update (or generate one now, at the first step), give the
+        idle engine the current weights, and start the next step's batch."""
+        if not self.background.pending:
+            self.background.start(self._round_job(step, sampling))
+        with timer("rollout_wait"):
+            done = self.background.take()
+        self.loader_state_in_flight = None
+        self.reward_errors.report(done.errors, step=step)
+        # before the next batch is drawn: its prompts then know this batch's rewards, as on-policy
+        self.prompts.record(step, done.trajectories, done.row_ids, done.prefix)
+        metrics = dict(done.metrics)
+        if done.penalties:
+            metrics.update(overlong_metrics(done.penalties))
+        metrics.update({f"timing/background_{phase}_s": s for phase, s in done.seconds.items()})
+        # updates between the weights that sampled the batch and those it trains from (critic warm-up makes none)
+        metrics["rollout/policy_lag"] = float(self.weights.actor_step - done.weights_step)
+        self.weights.refresh()
+        if step < total_steps:
+            self.background.start(self._round_job(step + 1, sampling))
+        return StepBatch(done.trajectories, metrics)
+
+    def _round_job(self, step: int, sampling: SamplingParams) -> Callable[[], RolloutRound]:
+        """Step `step`'s rollout: its prompts and sampling decided here, on the main thread (the loader's order
+        stays the run's), generated and scored by the returned function on the worker."""
+        metrics: dict[str, float] = {}
+        self.loader_state_in_flight = self.prompts.loader.state_dict()
+        row_ids = self.prompts.next_ids(metrics)
+        rows = self.prompts.rows(row_ids)
+        sampling = sampling.model_copy(update={"max_tokens": self.rollout.max_tokens_at(step)})
+        weights_step = self.weights.engine_step
+        prefix = f"s{step}r1"
+
+        def job() -> RolloutRound:
+            timer = PhaseTimer()
+            scored = self.rounds.run(rows, sampling, prefix, timer)
+            return RolloutRound(
+                scored.trajectories,
+                scored.errors,
+                scored.penalties,
+                timer.seconds,
+                metrics,
+                weights_step,
+                row_ids=row_ids,
+                prefix=prefix,
+            )
+
+        return job
+
+    def loader_state(self) -> dict[str, Any]:
+        """What a checkpoint saves as the loader's position: before the batch in flight, if one is."""
+        return self.loader_state_in_flight or self.prompts.loader.state_dict()
+
+    def drain(self) -> None:
+        self.background.drain()
+
+    def close(self) -> None:
+        self.background.close()

@@ -1,0 +1,107 @@
+"""A step's scored batch on-policy: one rollout round, or with DAPO's dynamic sampling (Yu et al. 2025) as many
+rounds as it takes to fill the batch with groups whose rewards differ (EasyR1: whose mean lies in a band)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rlloom.core_rl.algorithms import filter_groups_by_mean, filter_zero_variance_groups
+from rlloom.core_rl.collection import RewardErrorReport
+from rlloom.core_rl.config import AlgorithmConfig, ConfigError
+from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.phases.prompt_source import PromptSource
+from rlloom.core_rl.phases.reward_shaping import OVERLONG_COMPONENT, overlong_metrics
+from rlloom.core_rl.phases.rollout_round import RoundRunner
+from rlloom.core_rl.trajectory import Trajectory
+
+
+@dataclass(slots=True)
+class StepBatch:
+    """The trajectories a step trains on and the metrics of how they were drawn."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def skipped_update(self) -> bool:
+        return bool(self.metrics.get("dynamic_sampling/skipped_update"))
+
+
+def collect_step_batch(
+    prompts: PromptSource,
+    rounds: RoundRunner,
+    algorithm: AlgorithmConfig,
+    *,
+    step: int,
+    sampling: SamplingParams,
+    batch_size: int,
+    reward_errors: RewardErrorReport,
+    timer: PhaseTimer,
+) -> StepBatch:
+    """Rollout + reward; with dynamic sampling, more rounds until `batch_size` groups are useful or
+    `algorithm.max_sampling_rounds` is reached. No useful group at all: the step skips its update."""
+    kept: list[Trajectory] = []
+    groups: list[str] = []
+    metrics: dict[str, float] = {}
+    errors: list[str | None] = []
+    penalties: list[float] = []  # every round's, so the overlong metrics describe the whole step's sampling
+    seen_groups = 0
+    for round_index in range(1, algorithm.max_sampling_rounds + 1):
+        prefix = f"s{step}r{round_index}"
+        row_ids = prompts.next_ids(metrics)
+        rows = prompts.rows(row_ids)
+        scored = rounds.run(rows, sampling, prefix, timer)
+        errors += scored.errors
+        if algorithm.overlong_buffer:
+            penalties += scored.penalties
+            metrics.update(overlong_metrics(penalties))
+        prompts.record(step, scored.trajectories, row_ids, prefix)
+        if not algorithm.dynamic_sampling:
+            reward_errors.report(errors, step=step)
+            return StepBatch(scored.trajectories, metrics)
+        scores = torch.tensor([filter_score(t, algorithm.filter_key) for t in scored.trajectories], dtype=torch.float32)
+        group_ids = [t.group_id for t in scored.trajectories]
+        if algorithm.filter_band is not None:
+            low, high = algorithm.filter_band
+            keep = filter_groups_by_mean(scores, group_ids, low=low, high=high).tolist()
+        else:
+            keep = filter_zero_variance_groups(scores, group_ids).tolist()
+        seen_groups += len(rows)
+        for traj, ok in zip(scored.trajectories, keep, strict=True):
+            if ok:
+                if traj.group_id not in groups:
+                    groups.append(traj.group_id)
+                kept.append(traj)
+        if len(groups) >= batch_size:
+            break
+    reward_errors.report(errors, step=step)
+    metrics["dynamic_sampling/rounds"] = float(round_index)
+    metrics["dynamic_sampling/kept_group_frac"] = len(groups) / max(seen_groups, 1)
+    if not kept:
+        # No group had signal: DAPO trains on none of them. An update on all-zero advantages would still move the
+        # weights (AdamW's momentum and weight decay) and cost a full forward/backward, so the step only logs its
+        # rollouts.
+        metrics["dynamic_sampling/skipped_update"] = 1.0
+        return StepBatch(scored.trajectories, metrics)
+    wanted = set(groups[:batch_size])
+    return StepBatch([t for t in kept if t.group_id in wanted], metrics)
+
+
+def filter_score(traj: Trajectory, filter_key: str | None) -> float:
+    """What dynamic sampling judges a sample by: the `filter_key` reward component, else the task score (the
+    reward without the overlong penalty, as DAPO filters on accuracy: a length penalty alone is no signal). A
+    sample whose scoring failed counts as 0."""
+    if filter_key is None:
+        return (traj.reward or 0.0) - traj.reward_components.get(OVERLONG_COMPONENT, 0.0)
+    if filter_key in traj.reward_components:
+        return float(traj.reward_components[filter_key])
+    if traj.reward_error is not None:
+        return 0.0
+    raise ConfigError(
+        f"algorithm.filter_key: {filter_key!r} is not among the reward components of a sample "
+        f"({', '.join(sorted(traj.reward_components)) or 'none'}); name one of them, or set "
+        "algorithm.filter_key=null to filter on the reward"
+    )
