@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlloom.retrieval.index import IndexRetriever, build_index, load_index
-from rlloom.retrieval.server import ServerLimits, create_app
+from rlloom.retrieval.server import ServerLimits, create_app, uvicorn_options
 from rlloom.retrieval.types import Retriever
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in these tests may reach a model hub
@@ -59,7 +59,9 @@ class LiveServer:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(retriever, limits, {"backend": "test"}), port=self.port, log_level="error")
+        limits = limits or ServerLimits()
+        app = create_app(retriever, limits, {"backend": "test"})
+        config = uvicorn.Config(app, port=self.port, log_level="error", **uvicorn_options(limits))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

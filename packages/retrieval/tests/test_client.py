@@ -148,3 +148,59 @@ def test_retry_after_stretches_the_pause_before_the_next_try() -> None:
     assert _pause(httpx.Response(503, headers={"Retry-After": "inf"}), 0, 0.1) == 60.0
     assert _pause(httpx.Response(503, headers={"Retry-After": "86400"}), 0, 0.1) == 60.0
     assert 0.05 <= _pause(httpx.Response(503, headers={"Retry-After": "nan"}), 0, 0.1) <= 0.15
+
+
+def _lucene_style(contents: str, score: float) -> dict[str, Any]:
+    """An item as Search-R1's BM25 server returns it (retrieval_server.py, BM25Retriever._search with stored
+    docs): `title`, `text` and `contents`, no `id`."""
+    title = contents.split("\n", maxsplit=1)[0].strip('"')
+    return {
+        "document": {"title": title, "text": "\n".join(contents.split("\n")[1:]), "contents": contents},
+        "score": score,
+    }
+
+
+def test_search_r1_documents_without_an_id_are_read() -> None:
+    """Search-R1's Lucene server sends no `id`; that used to be a RetrievalError, shown to the model as a failed
+    search while training went on."""
+    first, second = '"Iliad"\nAn epic poem by Homer.', '"Odyssey"\nThe sequel.\nIn 24 books.'
+    body = {"result": [[_lucene_style(first, 9.5), _lucene_style(second, 7.25)], []]}
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=body)
+
+    with RetrievalClient("http://search-r1.local", api="search-r1") as client:
+        client._http = httpx.Client(base_url="http://search-r1.local", transport=httpx.MockTransport(answer))
+        hits, empty = client.search(["who wrote the iliad", "nothing"], 2)
+    assert seen == [{"queries": ["who wrote the iliad", "nothing"], "topk": 2, "return_scores": True}]
+    assert empty == []
+    assert [(h.title, h.text, h.score) for h in hits] == [
+        ("Iliad", "An epic poem by Homer.", 9.5),
+        ("Odyssey", "The sequel.\nIn 24 books.", 7.25),
+    ]
+    assert [h.contents for h in hits] == [first, second]  # the agent shows the model exactly Search-R1's text
+    ids = [h.doc_id for h in hits]
+    assert ids[0] != ids[1] and all(i.startswith("contents:") for i in ids)
+    assert [h.doc_id for h in _search_r1_once(body)] == ids  # stable: the same passage gets the same id on every call
+
+
+def _search_r1_once(body: dict[str, Any]) -> list[Hit]:
+    from rlloom.retrieval.client import _results
+
+    request = httpx.Request("POST", "http://search-r1.local/retrieve")
+    return _results("search-r1", httpx.Response(200, json=body, request=request), 2)[0]
+
+
+def test_search_r1_documents_with_title_and_text_only_are_read() -> None:
+    from rlloom.retrieval.client import _results
+
+    request = httpx.Request("POST", "http://search-r1.local/retrieve")
+    body = {"result": [[{"title": "Iliad", "text": "An epic poem."}, {"id": "7", "contents": "plain text"}]]}
+    [hits] = _results("search-r1", httpx.Response(200, json=body, request=request), 1)
+    assert [(h.title, h.text, h.contents) for h in hits] == [
+        ("Iliad", "An epic poem.", '"Iliad"\nAn epic poem.'),
+        (None, "plain text", "plain text"),
+    ]
+    assert hits[1].doc_id == "7"

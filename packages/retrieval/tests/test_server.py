@@ -51,10 +51,11 @@ def test_native_search_and_health(live_server: Any, hotpot_bm25: IndexRetriever,
     ("path", "payload", "field"),
     [
         ("/retrieve", {"queries": ["q"] * 9, "topk": 3}, "queries"),
-        ("/retrieve", {"queries": [], "topk": 3}, "queries"),
         ("/retrieve", {"queries": ["q"], "topk": 21}, "topk"),
-        ("/retrieve", {"queries": ["q"], "topk": 0}, "topk"),
+        ("/retrieve", {"queries": ["q"], "topk": -1}, "topk"),
+        ("/retrieve", {"queries": ["q"], "topk": 2.5}, "topk"),
         ("/search", {"queries": ["q"], "k": -1}, "k"),
+        ("/search", {"queries": ["q"], "k": 0}, "k"),
         ("/search", {"queries": ["q", "x" * 201], "k": 3}, "queries.1"),
         ("/retrieve", {"queries": ["q", 7], "topk": 3}, "queries.1"),
         ("/retrieve", {"topk": 3}, "queries"),
@@ -73,22 +74,59 @@ def test_bad_requests_get_422_naming_the_field(live_server: Any, path: str, payl
 @pytest.mark.parametrize(
     ("path", "payload", "loc", "msg"),
     [
-        ("/retrieve", {"queries": ["q"], "tpok": 3}, "tpok", "unknown field 'tpok'; the body takes queries, topk"),
+        ("/search", {"queries": ["q"], "kk": 3}, "kk", "unknown field 'kk'; the body takes queries, k"),
         ("/search", {"queries": ["q"], "topk": 2}, "topk", "unknown field 'topk'; this route calls it 'k'"),
-        ("/retrieve", {"queries": ["q"], "k": 2}, "k", "unknown field 'k'; this route calls it 'topk'"),
-        ("/retrieve", {"queries": ["q"], "topk": True}, "topk", "valid integer"),
         ("/search", {"queries": ["q"], "k": True}, "k", "valid integer"),
-        ("/retrieve", {"queries": ["q"], "topk": "3"}, "topk", "valid integer"),
-        ("/retrieve", {"queries": ["q"], "return_scores": "yes"}, "return_scores", "valid boolean"),
+        ("/search", {"queries": ["q"], "k": "3"}, "k", "valid integer"),
     ],
 )
-def test_unknown_fields_and_non_integers_are_refused(
+def test_native_search_refuses_unknown_fields_and_non_integers(
     live_server: Any, path: str, payload: dict, loc: str, msg: str
 ) -> None:
     response = httpx.post(f"{live_server.url}{path}", json=payload)
     assert response.status_code == 422
     (detail,) = response.json()["detail"]
     assert detail["loc"] == ["body", loc] and msg in detail["msg"]
+
+
+def _top_ids(hotpot_bm25: IndexRetriever, query: str, k: int) -> list[str]:
+    return [h.doc_id for h in hotpot_bm25.search([query], k)[0]]
+
+
+@pytest.mark.parametrize(
+    ("extra", "k"),
+    [
+        ({"topk": None}, 3),
+        ({"topk": 0}, 3),  # Search-R1: `if not request.topk: request.topk = config.retrieval_topk`
+        ({}, 3),
+        ({"topk": "2"}, 2),  # pydantic's lax int, as Search-R1's plain model reads it
+        ({"topk": 2.0}, 2),
+        ({"topk": 5, "tpok": 1, "session": "abc"}, 5),  # unknown fields are ignored there
+        ({"topk": 4, "return_scores": "true"}, 4),
+    ],
+)
+def test_retrieve_reads_bodies_as_search_r1_does(
+    live_server: Any, hotpot_bm25: IndexRetriever, hotpot: Path, extra: dict[str, Any], k: int
+) -> None:
+    query = _queries(hotpot)[1]
+    response = httpx.post(f"{live_server.url}/retrieve", json={"queries": [query], **extra})
+    assert response.status_code == 200, response.text
+    [hits] = response.json()["result"]
+    ids = [h["document"]["id"] if "document" in h else h["id"] for h in hits]
+    assert ids == _top_ids(hotpot_bm25, query, k) and len(ids) == k
+    assert ("document" in hits[0]) == (extra.get("return_scores") == "true")
+
+
+def test_an_empty_batch_answers_an_empty_result(live_server: Any) -> None:
+    """Search-R1's trainer posts `{"queries": []}` on turns where no conversation searched, then reads
+    `["result"]` (search_r1/llm_agent/generation.py: batch_search), so the empty batch is an answer, not a 422."""
+    before = httpx.get(f"{live_server.url}/stats").json()
+    retrieve = httpx.post(f"{live_server.url}/retrieve", json={"queries": [], "topk": 3, "return_scores": True})
+    assert (retrieve.status_code, retrieve.json()) == (200, {"result": []})
+    search = httpx.post(f"{live_server.url}/search", json={"queries": [], "k": 3})
+    assert (search.status_code, search.json()) == (200, {"results": []})
+    stats = httpx.get(f"{live_server.url}/stats").json()
+    assert stats["batches"] == before["batches"]  # nothing reached the backend
 
 
 def test_too_long_query_loc_has_the_shape_of_a_type_error(live_server: Any) -> None:
@@ -205,6 +243,30 @@ def test_openapi_still_documents_the_query_bodies(live_server: Any) -> None:
     search = spec["paths"]["/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(retrieve["properties"]) == {"queries", "topk", "return_scores"}
     assert set(search["properties"]) == {"queries", "k"}
+
+
+def _schema(spec: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    ref = response["content"]["application/json"]["schema"]["$ref"]
+    return dict(spec["components"]["schemas"][ref.rsplit("/", 1)[-1]])
+
+
+def test_openapi_documents_the_422_and_the_other_errors(live_server: Any) -> None:
+    """The routes parse their own bodies, so FastAPI does not add the 422 by itself: it must be declared, in the
+    shape the server really sends."""
+    from rlloom.retrieval.wire import ValidationErrorBody
+
+    spec = httpx.get(f"{live_server.url}/openapi.json").json()
+    for path in ("/retrieve", "/search"):
+        responses = spec["paths"][path]["post"]["responses"]
+        assert {"200", "408", "413", "422", "500", "503"} <= set(responses)
+        invalid = _schema(spec, responses["422"])
+        assert set(invalid["properties"]) == {"detail"}
+        item = spec["components"]["schemas"][invalid["properties"]["detail"]["items"]["$ref"].rsplit("/", 1)[-1]]
+        assert set(item["properties"]) == {"loc", "msg", "type"}
+        assert set(_schema(spec, responses["413"])["properties"]) == {"detail"}
+    assert "result" in _schema(spec, spec["paths"]["/retrieve"]["post"]["responses"]["200"])["properties"]
+    real = httpx.post(f"{live_server.url}/search", json={"queries": ["q"], "k": 0}).json()
+    ValidationErrorBody.model_validate(real)  # what is documented is what comes back
 
 
 def _children(pid: int) -> set[int]:

@@ -110,8 +110,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="ServerLimits field, repeatable: max_queries (512), max_topk (100), max_query_chars (4096), "
         "default_topk (3), max_body_bytes (room for max_queries x max_query_chars), batch_window_ms (1.0), "
-        "max_batch_queries (1024), max_pending_queries (8192), "
-        "freeze_gc (true) (default: none)",
+        "max_batch_queries (1024), max_pending_queries (8192), body_timeout_s (30), idle_timeout_s (5), "
+        "max_connections (half the open-file limit), freeze_gc (true) (default: none)",
     )
     serve.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help=QUERY_OPT_HELP)
 

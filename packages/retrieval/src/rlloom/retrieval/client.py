@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import random
 import time
@@ -33,18 +34,29 @@ def _request(api: Api, queries: list[str], k: int) -> tuple[str, dict[str, Any]]
     return "/retrieve", {"queries": queries, "topk": k, "return_scores": True}
 
 
+def _search_r1_hit(item: dict[str, Any]) -> Hit:
+    """One Search-R1 result item: `{document, score}` or a bare document.
+
+    Its dense server returns corpus rows (`id`, `contents`); its Lucene (BM25) server returns `title`, `text` and
+    `contents` but no `id`. A document without one gets `contents:<sha1 of its contents>`, stable across calls
+    (so repeated passages stay recognisable) and never mistaken for a corpus id.
+    """
+    doc = item.get("document", item)
+    contents = doc.get("contents")
+    if contents is None:  # title and text only
+        contents = f'"{doc["title"]}"\n{doc["text"]}' if doc.get("title") is not None else doc["text"]
+    title, text = split_contents(str(contents))
+    doc_id = doc.get("id")
+    if doc_id is None:
+        doc_id = "contents:" + hashlib.sha1(str(contents).encode(), usedforsecurity=False).hexdigest()[:16]
+    return Hit(doc_id=str(doc_id), score=float(item.get("score", 0.0)), text=text, title=title)
+
+
 def _parse(api: Api, body: Any, n_queries: int) -> list[list[Hit]]:
     if api == "native":
         results = [[Hit.model_validate(h) for h in hits] for hits in body["results"]]
     else:
-        results = []
-        for hits in body["result"]:
-            parsed = []
-            for item in hits:
-                doc = item.get("document", item)
-                title, text = split_contents(doc["contents"])
-                parsed.append(Hit(doc_id=str(doc["id"]), score=float(item.get("score", 0.0)), text=text, title=title))
-            results.append(parsed)
+        results = [[_search_r1_hit(item) for item in hits] for hits in body["result"]]
     if len(results) != n_queries:
         raise RetrievalError(f"server answered {len(results)} result lists for {n_queries} queries")
     return results

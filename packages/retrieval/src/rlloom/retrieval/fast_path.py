@@ -5,29 +5,48 @@ wrappers, exit stacks, dependency solving, routing) cost as much as the search i
 inside Starlette's ServerErrorMiddleware, so an unexpected exception answers 500 and the server lives on; every
 other route (health, stats, docs) goes through FastAPI unchanged, and the same handlers back the FastAPI routes, so
 /docs describes exactly what the shortcut serves. A body larger than `max_body_bytes` is answered 413 as soon as its
-declared length or the bytes received pass the limit: it is never buffered whole.
+declared length or the bytes received pass the limit: it is never buffered whole. A body still incomplete
+`body_timeout_s` after the request head is answered 408 with `Connection: close`, so a stalled client does not
+hold its socket and its buffered bytes for good.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 QueryHandler = Callable[[bytes], Awaitable[Response]]
-TooLargeResponse = Callable[[], Response]
+ErrorResponse = Callable[[], Response]
+
+
+class _DisconnectedError(Exception):
+    """The client left before sending its whole body: nobody to answer."""
+
+
+class _TooLargeError(Exception):
+    """More bytes arrived than `max_body_bytes`."""
 
 
 class QueryFastPath:
     """ASGI middleware: answer `routes` (POST only) directly from the raw body; pass everything else on."""
 
     def __init__(
-        self, app: ASGIApp, routes: Mapping[str, QueryHandler], max_body_bytes: int, too_large: TooLargeResponse
+        self,
+        app: ASGIApp,
+        *,
+        routes: Mapping[str, QueryHandler],
+        max_body_bytes: int,
+        too_large: ErrorResponse,
+        body_timeout_s: float,
+        timed_out: ErrorResponse,
     ) -> None:
         self.app = app
         self.routes = dict(routes)
         self.max_body_bytes, self.too_large = max_body_bytes, too_large
+        self.body_timeout_s, self.timed_out = body_timeout_s, timed_out
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -38,18 +57,30 @@ class QueryFastPath:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self.too_large()(scope, receive, send)
             return
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read_body(receive)
+        except _DisconnectedError:
+            return
+        except _TooLargeError:  # chunked upload with no declared length: stop reading here
+            await self.too_large()(scope, receive, send)
+            return
+        except TimeoutError:
+            await self.timed_out()(scope, receive, send)
+            return
+        response = await handler(body)
+        await response(scope, receive, send)
+
+    async def _read_body(self, receive: Receive) -> bytes:
         chunks, size = [], 0
         while True:
             message = await receive()
-            if message["type"] == "http.disconnect":  # the client left before sending its body: nobody to answer
-                return
+            if message["type"] == "http.disconnect":
+                raise _DisconnectedError
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:  # chunked upload with no declared length: stop reading here
-                await self.too_large()(scope, receive, send)
-                return
+            if size > self.max_body_bytes:
+                raise _TooLargeError
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        response = await handler(b"".join(chunks))
-        await response(scope, receive, send)
+                return b"".join(chunks)

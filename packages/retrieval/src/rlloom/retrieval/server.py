@@ -2,7 +2,9 @@
 
 Requests from all clients go through one `MicroBatcher`, so 32 agents asking one query each cost about one
 backend call, not 32. Limits (queries per request, topk, query length) answer 422 naming the field; a full queue
-answers 503 at once; any backend error answers 500 for that request only.
+answers 503 at once; any backend error answers 500 for that request only. A body that stalls gets 408 and its
+connection closed; idle connections are closed and open ones capped (`uvicorn_options`), so slow or stuck
+clients cannot use up the process's file descriptors.
 """
 
 from __future__ import annotations
@@ -24,8 +26,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import to_json
 
 from rlloom.retrieval.batching import MicroBatcher, OverloadedError
+from rlloom.retrieval.connections import GuardedHttpToolsProtocol, default_max_connections
 from rlloom.retrieval.fast_path import QueryFastPath
 from rlloom.retrieval.types import Hit, Retriever
+from rlloom.retrieval.wire import (
+    RENAMED,
+    RetrieveRequest,
+    RetrieveResponse,
+    SearchRequest,
+    SearchResponse,
+    route_docs,
+)
+
+__all__ = ["RetrieveRequest", "SearchRequest", "ServerLimits", "app_for_index", "create_app", "serve"]
 
 
 class ServerLimits(BaseModel):
@@ -48,6 +61,24 @@ class ServerLimits(BaseModel):
     batch_window_ms: float = Field(default=1.0, ge=0, description="How long the batcher waits to gather more queries.")
     max_batch_queries: int = Field(default=1024, gt=0, description="Queries per backend call.")
     max_pending_queries: int = Field(default=8192, gt=0, description="Queued queries beyond which requests get 503.")
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a request body may take to arrive in full; a slower one gets 408 and its connection "
+        "is closed.",
+    )
+    idle_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a connection may wait for a complete request head, after opening or after its last "
+        "response, before it is closed (uvicorn's timeout_keep_alive, also applied before the first request).",
+    )
+    max_connections: int | None = Field(
+        default=None,
+        gt=1,
+        description="Open connections (and requests in flight) beyond which new requests get 503 and are closed; "
+        "default: half the process's open-file limit.",
+    )
     freeze_gc: bool = Field(
         default=True,
         description="Exempt objects alive at startup from full GC passes (tens-of-ms stalls under load); turn off "
@@ -58,29 +89,18 @@ class ServerLimits(BaseModel):
         """`max_body_bytes`, or room for the largest request the other limits allow."""
         return self.max_body_bytes or self.max_queries * self.max_query_chars * 6 + 65_536
 
-
-class RetrieveRequest(BaseModel):
-    """Search-R1's request body (Search-R1's own client sends exactly these three fields)."""
-
-    # strict: `topk: true` or `"3"` is a client bug, not 1 or 3; unknown fields (a typo like `tpok`) are refused
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    queries: list[str]
-    topk: int | None = None
-    return_scores: bool = False
+    def connection_limit(self) -> int:
+        """`max_connections`, or half the open-file limit of this process."""
+        return self.max_connections or default_max_connections()
 
 
-class SearchRequest(BaseModel):
-    """The native request body."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    queries: list[str]
-    k: int = 10
-
-
-# the other route's name for the same field, so a mixed-up request is told which name this route uses
-_RENAMED = {RetrieveRequest: {"k": "topk"}, SearchRequest: {"topk": "k"}}
+def uvicorn_options(limits: ServerLimits) -> dict[str, Any]:
+    """The uvicorn settings that enforce `limits` on connections: pass them to `uvicorn.run` or `uvicorn.Config`."""
+    return {
+        "http": GuardedHttpToolsProtocol,
+        "timeout_keep_alive": limits.idle_timeout_s,  # uvicorn annotates int; call_later takes any float
+        "limit_concurrency": limits.connection_limit(),
+    }
 
 
 class LatencyWindow:
@@ -111,8 +131,6 @@ def _invalid(loc: tuple[str | int, ...], message: str) -> Response:
 
 
 def _check(queries: list[str], k: int, k_field: str, limits: ServerLimits) -> Response | None:
-    if not queries:
-        return _invalid(("queries",), "must hold at least one query")
     if len(queries) > limits.max_queries:
         return _invalid(("queries",), f"{len(queries)} queries exceed the limit of {limits.max_queries} per request")
     if k < 1 or k > limits.max_topk:
@@ -134,7 +152,7 @@ def _schema_error(err: ValidationError, model: type[BaseModel]) -> Response:
         msg = e.get("msg", "")
         if e.get("type") == "extra_forbidden":
             name = str(e["loc"][-1])
-            renamed = _RENAMED[model].get(name)
+            renamed = RENAMED.get(model, {}).get(name)
             msg = f"unknown field {name!r}; " + (
                 f"this route calls it {renamed!r}" if renamed else f"the body takes {', '.join(model.model_fields)}"
             )
@@ -184,7 +202,15 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         max_pending_queries=limits.max_pending_queries,
     )
     latency = LatencyWindow()
-    counters = {"requests": 0, "queries": 0, "rejected_503": 0, "invalid_422": 0, "too_large_413": 0, "errors_500": 0}
+    counters = {
+        "requests": 0,
+        "queries": 0,
+        "rejected_503": 0,
+        "invalid_422": 0,
+        "too_large_413": 0,
+        "timed_out_408": 0,
+        "errors_500": 0,
+    }
     started = time.time()
 
     @asynccontextmanager
@@ -204,6 +230,9 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         if invalid is not None:
             counters["invalid_422"] += 1
             return invalid
+        if not queries:  # Search-R1's trainer asks on turns where no conversation searched
+            counters["requests"] += 1
+            return []
         t0 = time.perf_counter()
         try:
             results = await batcher.submit(queries, k)
@@ -224,7 +253,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         except ValidationError as err:
             counters["invalid_422"] += 1
             return _schema_error(err, RetrieveRequest)
-        k = body.topk if body.topk is not None else limits.default_topk
+        k = body.topk or limits.default_topk  # Search-R1's server: `if not request.topk`, so 0 is the default too
         results = await run(body.queries, k, "topk")
         return results if isinstance(results, Response) else _json(_search_r1_body(results, body.return_scores))
 
@@ -237,12 +266,12 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         results = await run(body.queries, body.k, "k")
         return results if isinstance(results, Response) else _json(_native_body(results))
 
-    @app.post("/retrieve", openapi_extra=_body_schema(RetrieveRequest))
+    @app.post("/retrieve", **route_docs(RetrieveRequest, RetrieveResponse))
     async def retrieve(request: Request) -> Response:
         """Search-R1's endpoint; body `RetrieveRequest`, response `{"result": ...}`."""
         return await answer_retrieve(await request.body())
 
-    @app.post("/search", openapi_extra=_body_schema(SearchRequest))
+    @app.post("/search", **route_docs(SearchRequest, SearchResponse))
     async def search(request: Request) -> Response:
         """The native endpoint; body `SearchRequest`, response `{"results": [[Hit...]...]}`."""
         return await answer_search(await request.body())
@@ -257,11 +286,21 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         )
         return _json({"detail": detail}, 413)
 
+    def timed_out() -> Response:
+        counters["timed_out_408"] += 1
+        detail = (
+            f"the request body did not arrive within {limits.body_timeout_s:g} s; send it at once, or start the "
+            "server with a larger body_timeout_s"
+        )
+        return _json({"detail": detail}, 408, {"Connection": "close"})
+
     app.add_middleware(
         QueryFastPath,
         routes={"/retrieve": answer_retrieve, "/search": answer_search},
         max_body_bytes=body_limit,
         too_large=too_large,
+        body_timeout_s=limits.body_timeout_s,
+        timed_out=timed_out,
     )
 
     @app.get("/health")
@@ -284,11 +323,6 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         }
 
     return app
-
-
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI request-body entry for a route that parses its body itself, so /docs still shows the schema."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 _ENV_INDEX = "RLLOOM_RETRIEVAL_INDEX"
@@ -363,7 +397,7 @@ def serve(
     if workers == 1:
         app = app_for_index(index, limits, **overrides)
         print(announce, flush=True)
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_options(limits))
         return
     os.environ[_ENV_INDEX] = str(Path(index).resolve())
     os.environ[_ENV_LIMITS] = limits.model_dump_json()
@@ -376,4 +410,5 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        **uvicorn_options(limits),
     )
