@@ -88,8 +88,26 @@ def extract_boxed(text: str) -> str | None:
     return ", ".join(a.strip() for a in answers)
 
 
+_FINAL_MARKER_RE = re.compile(r"final\s+answer\s*(?:is|:)", re.IGNORECASE)
+
+
+def _final_statement_after_box(text: str) -> str | None:
+    """ "... \\boxed{255} ... Final Answer: The final answer is $10,455$.": a final-answer statement with a number
+    or formula written after the last box supersedes it (that box held an intermediate result)."""
+    boxes = _boxes(text)
+    after = text[boxes[-1][2] :] if boxes else ""
+    if not _FINAL_MARKER_RE.search(after):
+        return None
+    span = _extract_answer_is(after)
+    return span if span and re.search(r"[\d\\]", span) else None
+
+
 def _strip_math_delimiters(span: str) -> str:
     span = span.strip()
+    for quote in ('\\"', '"', "“"):  # a quoted answer: "\\"$12$ and $13$\\""
+        closing = "”" if quote == "“" else quote
+        if span.startswith(quote) and span.endswith(closing) and len(span) >= len(quote) + len(closing):
+            span = span[len(quote) : len(span) - len(closing)].strip()
     for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         if span.startswith(left) and span.endswith(right) and len(span) >= len(left) + len(right):
             span = span[len(left) : len(span) - len(right)].strip()
@@ -126,6 +144,8 @@ def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES
         found: str | None = None
         if mode == "boxed":
             found = extract_boxed(tail)
+            if found is not None:
+                found = _final_statement_after_box(tail) or found
         elif mode == "answer_tag":
             tags = _ANSWER_TAG_RE.findall(tail)
             if tags:

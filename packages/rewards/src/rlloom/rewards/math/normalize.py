@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rlloom.rewards.math.structure import split_top_level
+
 # Unit words dropped after a number ("10 cm", "5 \\text{ dollars}"). Longer words first so "meters" beats "m".
 _UNIT_WORDS_TEXT = """
     units unit degrees degree dollars dollar cents cent euros euro pounds pound yuan usd
@@ -175,7 +177,7 @@ def reduce_chain(text: str) -> str:
     """`x=5+5+1=\\frac{1}{3}\\approx 0.3` -> `x=\\frac{1}{3}`: a chain of equalities states its last side."""
     if "\\approx" in text and "=" in text:
         text = text.split("\\approx", 1)[0]
-    parts = text.split("=")
+    parts = split_top_level(text, "=")  # `\\sum_{k=0}` holds an `=` that is no relation
     if len(parts) <= 2 or re.search(r"[<>,]|\\[lg]eq|\\ne", text):  # "a=1,b=2" is a list, not a chain
         return text
     return f"{parts[0]}={parts[-1]}" if _is_label(parts[0]) else parts[-1]
@@ -183,9 +185,10 @@ def reduce_chain(text: str) -> str:
 
 def strip_assignment(text: str) -> str:
     """`x=3` -> `3` (and `f(x)=`, `a_1=`, `(p,q)=`, `AB=`, `1+1=`); used only when the other answer has no `=`."""
-    if text.count("=") != 1 or re.search(r"[<>]|\\[lg]eq|\\ne", text):
+    sides = split_top_level(text, "=")
+    if len(sides) != 2 or re.search(r"[<>]|\\[lg]eq|\\ne", text):
         return text
-    lhs, rhs = text.split("=")
+    lhs, rhs = sides
     if _is_label(lhs) or (_is_constant(lhs) and _is_constant(rhs)):  # "7=11a+c" is an equation, not a value
         return rhs
     return _ASSIGN_RE.sub("", text, count=1)
