@@ -74,8 +74,8 @@ def _boxes(text: str) -> list[tuple[str, int, int]]:
     return found
 
 
-def extract_boxed(text: str) -> str | None:
-    """The last boxed answer; boxes close before it with no correction between are joined into one list answer."""
+def _last_boxed(text: str) -> tuple[str, int] | None:
+    """The last boxed answer (close boxes joined, see `extract_boxed`) and where the last box ends."""
     boxes = _boxes(text)
     if not boxes:
         return None
@@ -85,20 +85,24 @@ def extract_boxed(text: str) -> str | None:
         if len(gap) > MAX_JOIN_GAP or _CORRECTION_RE.search(gap):
             break
         answers.insert(0, boxes[k - 1][0])
-    return ", ".join(a.strip() for a in answers)
+    return ", ".join(a.strip() for a in answers), boxes[-1][2]
+
+
+def extract_boxed(text: str) -> str | None:
+    """The last boxed answer; boxes close before it with no correction between are joined into one list answer."""
+    found = _last_boxed(text)
+    return found[0] if found else None
 
 
 _FINAL_MARKER_RE = re.compile(r"final\s+answer\s*(?:is|:)", re.IGNORECASE)
 
 
-def _final_statement_after_box(text: str) -> str | None:
+def _final_statement_after(text: str) -> str | None:
     """ "... \\boxed{255} ... Final Answer: The final answer is $10,455$.": a final-answer statement with a number
     or formula written after the last box supersedes it (that box held an intermediate result)."""
-    boxes = _boxes(text)
-    after = text[boxes[-1][2] :] if boxes else ""
-    if not _FINAL_MARKER_RE.search(after):
+    if not _FINAL_MARKER_RE.search(text):
         return None
-    span = _extract_answer_is(after)
+    span = _extract_answer_is(text)
     return span if span and re.search(r"[\d\\]", span) else None
 
 
@@ -143,9 +147,9 @@ def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES
     for mode in modes:
         found: str | None = None
         if mode == "boxed":
-            found = extract_boxed(tail)
-            if found is not None:
-                found = _final_statement_after_box(tail) or found
+            boxed = _last_boxed(tail)
+            if boxed is not None:
+                found = _final_statement_after(tail[boxed[1] :]) or boxed[0]
         elif mode == "answer_tag":
             tags = _ANSWER_TAG_RE.findall(tail)
             if tags:
