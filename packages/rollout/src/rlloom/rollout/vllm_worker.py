@@ -1,9 +1,18 @@
-"""Mixed into each vLLM GPU worker (through `worker_extension_cls`) so the engine can push weights over RPC.
+"""Worker-side half of `VLLMEngine`'s weight sync, mixed into every vLLM worker through `worker_extension_cls`.
 
-vLLM imports this class by name inside every worker process and adds its methods to the worker, so `self`
-here is the worker and `self.model_runner.model` its model. `load_weights` is vLLM's own loader: it maps HF
-parameter names onto its fused and tensor-parallel-sharded layout. Unverified on this project's machines
-(see `vllm_engine.py`).
+vLLM imports this class by name inside each worker process (the engine core runs in its own process by
+default) and adds its methods to the worker, so `self` is the worker and `self.model_runner.model` its model.
+
+Why bytes: `collective_rpc` arguments cross a process boundary as msgpack, which carries `bytes` but not
+tensors, so a bucket travels as one in-memory safetensors blob (no pickle, no disk) and is decoded here.
+
+Why layerwise reload: after loading, vLLM turns checkpoint tensors into kernel layouts (fused QKV and
+gate/up projections; on CPU the linear weights are also repacked and lose their `weight_loader`), so calling
+`model.load_weights` on a live model fails or writes into the wrong layout. vLLM's own reload path
+(`initialize_layerwise_reload` ... `finalize_layerwise_reload`, the one its checkpoint-format weight-transfer
+engines use) puts each layer back into checkpoint form, buffers the layer's incoming tensors until all of them
+have arrived, then re-runs the layer's processing and copies the result into the original storage. A session
+may therefore span many RPCs (one per bucket); a layer none of whose weights arrive keeps its old values.
 """
 
 from __future__ import annotations
@@ -12,17 +21,83 @@ from typing import Any
 
 import torch
 
+# A layer that received only part of its weights would be processed with uninitialised elements; vocabulary
+# layers are the exception (their padded rows are never loaded and never read).
+_PADDED_LAYER_TYPES = ("VocabParallelEmbedding", "ParallelLMHead")
+
+
+def decode_bucket(payload: bytes) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of one bucket encoded by `vllm_weights.encode_bucket`, in their sent order."""
+    from safetensors.torch import load
+
+    tensors = load(payload)
+    order = sorted(tensors)  # safetensors sorts by name; the loader does not care about order
+    return [(name, tensors[name]) for name in order]
+
 
 class WeightLoaderExtension:
-    """Worker-side half of `VLLMEngine.update_weights`."""
+    """Methods `VLLMEngine` calls on every worker with `collective_rpc("rlloom_...")`."""
 
     model_runner: Any
+    vllm_config: Any
 
-    def rlloom_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Load one bucket of HF-named tensors (any device) into this worker's model shard."""
+    def rlloom_start_weight_update(self) -> bool:
+        """Open a reload session (closing a stale one left by a failed sync first); True if one was stale."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        stale = bool(getattr(self, "_rlloom_session_open", False))
+        if stale:
+            self.rlloom_finish_weight_update(check=False)
         model = self.model_runner.model
-        device = next(model.parameters()).device
-        model.load_weights(weights=((name, t.to(device, non_blocking=True)) for name, t in named_tensors))
+        self._rlloom_device = next(model.parameters()).device  # parameters sit on `meta` during the session
+        with set_current_vllm_config(self.vllm_config):
+            initialize_layerwise_reload(model)
+        self._rlloom_session_open = True
+        self._rlloom_loaded: set[str] = set()
+        return stale
+
+    def rlloom_load_weights(self, payload: bytes) -> int:
+        """Load one bucket (HF names, checkpoint layout) into this worker's model; returns the tensors read."""
+        from vllm.config import set_current_vllm_config
+
+        if not getattr(self, "_rlloom_session_open", False):
+            raise RuntimeError("rlloom_load_weights outside a session: call rlloom_start_weight_update first")
+        named = decode_bucket(payload)
+        model = self.model_runner.model
+        device = self._rlloom_device
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            loaded = model.load_weights(weights=((n, t.to(device)) for n, t in named))
+        if loaded is not None:
+            self._rlloom_loaded.update(loaded)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return len(named_tensors)
+        return len(named)
+
+    def rlloom_finish_weight_update(self, check: bool = True) -> list[str]:
+        """Process layers still pending and close the session. With `check`, refuse (before processing) when a
+        layer got only part of its weights: it would otherwise run on uninitialised elements. Returns the names
+        of the model's parameters that were loaded in this session."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+        from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+
+        model = self.model_runner.model
+        partial = []
+        if check:
+            for name, layer in model.named_modules():
+                info = get_layerwise_info(layer)
+                if not info.can_load() or type(layer).__name__ in _PADDED_LAYER_TYPES:
+                    continue
+                total = info.load_numel_total or 0
+                if 0 < info.load_numel < total:
+                    partial.append(f"{name} ({info.load_numel}/{total} elements)")
+        with set_current_vllm_config(self.vllm_config):
+            finalize_layerwise_reload(model, self.vllm_config.model_config)
+        self._rlloom_session_open = False
+        if partial:
+            raise ValueError(
+                "weight sync sent only part of these layers' weights (fused layers such as qkv_proj need all of "
+                f"q/k/v in one sync): {', '.join(partial[:5])}"
+            )
+        return sorted(getattr(self, "_rlloom_loaded", set()))
