@@ -365,3 +365,99 @@ def test_a_failing_prompt_cancels_the_other_prompts_of_its_body(
         engine.close()
     assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 3
     assert engine.decode_stats.steps - steps < 500  # the abandoned prompt alone would take 999 steps
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/completions", '{"model": "tiny", "prompt": "a\\ud800b"}', "prompt"),
+        ("/completions", '{"model": "tiny", "prompt": ["ok", "x\\udc00"]}', "prompt[1]"),
+        ("/completions", '{"model": "tiny", "prompt": "ab", "stop": ["\\ud83d"]}', "stop[0]"),
+        ("/chat/completions", '{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}]}',
+         "messages[0].content"),
+        ("/completions", '{"model": "tiny", "prompt": "ab", "\\ud800": 1}', "body"),
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_is_a_400_naming_the_field(served: Any, path: str, body: str, param: str) -> None:
+    """JSON's \\ud800 escape decodes to half a UTF-16 pair, which the tokenizer cannot take: it was a 500."""
+    r = httpx.post(f"{served.base_url}{path}", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and "lone UTF-16 surrogate" in error["message"]
+    # a proper pair (an emoji) is text, and is served
+    ok = httpx.post(f"{served.base_url}/completions", json={"model": "tiny", "prompt": "a\U0001f600", "max_tokens": 1})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", "Infinity"), ("temperature", "NaN"), ("top_p", "NaN"), ("min_p", "NaN"),
+     ("presence_penalty", "NaN")],
+)  # fmt: skip
+def test_infinite_and_nan_sampling_values_are_refused(served: Any, field: str, value: str) -> None:
+    body = f'{{"model": "tiny", "prompt": "ab", "max_tokens": 1, "{field}": {value}}}'
+    r = httpx.post(f"{served.base_url}/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field and "finite number" in r.json()["error"]["message"]
+
+
+def test_too_many_prompts_in_one_request_are_refused(engine: HFEngine, tok: Any, server_thread: Any) -> None:
+    from rlloom.rollout.server import ServerLimits, create_app
+
+    with server_thread(create_app(engine, "tiny", tok, limits=ServerLimits(max_prompts=3))) as srv:
+        over = httpx.post(f"{srv.base_url}/completions", json={"model": "tiny", "prompt": ["a"] * 4, "max_tokens": 1})
+        at = httpx.post(f"{srv.base_url}/completions", json={"model": "tiny", "prompt": ["a"] * 3, "max_tokens": 1})
+    assert over.status_code == 400 and over.json()["error"]["param"] == "prompt"
+    assert "4 prompts exceed this server's limit of 3" in over.json()["error"]["message"]
+    assert at.status_code == 200 and len(at.json()["choices"]) == 3
+    assert ServerLimits().max_prompts == 1024
+
+
+def test_update_weights_refuses_nan_weights_and_keeps_serving(
+    served: Any, engine: HFEngine, tok: Any, tmp_path: Any, peaked_state: Any
+) -> None:
+    """NaN weights used to be loaded, and every later generation then failed."""
+    from safetensors.torch import save_file
+
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    poisoned = peaked_state(tok, seed=7)
+    poisoned["model.norm.weight"][3] = float("nan")
+    poisoned["model.embed_tokens.weight"][0, :2] = float("inf")
+    r = httpx.post(served.base_url + "/update_weights", content=save(poisoned), timeout=60)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert "'model.embed_tokens.weight' holds 2 NaN or infinite value(s)" in message or (
+        "'model.norm.weight' holds 1 NaN or infinite value(s)" in message
+    )
+    save_file(poisoned, str(tmp_path / "model.safetensors"))
+    by_path = httpx.post(served.base_url + "/update_weights", json={"path": str(tmp_path)}, timeout=60)
+    assert by_path.status_code == 400 and "NaN or infinite" in by_path.json()["error"]["message"]
+    after = engine.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing was loaded
+    ok = httpx.post(served.base_url + "/completions", json={"model": "tiny", "prompt": "ab", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_update_weights_bodies_over_the_limit_get_413(
+    engine: HFEngine, tok: Any, server_thread: Any, peaked_state: Any
+) -> None:
+    from rlloom.rollout.server import ServerLimits, create_app, update_byte_limit
+
+    state = peaked_state(tok, seed=5)
+    payload = save(state)
+    fp32_bytes = sum(t.numel() * 4 for t in engine.model.state_dict().values())
+    assert update_byte_limit(engine, ServerLimits()) == fp32_bytes + (64 << 20)  # room for the model in fp32
+    limits = ServerLimits(max_update_bytes=len(payload) - 1)
+    with server_thread(create_app(engine, "tiny", tok, limits=limits)) as srv:
+        declared = httpx.post(srv.base_url + "/update_weights", content=payload, timeout=60)
+
+        def chunks() -> Any:  # chunked transfer: no declared length, the server counts what arrives
+            for i in range(0, len(payload), 4096):
+                yield payload[i : i + 4096]
+
+        streamed = httpx.post(srv.base_url + "/update_weights", content=chunks(), timeout=60)
+        fits = httpx.post(srv.base_url + "/update_weights", content=save(dict(list(state.items())[:1])), timeout=60)
+    for r in (declared, streamed):
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["code"] == "payload_too_large" and f"limit of {len(payload) - 1}" in r.text
+    assert fits.status_code == 200

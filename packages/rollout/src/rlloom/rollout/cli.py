@@ -90,6 +90,15 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=256,
         help="max_tokens of a request that omits it (every request is capped at the context its prompt leaves)",
     )
+    serve.add_argument(
+        "--max-prompts", type=_int_in(1), default=1024, help="prompts one /v1/completions request may hold"
+    )
+    serve.add_argument(
+        "--max-update-bytes",
+        type=_int_in(1),
+        default=None,
+        help="largest /v1/update_weights body in bytes (default: room for the model's weights in fp32)",
+    )
     serve.add_argument("--tensor-parallel-size", type=_int_in(1), default=1, help="vllm engine: GPUs per model")
     serve.add_argument(
         "--gpu-memory-utilization", type=_fraction, default=0.85, help="vllm engine: share of GPU memory it takes"
@@ -130,13 +139,14 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from rlloom.rollout.policy_spec import build_engine
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.server import ServerLimits, create_app
 
     try:
         engine, tokenizer = build_engine(spec)
     except ValueError as err:  # a tokenizer folder that holds no usable tokenizer
         serve.error(str(err))
-    app = create_app(engine, served_name(args.model, args.served_model_name), tokenizer, args.max_tokens)
+    limits = ServerLimits(max_prompts=args.max_prompts, max_update_bytes=args.max_update_bytes)
+    app = create_app(engine, served_name(args.model, args.served_model_name), tokenizer, args.max_tokens, limits)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
 
 

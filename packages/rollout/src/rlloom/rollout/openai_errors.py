@@ -26,6 +26,16 @@ logger = logging.getLogger("rlloom.rollout.server")
 ROUTES = "/v1/models, /v1/chat/completions, /v1/completions, /v1/update_weights and /health"
 
 
+class TooLargeError(Exception):
+    """A request body over the server's byte limit (answered 413 before it is buffered whole)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the request body is {size} bytes or more, over this server's limit of {limit}; send less, or restart "
+            "the server with a larger --max-update-bytes"
+        )
+
+
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
     """OpenAI's error body with `status`."""
     kind = "invalid_request_error" if status < 500 else "server_error"
@@ -91,6 +101,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, ValidationError):
             return error_response(400, *validation_message(exc.errors()))
         return error_response(400, str(exc), exc.field if isinstance(exc, FieldError) else None)
+
+    @app.exception_handler(TooLargeError)
+    async def _too_large(_: Request, exc: TooLargeError) -> JSONResponse:
+        return error_response(413, str(exc), code="payload_too_large")
 
     @app.exception_handler(StarletteHTTPException)
     async def _routing(request: Request, exc: StarletteHTTPException) -> JSONResponse:

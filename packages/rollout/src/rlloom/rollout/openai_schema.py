@@ -30,8 +30,49 @@ class FieldError(ValueError):
         self.field = field
 
 
+def _lone_surrogate(value: Any, path: str) -> tuple[str, int, str] | None:
+    """(field path, character index, the surrogate) of the first string in `value` that is not valid Unicode.
+
+    JSON's `\\ud800` escape decodes to a lone UTF-16 surrogate, which no tokenizer or UTF-8 encoder accepts: caught
+    here, it is a 400 naming the field instead of an engine failure (500). Keys are checked too, since an unknown
+    key is echoed in the error message.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return path, err.start, value[err.start]
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            found = _lone_surrogate(key, path or "body") or _lone_surrogate(item, where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, int) and (found := _lone_surrogate(item, f"{path}[{i}]")):
+                return found
+    return None
+
+
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan: JSON's Infinity/NaN would pass `ge=0` (temperature=Infinity sampled uniformly at random)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        found = _lone_surrogate(data, "")
+        if found is not None:
+            field, index, char = found
+            raise FieldError(
+                field,
+                f"holds a lone UTF-16 surrogate ({char.encode('unicode_escape').decode()}) at character {index}, "
+                "which is not text; escape characters outside the Basic Multilingual Plane as a surrogate pair or "
+                "send them as UTF-8",
+            )
+        return data
 
     model: str = Field(description="Served model name (see /v1/models).")
     n: int = Field(default=1, ge=1, le=256)
@@ -213,6 +254,23 @@ class CompletionBody(_SamplingFields):
         if all(isinstance(x, int) for x in p):
             return [[int(x) for x in p if isinstance(x, int)]]
         return list(p)  # type: ignore[arg-type]
+
+
+class ServerLimits(BaseModel):
+    """What one request may ask of the server, so no single client can exhaust it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_prompts: int = Field(
+        default=1024, ge=1, description="Prompts in one /v1/completions body; more is a 400 naming `prompt`."
+    )
+    max_update_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest /v1/update_weights body (413 beyond it, never buffered whole). Default: twice the "
+        "served model's weights in bytes (fp32 weights for a bf16 model) plus 64 MiB, or 64 GiB when the engine "
+        "does not expose its model.",
+    )
 
 
 class WeightsFromPath(BaseModel):

@@ -5,6 +5,8 @@ use a local model unchanged; a trainer pushes new weights with POST /v1/update_w
 or a path). Each choice also carries `token_ids` and the response `prompt_token_ids` (as vLLM does with
 `return_token_ids`), so `OpenAIEngine` gets exact tokens back. Bad requests get a 400 naming the field;
 an engine error becomes a 500 for that request only, and the server keeps serving (`openai_errors.py`).
+`ServerLimits` bounds what one request may ask: prompts per body, and the bytes of a weight update, which is
+also refused (400) when a tensor holds NaN or infinity, since every later generation would fail on it.
 """
 
 from __future__ import annotations
@@ -24,17 +26,48 @@ from starlette.concurrency import run_in_threadpool
 from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.prompts import render_prompt
 from rlloom.core_rl.protocols import RolloutEngine
-from rlloom.rollout.openai_errors import error_response, install_error_handlers, validation_message
-from rlloom.rollout.openai_schema import ChatCompletionBody, CompletionBody, FieldError, WeightsFromPath
+from rlloom.rollout.openai_errors import TooLargeError, error_response, install_error_handlers, validation_message
+from rlloom.rollout.openai_schema import (
+    ChatCompletionBody,
+    CompletionBody,
+    FieldError,
+    ServerLimits,
+    WeightsFromPath,
+)
 from rlloom.rollout.weights import read_safetensors
+
+__all__ = ["ServerLimits", "create_app"]
+
+_HEADER_ROOM = 64 << 20  # a safetensors header (names, shapes, offsets as JSON) for thousands of tensors
+_UNKNOWN_MODEL_BYTES = 64 << 30
 
 
 def _tokens_text(tokenizer: Any, ids: list[int]) -> list[str]:
     return [tokenizer.decode([t]) for t in ids] if tokenizer is not None else [str(t) for t in ids]
 
 
-def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, default_max_tokens: int = 256) -> FastAPI:
+def update_byte_limit(engine: RolloutEngine, limits: ServerLimits) -> int:
+    """`limits.max_update_bytes`, or room for the served model's weights sent in fp32 (twice bf16) plus a header."""
+    if limits.max_update_bytes is not None:
+        return limits.max_update_bytes
+    import torch
+
+    model = getattr(engine, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        return _UNKNOWN_MODEL_BYTES
+    weights = sum(t.numel() * 4 for t in model.state_dict().values())  # fp32, the widest a trainer sends
+    return max(weights, 1) + _HEADER_ROOM
+
+
+def create_app(
+    engine: RolloutEngine,
+    model_name: str,
+    tokenizer: Any = None,
+    default_max_tokens: int = 256,
+    limits: ServerLimits | None = None,
+) -> FastAPI:
     """The FastAPI app serving `engine` under `model_name`; `tokenizer` renders text prompts and token strings."""
+    limits = limits or ServerLimits()
     if not model_name:
         raise ValueError("create_app: model_name is empty; give the name clients pass as `model`")
     if default_max_tokens < 1:
@@ -43,6 +76,7 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
     install_error_handlers(app)
     created = int(time.time())
     window: int | None = getattr(engine, "context_window", None)
+    max_update_bytes = update_byte_limit(engine, limits)
 
     def card() -> dict[str, Any]:
         entry: dict[str, Any] = {"id": model_name, "object": "model", "created": created, "owned_by": "rlloom"}
@@ -88,7 +122,14 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
         if (bad := check_model(body.model)) is not None:
             return bad
         sampling = body.sampling(True, default_max_tokens)
-        requests = [_prompt_request(p, sampling, tokenizer, window) for p in body.prompts()]
+        prompts = body.prompts()
+        if len(prompts) > limits.max_prompts:
+            raise FieldError(
+                "prompt",
+                f"{len(prompts)} prompts exceed this server's limit of {limits.max_prompts} per request; send them "
+                "in several requests (or restart the server with a larger --max-prompts)",
+            )
+        requests = [_prompt_request(p, sampling, tokenizer, window) for p in prompts]
         results = await _all_or_none([engine.agenerate(r) for r in requests])
         choices, flat = [], []
         for prompt_index, completions in enumerate(results):
@@ -102,7 +143,8 @@ def create_app(engine: RolloutEngine, model_name: str, tokenizer: Any = None, de
     async def update_weights(request: Request) -> JSONResponse | dict[str, Any]:
         """Body: raw safetensors bytes (Content-Type application/octet-stream) or JSON {"path": ...}."""
         started = time.perf_counter()
-        tensors = await _read_weights(request)
+        tensors = await _read_weights(request, max_update_bytes)
+        await run_in_threadpool(check_finite, tensors)
         try:
             await run_in_threadpool(engine.update_weights, tensors)
         except (KeyError, ValueError) as exc:  # names or shapes that do not fit the served model
@@ -156,11 +198,38 @@ def _prompt_request(
     return GenerationRequest(prompt_ids=prompt, sampling=sampling)
 
 
-async def _read_weights(request: Request) -> dict[str, Any]:
+def check_finite(tensors: dict[str, Any]) -> None:
+    """Refuse weights holding NaN or infinity: loaded, they would make every later generation fail."""
+    import torch
+
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() or tensor.is_complex():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                raise ValueError(
+                    f"update_weights: tensor {name!r} holds {bad} NaN or infinite value(s) of {tensor.numel()}; "
+                    "the trainer's weights have diverged. Nothing was loaded: the served weights are unchanged"
+                )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as its declared length or the bytes received pass `limit`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLargeError(int(declared), limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise TooLargeError(len(body), limit)
+    return bytes(body)
+
+
+async def _read_weights(request: Request, limit: int) -> dict[str, Any]:
     """The tensors of an update_weights request: a JSON {"path": ...} on the server's disk, or raw bytes."""
     if request.headers.get("content-type", "").startswith("application/json"):
         try:
-            target = WeightsFromPath.model_validate(json.loads(await request.body()))
+            target = WeightsFromPath.model_validate(json.loads(await _read_body(request, min(limit, 1 << 20))))
         except json.JSONDecodeError as exc:
             raise ValueError(f"update_weights: the body is not valid JSON ({exc}); send {{'path': ...}}") from exc
         except ValidationError as exc:
@@ -176,7 +245,7 @@ async def _read_weights(request: Request) -> dict[str, Any]:
             raise FieldError("path", f"{target.path} is not a safetensors file ({exc}); give one") from exc
     from safetensors.torch import load as load_safetensors
 
-    payload = await request.body()
+    payload = await _read_body(request, limit)
     if not payload:
         raise ValueError("update_weights: empty body; send safetensors bytes or JSON {'path': ...}")
     try:
