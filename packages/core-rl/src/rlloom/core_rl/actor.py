@@ -33,7 +33,7 @@ from rlloom.core_rl.algorithms import (
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig
 from rlloom.core_rl.dropout import disable_dropout
-from rlloom.core_rl.model_forward import autocast, response_logprobs
+from rlloom.core_rl.model_forward import response_logprobs
 from rlloom.core_rl.optim import (
     build_optimizer,
     clipped_optimizer_step,
@@ -42,6 +42,7 @@ from rlloom.core_rl.optim import (
     single_optimizer_step,
     training_state,
 )
+from rlloom.core_rl.precision import compute_autocast, load_dtype
 from rlloom.core_rl.sft import supervised_nll_sum
 
 ADAPTER_DIR = "adapter"
@@ -55,13 +56,23 @@ def combine_metric(key: str, total: torch.Tensor, value: torch.Tensor) -> torch.
 
 
 def load_causal_lm(
-    cfg: ModelConfig, path: str, device: torch.device, *, resume_from: Path | None = None, seed: int = 0
+    cfg: ModelConfig,
+    path: str,
+    device: torch.device,
+    *,
+    resume_from: Path | None = None,
+    seed: int = 0,
+    trained: bool = True,
 ) -> PreTrainedModel:
     """Load a causal LM for training from `path`; with `cfg.lora_rank > 0`, wrap `cfg.path` in LoRA adapters
     (new ones, initialised from `seed` so every process and every run starts from the same adapter, or those
     saved under `resume_from/adapter`). A vision-language checkpoint (e.g. Qwen2.5-VL) loads as its
-    image-text-to-text class, see `model_class`."""
-    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    image-text-to-text class, see `model_class`.
+
+    Trained weights load in the parameter dtype (fp32 master weights unless `model.param_dtype` says otherwise);
+    a model that is never trained (`trained=False`: a reference, an engine's copy) and LoRA's frozen base load in
+    the compute dtype `model.dtype` (see `precision`)."""
+    dtype = load_dtype(cfg, trained=trained and cfg.lora_rank == 0)
     base_path = cfg.path if cfg.lora_rank > 0 else path
     model: PreTrainedModel = model_class(base_path).from_pretrained(
         base_path, dtype=dtype, attn_implementation=cfg.attn_implementation
@@ -131,9 +142,10 @@ def micro_batch_logprobs(
     device: torch.device,
     bf16: bool,
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
-    """No-grad log-probs (and entropies) of each (rows, micro-batch): (rows, `[rows, r]` on CPU, entropies)."""
+    """No-grad log-probs (and entropies) of each (rows, micro-batch): (rows, `[rows, r]` on CPU, entropies);
+    `bf16`: compute in bf16 (`precision.compute_autocast`)."""
     for rows, micro in parts:
-        with torch.no_grad(), autocast(device, bf16):
+        with torch.no_grad(), compute_autocast(device, bf16):
             lp, ent = response_logprobs(
                 model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
             )
@@ -166,7 +178,9 @@ def logprobs_in_micro_batches(
 
 
 class PolicyActor:
-    """The trainable policy (implements `PolicyWorker`)."""
+    """The trainable policy (implements `PolicyWorker`). `bf16`: forwards and backwards compute in bf16 under
+    autocast on any device, while the optimizer steps the parameters in their own dtype (fp32 master weights when
+    loaded by `load_causal_lm`, see `precision`)."""
 
     def __init__(
         self,
@@ -178,7 +192,7 @@ class PolicyActor:
         mini_batch_rows: int,
         max_response_length: int,
         device: torch.device,
-        bf16: bool = True,
+        bf16: bool = False,
         seed: int = 0,
     ) -> None:
         self.model = model
@@ -290,7 +304,7 @@ class PolicyActor:
             raise ValueError("PPO-ptx: the batch has no trained token; every data.ptx_files row needs one")
         nll = torch.zeros((), device=self.device)
         for _, micro in ptx.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
-            with autocast(self.device, self.bf16):
+            with compute_autocast(self.device, self.bf16):
                 part = supervised_nll_sum(self.model, micro.to(self.device), packed=self.cfg.padding_free) / tokens
             (self.algo.ptx_coef * part).backward()  # type: ignore[no-untyped-call]
             nll = nll + part.detach()
@@ -316,7 +330,7 @@ class PolicyActor:
     ) -> dict[str, torch.Tensor]:
         mask = micro.loss_mask
         on_policy = "old_logprobs" not in micro.tensors  # update_policy checked this is a single optimizer step
-        with autocast(self.device, self.bf16):
+        with compute_autocast(self.device, self.bf16):
             logprobs, entropy = response_logprobs(
                 self.model,
                 micro,
@@ -445,10 +459,10 @@ def _merged_lora_weights(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 class ReferencePolicy:
-    """Frozen reference log-probs (implements `ReferenceWorker`)."""
+    """Frozen reference log-probs (implements `ReferenceWorker`); `bf16` as for `PolicyActor`."""
 
     def __init__(
-        self, model: nn.Module, *, max_tokens: int, packed: bool, device: torch.device, bf16: bool = True
+        self, model: nn.Module, *, max_tokens: int, packed: bool, device: torch.device, bf16: bool = False
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens

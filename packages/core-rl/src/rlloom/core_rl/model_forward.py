@@ -223,7 +223,8 @@ def _batched_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packe
 
 @contextlib.contextmanager
 def autocast(device: torch.device, enabled: bool) -> Iterator[None]:
-    """bf16 autocast on CUDA when enabled; a no-op on CPU, where bf16 matmuls are slow and imprecise."""
+    """bf16 autocast on CUDA when enabled, a no-op on CPU: the critic's forwards (`critic.py`). The actor and
+    reference use `precision.compute_autocast`, which applies on CPU too, over fp32 master weights."""
     if enabled and device.type == "cuda":
         with torch.autocast("cuda", dtype=torch.bfloat16):
             yield

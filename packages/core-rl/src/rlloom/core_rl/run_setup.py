@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -20,6 +19,9 @@ from rlloom.core_rl.critic import ValueCritic, ValueModel
 from rlloom.core_rl.protocols import CriticWorker, PolicyWorker, ReferenceWorker, Tracker
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
+from rlloom.core_rl.worker_settings import actor_settings, critic_settings, mini_batch_rows, reference_settings
+
+__all__ = ["RunParts", "build_run", "default_trackers", "load_tokenizer", "mini_batch_rows", "resolve_device"]
 
 
 def load_tokenizer(cfg: RLConfig) -> PreTrainedTokenizerBase:
@@ -127,41 +129,3 @@ def default_trackers(cfg: RLConfig, output_dir: Path, total_steps: int, start_st
         else:
             made.append(WandbTracker(cfg.trainer.project, run_name, output_dir, cfg.model_dump(mode="json")))
     return made
-
-
-def mini_batch_rows(cfg: RLConfig, prompts: int) -> int:
-    """Rows in a mini-batch of `prompts` prompts: each comes with its `rollout.n` samples."""
-    return prompts * cfg.rollout.n
-
-
-def actor_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:
-    """`PolicyActor`'s keyword arguments besides the model (the sharded actor on each rank takes the same)."""
-    return {
-        "actor": cfg.actor,
-        "algorithm": cfg.algorithm,
-        "total_steps": total_steps,
-        "mini_batch_rows": mini_batch_rows(cfg, cfg.actor.mini_batch_size),
-        "max_response_length": cfg.rollout.max_tokens,
-        "device": device,
-        "bf16": cfg.trainer.bf16_autocast,
-        "seed": cfg.trainer.seed,
-    }
-
-
-def reference_settings(cfg: RLConfig, device: torch.device) -> dict[str, Any]:
-    """`ReferencePolicy`'s keyword arguments besides the model."""
-    budget = cfg.actor.max_tokens_per_micro_batch
-    return {"max_tokens": budget, "packed": cfg.actor.padding_free, "device": device, "bf16": cfg.trainer.bf16_autocast}
-
-
-def critic_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:
-    """`ValueCritic`'s keyword arguments besides the model."""
-    return {
-        "critic": cfg.critic,
-        "loss_agg_mode": cfg.algorithm.loss_agg_mode,
-        "total_steps": total_steps,
-        "mini_batch_rows": mini_batch_rows(cfg, cfg.critic.mini_batch_size),
-        "device": device,
-        "bf16": cfg.trainer.bf16_autocast,
-        "seed": cfg.trainer.seed,
-    }

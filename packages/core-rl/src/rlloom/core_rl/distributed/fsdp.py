@@ -14,19 +14,21 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 VISION_TOWERS = ("visual", "vision_tower", "vision_model")
 """Attribute names of vision encoders in HF vision-language models (Qwen2/2.5-VL: `visual`)."""
 
 
-def shard_model(model: nn.Module) -> nn.Module:
+def shard_model(model: nn.Module, mixed_precision: MixedPrecisionPolicy | None = None) -> nn.Module:
     """Shard `model` in place over the default process group; returns it.
 
     Units are the classes HF lists in `_no_split_modules` (the decoder layers). Gradients are summed, not
     averaged, across ranks: each rank's loss is already divided by the whole mini-batch's token and sequence
-    counts (see `LossAggregation`), so the sum is the single-process gradient.
+    counts (see `LossAggregation`), so the sum is the single-process gradient. `mixed_precision`
+    (`precision.fsdp_mixed_precision`): each unit's fp32 shards are gathered and computed in bf16 and its
+    gradients reduce-scattered in fp32, so the optimizer steps fp32 master weights.
     """
     unit_names = set(getattr(model, "_no_split_modules", None) or [])
     # A vision tower stays in the root unit: text-only forwards never call it, and per-block units there would
@@ -39,9 +41,10 @@ def shard_model(model: nn.Module) -> nn.Module:
             f"shard_model: {type(model).__name__} names no decoder-layer classes in _no_split_modules; "
             "FSDP2 needs per-layer units to keep memory bounded"
         )
+    policy = mixed_precision if mixed_precision is not None else MixedPrecisionPolicy()
     for unit in units:
-        fully_shard(unit)
-    fully_shard(model)
+        fully_shard(unit, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

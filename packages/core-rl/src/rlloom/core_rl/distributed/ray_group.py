@@ -4,7 +4,7 @@
 trainer loop does not know it is distributed. Each call ships the batch once through Ray's object store; every
 rank takes its balanced share of rows, and the group puts the answers back in row order. Ranks talk over
 torch.distributed (gloo on CPU, NCCL on GPUs); `ray start` on each machine plus `distributed.ray_address: auto`
-spreads them over nodes.
+spreads them over nodes (`cluster` settles paths, working folder and GPUs for that; docs/multinode.md).
 
 Nothing waits forever: a rank that does not answer within `distributed.timeout_s`, or dies, raises an error
 naming the call and the ranks, and collectives time out after the same limit.
@@ -23,6 +23,15 @@ import torch
 
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.distributed.cluster import (
+    enter_driver_folder,
+    gpus_per_rank,
+    local_path,
+    missing_paths,
+    rank_runtime_env,
+    with_absolute_paths,
+)
+from rlloom.core_rl.distributed.ray_start import start_ray
 
 RAY_HINT = "the distributed backend needs Ray: pip install 'rlloom-core-rl[ray]'"
 
@@ -41,6 +50,8 @@ class RankWorker:
 
     def __init__(self) -> None:
         self.roles: dict[str, Any] = {}
+        # a node started by `ray start` runs its workers in that command's folder: work from the driver's one
+        enter_driver_folder()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free port for torch.distributed's TCP store (asked of rank 0)."""
@@ -62,7 +73,12 @@ class RankWorker:
         with_reference: bool,
         critic_path: str | None,
         resume_from: str | None,
+        use_gpu: bool | None = None,
+        param_dtype: str | None = None,
     ) -> None:
+        """Join the process group and build this rank's workers. `use_gpu`: whether the driver reserved a GPU for
+        this rank (None: use one when this process sees one and trainer.device allows). `param_dtype`: the driver's
+        `model.param_dtype`, sent apart while the config may not name that key (its JSON would drop it)."""
         import torch.distributed as dist
 
         from rlloom.core_rl.actor import load_causal_lm
@@ -74,14 +90,18 @@ class RankWorker:
             ShardedPolicyActor,
             ShardedReference,
         )
-        from rlloom.core_rl.run_setup import actor_settings, critic_settings, reference_settings
+        from rlloom.core_rl.precision import fsdp_mixed_precision, model_precision
+        from rlloom.core_rl.worker_settings import actor_settings, critic_settings, reference_settings
 
         cfg = RLConfig.model_validate_json(config_json)
+        if param_dtype is not None and getattr(cfg.model, "param_dtype", None) != param_dtype:
+            cfg.model = cfg.model.model_copy(update={"param_dtype": param_dtype})
         dcfg = cfg.distributed
+        self._check_node(rank, cfg, weights=weights_path, critic=critic_path, resume=resume_from, use_gpu=use_gpu)
         torch.set_num_threads(max(1, int(dcfg.cpus_per_rank)))
         torch.manual_seed(cfg.trainer.seed)
         torch.use_deterministic_algorithms(cfg.trainer.deterministic)
-        on_gpu = torch.cuda.is_available() and cfg.trainer.device != "cpu"
+        on_gpu = torch.cuda.is_available() and cfg.trainer.device != "cpu" if use_gpu is None else use_gpu
         device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")  # Ray sets CUDA_VISIBLE_DEVICES
         if on_gpu:
             torch.cuda.set_device(device)
@@ -96,16 +116,40 @@ class RankWorker:
         ctx = RankContext(rank, world_size, device)
         resume = Path(resume_from) if resume_from is not None else None
         loaded = load_causal_lm(cfg.model, weights_path, device, resume_from=resume, seed=cfg.trainer.seed)
-        actor_model = shard_model(loaded)
+        # fp32 master shards, bf16 gathers and compute, fp32 gradient reduction (precision.py)
+        actor_model = shard_model(loaded, fsdp_mixed_precision(model_precision(cfg.model)))
         self.roles["actor"] = ShardedPolicyActor(actor_model, ctx, **actor_settings(cfg, total_steps, device))
         if with_reference:
-            # with LoRA the reference is the actor's own sharded model with the adapter disabled: no second copy
+            # with LoRA the reference is the actor's own sharded model with the adapter disabled: no second copy;
+            # else a frozen copy held in the compute dtype, which computes as the actor's bf16 gathers do
             lora = cfg.model.lora_rank > 0
-            ref_model = actor_model if lora else shard_model(load_causal_lm(cfg.model, cfg.model.path, device))
+            frozen = None if lora else load_causal_lm(cfg.model, cfg.model.path, device, trained=False)
+            ref_model = actor_model if frozen is None else shard_model(frozen)
             self.roles["reference"] = ShardedReference(ref_model, ctx, **reference_settings(cfg, device))
         if critic_path is not None:
             value_model = shard_model(ValueModel.from_pretrained(cfg.model, critic_path).to(device))
             self.roles["critic"] = ShardedCritic(value_model, ctx, **critic_settings(cfg, total_steps, device))
+
+    @staticmethod
+    def _check_node(
+        rank: int, cfg: RLConfig, *, weights: str, critic: str | None, resume: str | None, use_gpu: bool | None
+    ) -> None:
+        """Fail with the node and the fix, before loading, when this node lacks a path or a GPU the driver
+        counted on (without the check, a missing model folder sent transformers to the model hub)."""
+        ray = _import_ray()
+        node = ray.util.get_node_ip_address()
+        paths = {"weights": weights, "model.path": cfg.model.path, "critic": critic, "resume": resume}
+        missing = missing_paths(paths)
+        if missing:
+            raise FileNotFoundError(
+                f"rank {rank} on node {node}: {', '.join(missing)} not found on this node. Every node needs the "
+                "model and the run folder at the same path as the driver: a shared filesystem, or a copy there"
+            )
+        if use_gpu and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"rank {rank} on node {node} was given a GPU by Ray but torch sees none (torch.version.cuda="
+                f"{torch.version.cuda}); install a CUDA build of torch on that node or set distributed.gpus_per_rank=0"
+            )
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run `method` of this rank's `role` worker (actor, reference or critic)."""
@@ -144,19 +188,20 @@ class RayActorGroup:
         self._ray = ray
         dcfg = cfg.distributed
         if not ray.is_initialized():
-            ray.init(address=dcfg.ray_address, include_dashboard=False, log_to_driver=True)
+            start_ray(dcfg.ray_address, include_dashboard=False, log_to_driver=True)
         self.num_ranks = dcfg.num_ranks
         self.timeout_s = dcfg.timeout_s
-        gpus = dcfg.gpus_per_rank
-        if gpus is None:
-            gpus = 1.0 if cfg.trainer.device != "cpu" and torch.cuda.is_available() else 0.0
-        _check_resources(ray.cluster_resources(), self.num_ranks, dcfg.cpus_per_rank, gpus)
+        cluster = ray.cluster_resources()
+        gpus = gpus_per_rank(dcfg.gpus_per_rank, cfg.trainer.device, cluster)
+        _check_resources(cluster, self.num_ranks, dcfg.cpus_per_rank, gpus)
         remote_cls = ray.remote(RankWorker)
+        runtime_env = rank_runtime_env(getattr(dcfg, "runtime_env", None))
         self.ranks = [
-            remote_cls.options(num_cpus=dcfg.cpus_per_rank, num_gpus=gpus).remote() for _ in range(self.num_ranks)
+            remote_cls.options(num_cpus=dcfg.cpus_per_rank, num_gpus=gpus, runtime_env=runtime_env).remote()
+            for _ in range(self.num_ranks)
         ]
         master = self._gather([self.ranks[0].rendezvous_address.remote()], "rendezvous")[0]
-        config_json = cfg.model_dump_json()
+        config_json = with_absolute_paths(cfg).model_dump_json()
         setups = [
             worker.setup.remote(
                 config_json,
@@ -164,10 +209,12 @@ class RayActorGroup:
                 world_size=self.num_ranks,
                 master=tuple(master),
                 total_steps=total_steps,
-                weights_path=weights_path,
+                weights_path=local_path(weights_path),
                 with_reference=with_reference,
-                critic_path=critic_path,
-                resume_from=resume_from,
+                critic_path=local_path(critic_path),
+                resume_from=local_path(resume_from),
+                use_gpu=gpus > 0,
+                param_dtype=getattr(cfg.model, "param_dtype", None),
             )
             for rank, worker in enumerate(self.ranks)
         ]
@@ -205,7 +252,7 @@ class RayActorGroup:
             yield dict(self.call("actor", "gather_weights", names)[0])
 
     def save_pretrained(self, path: str) -> None:
-        self.call("actor", "save_pretrained", path)
+        self.call("actor", "save_pretrained", _absolute(path))
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.call("actor", "state_dict")[0])
@@ -326,13 +373,18 @@ class RayCritic:
         return dict(self.group.call("critic", "update_critic", self.group._ray.put(batch))[0])
 
     def save_pretrained(self, path: str) -> None:
-        self.group.call("critic", "save_pretrained", path)
+        self.group.call("critic", "save_pretrained", _absolute(path))
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.group.call("critic", "state_dict")[0])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.group.call("critic", "load_state_dict", self.group._ray.put(dict(state)))
+
+
+def _absolute(path: str) -> str:
+    """A path the driver names, absolute: rank processes may run in another folder."""
+    return str(Path(path).expanduser().absolute())
 
 
 def _check_resources(available: Mapping[str, float], ranks: int, cpus: float, gpus: float) -> None:
