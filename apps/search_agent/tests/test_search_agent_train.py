@@ -282,3 +282,34 @@ def test_eval_settings_carry_chat_template_variables_into_the_loop() -> None:
     settings = EvalSettings(chat_template_kwargs={"enable_thinking": False})
     assert settings.loop_config().chat_template_kwargs == {"enable_thinking": False}
     assert EvalSettings().loop_config().chat_template_kwargs == {}
+
+
+def test_train_names_its_own_setting_for_search_r1_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server without GET /health (Search-R1's has only /retrieve): the error used to say `--retrieval-api
+    search-r1`, a flag `train` does not have; its setting is the config override search.retrieval_api."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class OnlyRetrieve(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    good = tmp_path / "good.jsonl"
+    prepare("nq", _raw(tmp_path), good)
+    with ThreadingHTTPServer(("127.0.0.1", 0), OnlyRetrieve) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        base = ["train", "--train-data", str(good), "--retrieval-url", url, "model.path=/no/such/model"]
+        with pytest.raises(SystemExit):
+            main(base)
+        err = capsys.readouterr().err
+        assert "answered GET /health with HTTP 404" in err and "search.retrieval_api=search-r1" in err
+        assert "--retrieval-api" not in err
+        with pytest.raises(SystemExit):  # the setting it names is accepted: now model.path is what fails
+            main([*base, "search.retrieval_api=search-r1"])
+        err = capsys.readouterr().err
+        assert "GET /health" not in err
+        server.shutdown()

@@ -201,7 +201,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import yaml
     from pydantic import ValidationError
     from rlloom_apps.search_agent.data import read_rows
-    from rlloom_apps.search_agent.retrieval import check_retrieval
+    from rlloom_apps.search_agent.retrieval import SEARCH_R1_API_OVERRIDE, check_retrieval
     from rlloom_apps.search_agent.settings import load_train_config
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
@@ -224,7 +224,9 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         read_rows(args.train_data, "--train-data")
         if args.val_data is not None:
             read_rows(args.val_data, "--val-data")
-        check_retrieval(args.index, args.retrieval_url, api=search.retrieval_api)
+        check_retrieval(
+            args.index, args.retrieval_url, api=search.retrieval_api, search_r1_setting=SEARCH_R1_API_OVERRIDE
+        )
     except ValueError as err:
         parser.error(str(err))
     try:

@@ -15,12 +15,22 @@ from rlloom.retrieval.client import RetrievalClient
 from rlloom.retrieval.manifest import read_manifest
 from rlloom.retrieval.types import IndexLoadError
 
+SEARCH_R1_API_FLAG = "--retrieval-api search-r1"
+SEARCH_R1_API_OVERRIDE = "the override search.retrieval_api=search-r1"
+"""How `train` selects Search-R1's wire format: it has no --retrieval-api flag, the config's search section does."""
+
 
 def check_retrieval(
-    index: Path | None, url: str | None, *, api: Literal["native", "search-r1"] = "native", timeout: float = 5.0
+    index: Path | None,
+    url: str | None,
+    *,
+    api: Literal["native", "search-r1"] = "native",
+    timeout: float = 5.0,
+    search_r1_setting: str = SEARCH_R1_API_FLAG,
 ) -> None:
     """Refuse, before any model loads, an --index that is not an rlloom index or a --retrieval-url nobody answers
-    (ValueError naming the flag); cheap: reads the index's manifest, or GETs the server's /health once."""
+    (ValueError naming the flag); cheap: reads the index's manifest, or GETs the server's /health once.
+    `search_r1_setting` is how the calling command selects Search-R1's API, for the error that suggests it."""
     if index is not None:
         try:
             read_manifest(index)
@@ -38,7 +48,7 @@ def check_retrieval(
         if api == "native" and response.status_code != 200:
             raise ValueError(
                 f"--retrieval-url {url} answered GET /health with HTTP {response.status_code}: not an rlloom "
-                "retrieval server? (for Search-R1's server use --retrieval-api search-r1)"
+                f"retrieval server? (for Search-R1's server use {search_r1_setting})"
             )
 
 
