@@ -102,7 +102,7 @@ FAKE_SUCCESS = {
     ),
     "int subclass with __eq__": (
         "class I(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
-        "def add(a, b):\n    return I(0)\n"
+        "def add(a, b):\n    return I(7)\n"
     ),
     "list holding an always-equal object": (
         "class Yes:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return [Yes()][0]\n"
@@ -127,7 +127,7 @@ FAKE_SUCCESS = {
     ),
     "subclass overriding __sub__ for tolerance tests": (
         "class F(float):\n    def __sub__(self, other):\n        return 0.0\n    def __eq__(self, other):\n"
-        "        return True\n    __hash__ = float.__hash__\ndef add(a, b):\n    return F(0)\n"
+        "        return True\n    __hash__ = float.__hash__\ndef add(a, b):\n    return F(7)\n"
     ),
 }
 

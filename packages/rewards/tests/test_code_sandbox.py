@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rlloom.rewards.code import execute, isolation
-from rlloom.rewards.code.containment import Isolation, WeakIsolationError, _found
+from rlloom.rewards.code.containment import WeakIsolationError
+from rlloom.rewards.code.probe import Isolation, _found
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -240,8 +241,10 @@ def test_cannot_see_or_signal_host_processes() -> None:
         "        print(pid, type(e).__name__)\n"
     )
     result = execute(code)
-    assert result.stdout.splitlines()[0] == "[1]"  # alone in its PID namespace
-    assert result.stdout.splitlines()[1] == "0"  # its parent is outside the namespace, invisible
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[1, 2]"  # alone in its PID namespace with the supervisor (1, another uid)
+    assert lines[1] == "1"  # its parent is that supervisor; the scoring process is invisible
+    assert lines[2] == f"{me} ProcessLookupError" and lines[3] == "1 PermissionError"
     _honest_still_works()  # and we are alive
 
 

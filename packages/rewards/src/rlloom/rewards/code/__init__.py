@@ -5,7 +5,8 @@ against tests; `check_many` runs many in parallel; `humaneval_scorer`, `mbpp_sco
 the rewards registry. `isolation()` reports what the sandbox verified on this machine.
 """
 
-from rlloom.rewards.code.containment import Isolation, SandboxError, WeakIsolationError, isolation
+from rlloom.rewards.code.containment import SandboxError, WeakIsolationError
+from rlloom.rewards.code.execute import ExecResult, execute
 from rlloom.rewards.code.harness import (
     CodeResult,
     TestOutcome,
@@ -15,7 +16,8 @@ from rlloom.rewards.code.harness import (
     check_io,
 )
 from rlloom.rewards.code.pool import CodeTask, check_many, check_task
-from rlloom.rewards.code.runner import ExecResult, Limits, execute
+from rlloom.rewards.code.probe import Isolation, isolation
+from rlloom.rewards.code.runner import Limits
 from rlloom.rewards.code.scorers import extract_code, humaneval_scorer, io_scorer, mbpp_scorer
 
 __all__ = [

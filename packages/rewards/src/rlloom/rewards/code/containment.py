@@ -1,4 +1,5 @@
-"""Which isolation this machine gives untrusted code, found once by probing, and the command that applies it.
+"""The sandbox's launch primitives: the isolation modes, the command that applies each, the empty network
+namespace every run joins, and the stdlib paths the minimal root must show (`probe.py` finds which mode holds).
 
 Two modes. `namespaces` (strong): util-linux `unshare` puts the program in fresh PID, mount, IPC and UTS
 namespaces; the harness joins an empty network namespace, makes the host tree read-only, chroots into a
@@ -15,13 +16,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS = Path(__file__).with_name("sandboxed.py")
 Mode = Literal["namespaces", "rlimits"]
@@ -35,24 +33,6 @@ class WeakIsolationError(RuntimeError):
 
 class SandboxError(RuntimeError):
     """Raised when the sandbox itself failed (not the program inside it)."""
-
-
-class Isolation(BaseModel):
-    """What the probe found: the active mode and each property it verified from inside a sandboxed process."""
-
-    model_config = ConfigDict(frozen=True)
-
-    mode: Mode = Field(description="namespaces (strong) or rlimits (weak: network and /tmp reachable).")
-    strong: bool = Field(description="True when network, filesystem and process isolation all hold.")
-    no_network: bool = Field(description="The program sees no network interface except loopback.")
-    read_only_root: bool = Field(description="Writes outside the private working directory fail.")
-    unprivileged: bool = Field(description="The program runs as a non-root uid, so RLIMIT_NPROC binds.")
-    own_pid_namespace: bool = Field(description="The program cannot see or signal processes outside its run.")
-    minimal_root: bool = Field(
-        default=False, description="Only system dirs, /dev, /proc, the stdlib and /tmp exist: no homes, repo, data."
-    )
-    python: str = Field(description="Interpreter that runs the programs.")
-    reason: str = Field(default="", description="Why the strong mode is unavailable, if it is.")
 
 
 def launcher(mode: Mode, python: str) -> list[str]:
@@ -118,87 +98,3 @@ def empty_netns() -> int:
             holder.kill()
             holder.wait()
         return _netns["fd"]
-
-
-_PROBE = r"""
-import os
-facts = {"uid": os.geteuid(), "pid": os.getpid()}
-try:
-    with open("/proc/net/dev") as f:
-        names = [line.split(":")[0].strip() for line in f.readlines()[2:]]
-    facts["ifaces"] = ",".join(names)
-except OSError:
-    facts["ifaces"] = "?"
-facts["ro"] = 1
-for d in ("/", "/etc", "/usr", "/dev/shm"):
-    try:
-        open(d + "/.rlloom-probe", "w").close()
-        os.unlink(d + "/.rlloom-probe")
-        facts["ro"] = 0
-    except OSError:
-        pass
-facts["procs"] = len([p for p in os.listdir("/proc") if p.isdigit()])
-facts["top"] = ",".join(sorted(os.listdir("/")))
-print(";".join(f"{k}={v}" for k, v in facts.items()))
-"""
-
-_lock = threading.Lock()
-_found: dict[str, Isolation] = {}  # "active" -> the probe's verdict, cached per process
-
-
-def _probe(mode: Mode, python: str) -> Isolation:
-    from rlloom.rewards.code.runner import Limits, run_program
-
-    run = run_program({"kind": "script", "code": _PROBE}, mode=mode, python=python, limits=Limits(timeout=20.0))
-    if run.status != "ok":
-        raise SandboxError(f"probe failed under {mode}: {run.status} {run.stderr[-500:]}")
-    facts = dict(item.split("=", 1) for item in run.stdout.strip().split(";"))
-    no_network = facts["ifaces"] == "lo"
-    read_only = facts["ro"] == "1"
-    unprivileged = facts["uid"] != "0"
-    own_pids = facts["pid"] == "1" and facts["procs"] == "1"
-    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp"}
-    allowed |= {Path(p).parts[1] for p in stdlib_dirs()}
-    minimal_root = set(facts["top"].split(",")) <= allowed
-    strong = no_network and read_only and unprivileged and own_pids and minimal_root
-    return Isolation(
-        mode=mode, strong=strong, no_network=no_network, read_only_root=read_only, unprivileged=unprivileged,
-        own_pid_namespace=own_pids, minimal_root=minimal_root, python=python,
-    )  # fmt: skip
-
-
-def isolation(*, refresh: bool = False) -> Isolation:
-    """Probe (once per process) and report the isolation that `execute` will use."""
-    with _lock:
-        if "active" in _found and not refresh:
-            return _found["active"]
-        python = sys.executable
-        reasons = []
-        if os.geteuid() != 0:
-            reasons.append("namespaces mode needs root (CI and the dev machines run as root)")
-        elif shutil.which("unshare") is None:
-            reasons.append("util-linux `unshare` not found: apt-get install util-linux")
-        else:
-            try:
-                found = _probe("namespaces", python)
-                if found.strong:
-                    _found["active"] = found
-                    return found
-                reasons.append(f"namespaces probe did not verify every property: {found}")
-            except SandboxError as exc:
-                reasons.append(str(exc))
-        weak = _probe("rlimits", python)
-        _found["active"] = weak.model_copy(update={"strong": False, "reason": "; ".join(reasons)})
-        return _found["active"]
-
-
-def require(allow_weak_isolation: bool) -> Isolation:
-    """The active isolation, or a clear error when it is weak and the caller did not opt in."""
-    found = isolation()
-    if not found.strong and not allow_weak_isolation:
-        raise WeakIsolationError(
-            f"only weak isolation ({found.mode}) is available: {found.reason}. Untrusted code would have network "
-            "access and could write to /tmp. Run as root on Linux with util-linux, or pass "
-            "allow_weak_isolation=True to accept the risk."
-        )
-    return found

@@ -1,22 +1,27 @@
 """Check a solution against tests in the sandbox and report only what the harness observed.
 
 `check_asserts` (MBPP), `check_function` (HumanEval), `check_calls` (call-based APPS/TACO) and `check_io`
-(stdin/stdout) return a `CodeResult`. For the first three, a test counts as passed only when the sandboxed harness
-wrote a nonce-stamped pass record for it after the statement ran, and the run ended with the harness's own
-completion record; a run without one (early exit, `os._exit`, a kill, a timeout) scores zero, and any forged line
-on the result channel marks the run `tampered`. For `check_io` the parent compares each case's output itself."""
+(stdin/stdout) return a `CodeResult`. For the first three, the tests run in the sandbox's
+supervisor process, which never runs the solution: they reach it only through its names, and every value they get
+back is data rebuilt from trusted types (see `wire.py`). A test counts as passed only when the supervisor wrote a
+pass record for it after the statement ran, and the run ended with its completion record; a run without one
+(early exit, `os._exit`, a kill, a timeout) scores zero, and any forged line on the result channel marks the run
+`tampered`. For `check_io` the parent compares each case's output itself."""
 
 from __future__ import annotations
 
 import ast
+import math
 import re
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rlloom.rewards.code.containment import SandboxError, require
+from rlloom.rewards.code.containment import SandboxError
+from rlloom.rewards.code.probe import require
 from rlloom.rewards.code.runner import Limits, Run, run_program
-from rlloom.rewards.code.testplan import Unit, assert_units, function_units, imported_modules
+from rlloom.rewards.code.testplan import Unit, assert_units, function_units, helper_units, solution_names
 
 CodeStatus = Literal[
     "passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "incomplete", "tampered"
@@ -99,7 +104,7 @@ def _run_units(
     job: dict[str, Any], units: list[Unit], limits: Limits, partial: bool, allow_weak_isolation: bool
 ) -> CodeResult:
     iso = require(allow_weak_isolation)
-    run = run_program({**job, "units": units}, mode=iso.mode, python=iso.python, limits=limits)
+    run = run_program(job, mode=iso.mode, python=iso.python, limits=limits, tests=units)
     return _judge(run, units, partial)
 
 
@@ -117,7 +122,8 @@ def check_asserts(
     """MBPP style: load `code`, run `setup`, then each assert statement; `timeout` covers the whole run."""
     units = assert_units(asserts, setup)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    job = {"kind": "asserts", "code": code, "test_modules": imported_modules(setup, *asserts)}
+    names, shadowed = solution_names(setup, *asserts)
+    job = {"kind": "asserts", "code": code, "required": [], "names": names, "shadowed": shadowed, "bind": []}
     return _run_units(job, units, chosen, partial, allow_weak_isolation)
 
 
@@ -131,18 +137,25 @@ def check_function(
     partial: bool = True,
     limits: Limits | None = None,
     allow_weak_isolation: bool = False,
+    helpers: str = "",
 ) -> CodeResult:
-    """HumanEval style: load `code`, bind `entry_point` to check's argument, run check's assertions one by one."""
+    """HumanEval style: load `code`, bind `entry_point` to check's argument, run check's assertions one by one.
+
+    `helpers` is trusted code shipped with the task (HumanEval's prompt), run on the test side first, so helpers
+    the tests use (`poly`, `encode_cyclic`) are the task's own and not the solution's redefinitions.
+    """
     units, param = function_units(test, entry_point)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
+    names, shadowed = solution_names(test)
     job = {
         "kind": "function",
         "code": code,
-        "entry_point": entry_point,
-        "param": param,
-        "test_modules": imported_modules(test),
+        "required": [entry_point],
+        "names": names,
+        "shadowed": shadowed,
+        "bind": [[param, entry_point], [entry_point, entry_point]],
     }
-    return _run_units(job, units, chosen, partial, allow_weak_isolation)
+    return _run_units(job, helper_units(helpers) + units, chosen, partial, allow_weak_isolation)
 
 
 _CALL_SETUP = """
@@ -183,7 +196,7 @@ def check_calls(
 ) -> CodeResult:
     """Call-based APPS/TACO style: for each (arguments, expected), `fn_name(*arguments)` must return `expected`.
 
-    Runs as `check_asserts` (one run, `timeout` covers it, results vetted as plain data). When `code` defines
+    Runs as `check_asserts` (one run, `timeout` covers it, results come back as data). When `code` defines
     `class Solution` (LeetCode style), `Solution().fn_name(...)` is called instead, as veRL's prime_code does.
     """
     if not fn_name.isidentifier():
@@ -203,9 +216,27 @@ def check_calls(
     )  # fmt: skip
 
 
-def same_output(actual: str, expected: str) -> bool:
-    """Whitespace-tolerant comparison: equal sequences of whitespace-separated tokens."""
-    return actual.split() == expected.split()
+def _close(actual: str, expected: str, tolerance: float) -> bool:
+    """Tokens equal, or `expected` is written as a float ("0.5", "1e-3") and `actual` is within `tolerance`,
+    absolute or relative (the usual "error at most 1e-6" judge). Integers always compare exactly."""
+    if actual == expected:
+        return True
+    if not any(c in expected for c in ".eE") or expected.lower() in ("inf", "-inf", "nan"):
+        return False
+    try:
+        got, want = float(actual), float(expected)
+    except ValueError:
+        return False
+    return math.isfinite(got) and math.isfinite(want) and abs(got - want) <= tolerance * max(1.0, abs(want))
+
+
+def same_output(actual: str, expected: str, float_tolerance: float | None = None) -> bool:
+    """Whitespace-tolerant comparison: equal sequences of whitespace-separated tokens; with `float_tolerance`,
+    tokens written as floats in `expected` may differ by that much (absolute, or relative above 1)."""
+    got, want = actual.split(), expected.split()
+    if float_tolerance is None or len(got) != len(want):
+        return got == want
+    return all(_close(a, b, float_tolerance) for a, b in zip(got, want, strict=True))
 
 
 def check_io(
@@ -218,27 +249,45 @@ def check_io(
     stop_on_failure: bool = False,
     limits: Limits | None = None,
     allow_weak_isolation: bool = False,
+    float_tolerance: float | None = None,
+    time_budget: float | None = None,
 ) -> CodeResult:
-    """Competitive-programming style: run `code` once per (stdin, expected stdout) case; `timeout` is per case."""
+    """Competitive-programming style: run `code` once per (stdin, expected stdout) case; `timeout` is per case.
+
+    `time_budget` bounds all the cases together (seconds of wall clock): each case gets at most what is left, and
+    the cases after it is spent fail as timeouts. A caller with a deadline of its own (the batch pool's item
+    deadline) sets it below that deadline, so a slow program is failed tests, never a scorer timeout.
+    """
     if not cases:
         raise ValueError("cases is empty: give at least one (stdin, expected_stdout) pair")
+    if float_tolerance is not None and not 0 <= float_tolerance < 1:
+        raise ValueError(f"float_tolerance must be in [0, 1), got {float_tolerance}")
+    if time_budget is not None and time_budget <= 0:
+        raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
+    for i, case in enumerate(cases):
+        if not (isinstance(case, tuple | list) and len(case) == 2 and all(isinstance(s, str) for s in case)):
+            raise ValueError(f"cases[{i}] must be a (stdin, expected_stdout) pair of strings")
     iso = require(allow_weak_isolation)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
+    end = time.monotonic() + time_budget if time_budget is not None else math.inf
     tests: list[TestOutcome] = []
     first_bad: Run | None = None
     duration, stdout, stderr = 0.0, "", ""
     for i, case in enumerate(cases):
-        if not (isinstance(case, tuple | list) and len(case) == 2 and all(isinstance(s, str) for s in case)):
-            raise ValueError(f"cases[{i}] must be a (stdin, expected_stdout) pair of strings")
+        left = end - time.monotonic()
         if stop_on_failure and first_bad is not None:
             tests.append(TestOutcome(index=i, passed=False, reason="skipped after a failure"))
             continue
-        job = {"kind": "script", "code": code}
-        run = run_program(job, mode=iso.mode, python=iso.python, limits=chosen, stdin=case[0])
+        if left < 0.05:
+            tests.append(TestOutcome(index=i, passed=False, reason="timeout (the task's time budget was spent)"))
+            continue
+        case_limits = chosen if left >= chosen.timeout else chosen.model_copy(update={"timeout": left})
+        run = run_program({"kind": "script", "code": code}, mode=iso.mode, python=iso.python, limits=case_limits,
+                          stdin=case[0])  # fmt: skip
         if run.status == "sandbox_error":
             raise SandboxError(f"the sandbox failed to start the program: {run.stderr[-1000:]}")
         duration += run.duration
-        ok = run.status == "ok" and same_output(run.stdout, case[1])
+        ok = run.status == "ok" and same_output(run.stdout, case[1], float_tolerance)
         reason = "" if ok else (f"wrong output: {run.stdout[:100]!r}" if run.status == "ok" else run.status)
         tests.append(TestOutcome(index=i, passed=ok, reason=reason))
         if not ok and first_bad is None:
@@ -247,6 +296,8 @@ def check_io(
     status: CodeStatus = "passed" if passed == len(cases) else "failed"
     if passed == 0 and first_bad is not None and first_bad.status != "ok":
         status = _RUN_STATUS.get(first_bad.status, "error")
+    elif passed == 0 and first_bad is None:  # the budget ran out before any case ran
+        status = "timeout"
     return CodeResult(
         passed=passed, total=len(cases), status=status, score=_score(passed, len(cases), partial), tests=tests,
         stdout=stdout[:2000], stderr=stderr[-2000:], duration=duration,

@@ -15,8 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from rlloom.rewards.code.containment import require
 from rlloom.rewards.code.harness import CodeResult, TestOutcome, check_asserts, check_function, check_io
+from rlloom.rewards.code.probe import require
 from rlloom.rewards.code.runner import Limits
 
 
@@ -31,6 +31,7 @@ class CodeTask(BaseModel):
     setup: str = Field(default="", description="kind=asserts: code run before the asserts.")
     test: str = Field(default="", description="kind=function: source defining check(candidate).")
     entry_point: str = Field(default="", description="kind=function: the function check() receives.")
+    helpers: str = Field(default="", description="kind=function: trusted task code the tests may use (the prompt).")
     cases: list[tuple[str, str]] = Field(default_factory=list, description="kind=io: (stdin, expected stdout).")
     limits: Limits = Field(default_factory=Limits, description="Resource limits (timeout per run or per case).")
     partial: bool = Field(default=True, description="Score passed/total (True) or all-or-nothing (False).")
@@ -42,7 +43,13 @@ def check_task(task: CodeTask, *, allow_weak_isolation: bool = False) -> CodeRes
     if task.kind == "asserts":
         return check_asserts(task.code, task.asserts, setup=task.setup, **common)  # type: ignore[arg-type]
     if task.kind == "function":
-        return check_function(task.code, task.test, task.entry_point, **common)  # type: ignore[arg-type]
+        return check_function(
+            task.code,
+            task.test,
+            task.entry_point,
+            helpers=task.helpers,
+            **common,  # type: ignore[arg-type]
+        )
     return check_io(task.code, task.cases, **common)  # type: ignore[arg-type]
 
 

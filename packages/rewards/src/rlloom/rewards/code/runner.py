@@ -1,9 +1,10 @@
 """Start one sandboxed program, feed it, watch it, and kill its whole tree at the deadline.
 
-The job travels to the harness in a memfd (no pipe to block on), stdin in another memfd, and the harness's
-result records come back on a pipe of their own. One thread per run multiplexes stdout, stderr, the records and a
-pidfd, caps every stream, and kills on a wall-clock deadline; the CPU limit is an rlimit. In namespaces mode the
-kill goes to the PID namespace's first process, which takes every descendant with it.
+The job travels to the harness in a memfd (no pipe to block on), the tests in a second one (read only by
+the supervisor), stdin in a third, and the supervisor's result records come back on a pipe of their own. One
+thread per run multiplexes stdout, stderr, the records and a pidfd, caps every stream, and kills on a wall-clock
+deadline; the CPU limit is an rlimit. In namespaces mode the kill goes to the PID namespace's first process (the
+supervisor), which takes every process of the run with it.
 """
 
 from __future__ import annotations
@@ -25,15 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.rewards.code.containment import (
-    Mode,
-    SandboxError,
-    empty_netns,
-    hidden_stdlib,
-    launcher,
-    require,
-    stdlib_dirs,
-)
+from rlloom.rewards.code.containment import Mode, SandboxError, empty_netns, hidden_stdlib, launcher, stdlib_dirs
 
 SETUP_FAILED = 121
 ExecStatus = Literal["ok", "error", "timeout", "memory", "output_limit", "killed", "sandbox_error"]
@@ -46,22 +39,17 @@ class Limits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout: float = Field(default=5.0, gt=0, le=3600, description="Wall-clock seconds; CPU time is capped too.")
-    memory_mb: int = Field(default=512, ge=64, description="Address-space cap (RLIMIT_AS) in MiB.")
+    memory_mb: int = Field(
+        default=512,
+        ge=64,
+        description="Memory budget of the whole run in MiB: the resident memory of all its processes together "
+        "(supervisor and test code included), checked every 20 ms; also each process's address-space cap.",
+    )
     max_processes: int = Field(default=16, ge=1, description="Processes and threads the program may have.")
     max_file_mb: int = Field(default=16, ge=1, description="Largest file the program may write, in MiB.")
     max_open_files: int = Field(default=64, ge=16, description="Open file descriptors.")
     output_bytes: int = Field(default=1 << 20, ge=1024, description="stdout cap; stderr gets a quarter of it.")
     tmpfs_mb: int = Field(default=64, ge=1, description="Size of the private working directory (namespaces).")
-
-
-class ExecResult(BaseModel):
-    """How one program run ended and what it printed (each stream capped)."""
-
-    status: ExecStatus = Field(description="ok, error, timeout, memory, output_limit, killed or sandbox_error.")
-    exit_code: int | None = Field(description="Exit status, or minus the signal number, None if unknown.")
-    stdout: str = Field(description="Standard output, capped at Limits.output_bytes.")
-    stderr: str = Field(description="Standard error, capped at a quarter of Limits.output_bytes.")
-    duration: float = Field(description="Wall-clock seconds from start to the end of cleanup.")
 
 
 @dataclass
@@ -119,7 +107,13 @@ def _parse_records(raw: bytes, nonce: str) -> tuple[list[tuple[str, str, str]], 
 
 
 def run_program(
-    job: dict[str, Any], *, mode: Mode, python: str, limits: Limits, stdin: str | bytes | None = None
+    job: dict[str, Any],
+    *,
+    mode: Mode,
+    python: str,
+    limits: Limits,
+    stdin: str | bytes | None = None,
+    tests: list[Any] | None = None,
 ) -> Run:
     """Run one harness job under `mode` and `limits`; never raises for anything the program does."""
     nonce = secrets.token_hex(16)
@@ -135,26 +129,27 @@ def run_program(
     }  # fmt: skip
     cfg = {
         **job, "nonce": nonce, "mode": mode, "uid": uid, "workdir": workdir, "limits": rlimits,
-        "tmpfs_mb": limits.tmpfs_mb, "value_cap": 1_000_000, "stdlib": stdlib_dirs(),
+        "tmpfs_mb": limits.tmpfs_mb, "budget_mb": limits.memory_mb, "stdlib": stdlib_dirs(),
         "stdlib_hidden": bool(hidden_stdlib()),
         "netns_fd": netns[0] if netns else -1,
     }  # fmt: skip
     cfg_fd = _memfd("rlloom-job", marshal.dumps(cfg))
+    tests_fd = _memfd("rlloom-tests", marshal.dumps(tests or []))
     stdin_fd = _memfd("rlloom-stdin", stdin.encode() if isinstance(stdin, str) else stdin) if stdin else None
     res_r, res_w = os.pipe()
     env = {**_ENV_BASE, "HOME": workdir, "TMPDIR": workdir}
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [*launcher(mode, python), str(cfg_fd), str(res_w)],
+            [*launcher(mode, python), str(cfg_fd), str(tests_fd), str(res_w)],
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, res_w, *netns), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, tests_fd, res_w, *netns), env=env,
             start_new_session=True, cwd="/" if mode == "namespaces" else workdir,
         )  # fmt: skip
     except OSError as exc:
         raise SandboxError(f"could not start the sandbox ({mode}): {exc}") from exc
     finally:
-        for fd in (cfg_fd, res_w, stdin_fd):
+        for fd in (cfg_fd, tests_fd, res_w, stdin_fd):
             if fd is not None:
                 os.close(fd)
     try:
@@ -218,12 +213,20 @@ def _watch(proc: subprocess.Popen[bytes], res_r: int, *, nonce: str, limits: Lim
     stdout = bytes(data[out_fd]).decode("utf-8", "replace")
     stderr = bytes(data[err_fd]).decode("utf-8", "replace")
     records, forged = _parse_records(bytes(data[res_r]), nonce)
+    sealed = bool(records) and records[0][0] == "SEALED"
+    body = records[1:] if sealed else records
+    reported = [value for key, value, _ in body if key == "EXIT"]  # how the candidate's own process ended
+    over_budget = any(key == "MEMORY" for key, _, _ in body)
+    body = [r for r in body if r[0] not in ("EXIT", "MEMORY")]
     # A run we stopped (deadline, output cap) died of our SIGKILL; `unshare`'s own status would say 1 or SIGPIPE.
     code = -signal.SIGKILL if verdict is not None else proc.returncode
-    sealed = bool(records) and records[0][0] == "SEALED"
+    if verdict is None and sealed and reported and reported[-1].lstrip("-").isdigit():
+        code = int(reported[-1])
     if verdict is None:
         if not sealed:
             verdict = "sandbox_error" if code == SETUP_FAILED or not records else "killed"
+        elif over_budget:
+            verdict = "memory"
         elif code == 0:
             verdict = "ok"
         elif code == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu - 0.05:
@@ -238,28 +241,4 @@ def _watch(proc: subprocess.Popen[bytes], res_r: int, *, nonce: str, limits: Lim
             verdict = "memory"
         else:
             verdict = "error"
-    return Run(verdict, code, stdout, stderr, duration, records[1:] if sealed else records, forged)
-
-
-def execute(
-    code: str,
-    *,
-    stdin: str = "",
-    timeout: float = 5.0,
-    memory_mb: int = 512,
-    limits: Limits | None = None,
-    allow_weak_isolation: bool = False,
-) -> ExecResult:
-    """Run `code` as a script (`__main__`) in the sandbox and report how it ended.
-
-    `limits` overrides `timeout` and `memory_mb` when given. Raises `WeakIsolationError` when only weak isolation
-    is available and `allow_weak_isolation` is False, and `SandboxError` when the sandbox itself broke.
-    """
-    chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    iso = require(allow_weak_isolation)
-    run = run_program({"kind": "script", "code": code}, mode=iso.mode, python=iso.python, limits=chosen, stdin=stdin)
-    if run.status == "sandbox_error":
-        raise SandboxError(f"the sandbox failed to start the program: {run.stderr[-1000:]}")
-    return ExecResult(
-        status=run.status, exit_code=run.exit_code, stdout=run.stdout, stderr=run.stderr, duration=run.duration
-    )
+    return Run(verdict, code, stdout, stderr, duration, body, forged)

@@ -1,34 +1,43 @@
 # mypy: allow-untyped-defs, allow-untyped-calls, allow-incomplete-defs
-# ruff: noqa: N803, N806, SIM105, SIM110  (the harness binds builtins to locals before the candidate runs)
-"""The program that runs inside the sandbox: seal the process, then run the untrusted code and its tests.
+# ruff: noqa: SIM105  (contextlib costs start-up time in every sandbox; try/except/pass does the same)
+"""The program that runs inside the sandbox: seal the run, then start the candidate in a process of its own.
 
-Started by `runner.py` as `python -I -S sandboxed.py CFG_FD RESULT_FD` (standalone: it imports nothing from rlloom,
-because `-I -S` keeps site-packages off the path and start-up short). It reads its job (marshal) from CFG_FD, then,
-before any untrusted byte runs (namespaces mode): joins the empty network namespace, chroots into a minimal read-only
-root with a fresh private tmpfs at /tmp as the working directory, sets resource limits, drops to an unprivileged
-uid and forbids privilege gain.
+Started by `runner.py` as `python -I -S -B sandboxed.py CFG_FD TESTS_FD RESULT_FD` (standalone: `-I -S` keeps
+site-packages off the path; it imports only the standard library and its siblings `wire.py` and `channel.py`).
+In namespaces mode it is the first process of a fresh PID namespace. It reads its job (marshal) from CFG_FD,
+then, before any untrusted byte runs: joins the empty network namespace, chroots into a minimal read-only root
+(system dirs, a /dev with only null, zero, full, random and urandom, so no host pseudo-terminal can be taken,
+/proc, the stdlib and a private size-capped tmpfs at /tmp) and sets resource limits. Then it forks:
 
-Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, one written only after that test statement ran
-to completion, then `NONCE END COUNT`. The nonce is a per-run secret the parent chose; the parent counts only
-well-formed stamped lines and requires the END line, so exiting early, killing the process or printing text
-earns nothing. Every tool the harness uses is bound to a local before the candidate runs, so patching builtins,
-`AssertionError` or `sys.exit` does not change how outcomes are judged, and every value a test gets back from a
-call must be plain data (builtin types, C types, or subclasses that keep their base's comparison and arithmetic),
-which defeats "always equal" objects.
+- the candidate process drops to a random unprivileged uid, forbids privilege gain and runs the solution
+  (the whole program for stdin/stdout tasks; for tests, it loads the solution and answers calls, see `channel.py`);
+- this process, the supervisor, drops to another unprivileged uid and re-arms its parent-death signal (which the
+  candidate, under another uid, cannot touch). It alone reads the tests (TESTS_FD, opened only after the fork,
+  so they never exist in the candidate's memory), runs them in a fresh namespace, and alone holds RESULT_FD.
+
+Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, then `NONCE END COUNT`; how the candidate
+process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`. The candidate has no
+descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget for the whole run:
+every 20 ms it sums the resident memory of every process in the run (all of the PID namespace; in weak mode
+itself and its descendants, as a child subreaper) and ends the run when the sum passes `memory_mb`. When the
+supervisor ends, for any reason, the kernel kills every process in its PID namespace.
 """
 
 import marshal
 import os
 import resource
+import select
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `-I` leaves the harness's own folder off
+import channel
+import wire
+
+del sys.path[0]
+
 SETUP_FAILED = 121  # exit code meaning "the sandbox could not be sealed"; the parent reports a sandbox error
-_HEAPTYPE = 1 << 9
-_DUNDERS = (
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__", "__hash__", "__abs__",
-    "__sub__", "__rsub__", "__add__", "__radd__", "__mul__", "__rmul__", "__truediv__", "__float__", "__int__",
-    "__index__", "__round__", "__contains__", "__iter__", "__getitem__", "__neg__", "__format__",
-)  # fmt: skip
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
 
 
 def _libc_caller():
@@ -62,7 +71,7 @@ _BIND, _REC, _REMOUNT, _RDONLY, _NOSUID, _NODEV = 4096, 16384, 32, 1, 2, 4
 
 
 def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
-    """Chroot into a minimal read-only root: system dirs, /dev, /proc, the stdlib, and a private tmpfs at /tmp.
+    """Chroot into a minimal read-only root: system dirs, a minimal /dev, /proc, the stdlib, a private /tmp.
 
     Everything else on the host (home directories, the repository, data sets with their answers) is not there at
     all. The host tree is first made read-only and nosuid (mount_setattr, recursive), so every bind inherits that.
@@ -83,9 +92,9 @@ def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
         elif os.path.isdir(top):
             os.mkdir(root + top)
             bind(top, root + top)
-    for top in ("/dev", "/proc"):
-        os.mkdir(root + top)
-        call("mount", top.encode(), (root + top).encode(), None, _BIND | _REC, None)
+    os.mkdir(root + "/proc")
+    call("mount", b"/proc", (root + "/proc").encode(), None, _BIND | _REC, None)
+    _minimal_dev(call, root + "/dev")
     for path, fd in fds.items():
         if not os.path.isdir(root + path):
             os.makedirs(root + path, 0o755)
@@ -98,146 +107,45 @@ def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
     os.chroot(root)
 
 
-def _seal(cfg):
-    """Limits, filesystem and identity, in the order that keeps each step possible."""
-    call = _libc_caller() if cfg["mode"] == "namespaces" else None
-    uid = cfg["uid"]
-    if call is not None:
+def _minimal_dev(call, dev):
+    """A tmpfs /dev holding only harmless nodes (no ptmx, tty, kmsg or disks) and the usual links."""
+    os.mkdir(dev)
+    call("mount", b"tmpfs", dev.encode(), b"tmpfs", _NOSUID, b"size=64k,nr_inodes=64,mode=0755")
+    for node in DEV_NODES:
+        open(f"{dev}/{node}", "w").close()
+        call("mount", f"/dev/{node}".encode(), f"{dev}/{node}".encode(), None, _BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):  # fmt: skip
+        os.symlink(target, f"{dev}/{name}")
+    call("mount", None, dev.encode(), None, _REMOUNT | _RDONLY | _NOSUID, b"size=64k,nr_inodes=64,mode=0755")
+
+
+def _seal_root(cfg):
+    """Network, filesystem and limits: what the supervisor and the candidate share. Returns the libc caller."""
+    call = _libc_caller()
+    if cfg["mode"] == "namespaces":
         call("setns", cfg["netns_fd"], 0x40000000)  # CLONE_NEWNET: join the shared empty network namespace
         os.close(cfg["netns_fd"])
-        _seal_filesystem(call, uid, cfg["tmpfs_mb"], cfg["stdlib"])
+        _seal_filesystem(call, cfg["uid"], cfg["tmpfs_mb"], cfg["stdlib"])
+    else:
+        call("prctl", 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans stay ours to count and kill
     os.chdir(cfg["workdir"])
-    limits = cfg["limits"]
-    for name, value in limits.items():
+    for name, value in cfg["limits"].items():
         resource.setrlimit(getattr(resource, name), (value, value))
-    if os.geteuid() == 0 and (call is not None or not cfg["stdlib_hidden"]):  # weak: root keeps the stdlib readable
+    return call
+
+
+def _become(call, uid, cfg):
+    """Drop to `uid` (as root; weak mode as a user keeps its uid), forbid privilege gain, die with our parent."""
+    if os.geteuid() == 0 and (cfg["mode"] == "namespaces" or not cfg["stdlib_hidden"]):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    if call is not None:
-        call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-        call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL (a uid change clears it)
+    call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL (a uid change clears it, so set it after)
 
 
-def _dunders(t, _names=_DUNDERS, _get=type.__getattribute__, _Missing=AttributeError):
-    """The comparison, truth and arithmetic methods `t` resolves to (tools bound as defaults: patch-proof)."""
-    found = {}
-    for name in _names:
-        try:
-            found[name] = _get(t, name)
-        except _Missing:
-            found[name] = None
-    return found
-
-
-def _module_guard(names):
-    """Snapshot the modules the tests import, before the candidate runs; return a function that restores them.
-
-    Restoring after every call the tests make undoes a candidate's `math.isclose = lambda *a: True` (or a fake
-    module put into sys.modules) before the tests can use it.
-    """
-    modules, saved = sys.modules, []
-    for name in names:
-        try:
-            __import__(name)
-            module = modules[name]
-            saved.append((name, module, module.__dict__, dict(module.__dict__)))
-        except BaseException:
-            continue
-
-    def restore(_setitem=dict.__setitem__, _update=dict.update):
-        for name, module, live, snapshot in saved:
-            _setitem(modules, name, module)
-            _update(live, snapshot)
-
-    return restore
-
-
-def _make_gate(cap, vetted, restore):
-    """Build `call(f, *args)`: call f, and refuse results that are not plain data (see the module docstring).
-
-    `vetted` maps stdlib heap types imported before the candidate ran (e.g. Counter) to their dunders then.
-    Nothing is cached: a class the candidate patches later is judged as it is at that moment. Every tool is
-    bound here, before the candidate runs, so patching builtins or this module's globals changes nothing.
-    """
-    _type, _isinstance, _next, _object, _TypeError, _dict = type, isinstance, next, object, TypeError, dict
-    _flags = type.__dict__["__flags__"].__get__
-    _mro = type.__dict__["__mro__"].__get__
-    _qualname = type.__dict__["__qualname__"].__get__
-    heap, names, dunders = _HEAPTYPE, _DUNDERS, _dunders
-    containers = (list, tuple, set, frozenset, dict)
-    keys, values = dict.keys, dict.values
-    pop, extend = list.pop, list.extend
-
-    def trusted_type(t):
-        if not _flags(t) & heap:
-            return True
-        theirs = vetted.get(t)
-        if theirs is None:
-            theirs = dunders(_next((b for b in _mro(t) if not _flags(b) & heap), _object))
-        mine = dunders(t)
-        for name in names:
-            if mine[name] is not theirs[name]:
-                return False
-        return True
-
-    def check_plain(value):
-        stack, seen = [value], 0
-        while stack:
-            v = pop(stack)
-            seen += 1
-            if seen > cap:
-                raise _TypeError(f"result has more than {cap} parts; too large to check")
-            t = _type(v)
-            if not trusted_type(t):
-                raise _TypeError(f"candidate returned a {_qualname(t):.60} object, which overrides comparison")
-            if _isinstance(v, _dict):
-                extend(stack, keys(v))
-                extend(stack, values(v))
-            elif _isinstance(v, containers):
-                extend(stack, v)
-
-    def gate(f, /, *args, **kwargs):
-        try:
-            result = f(*args, **kwargs)
-        finally:
-            restore()
-        if not _isinstance(f, _type):  # constructing a class the test itself names is exempt
-            check_plain(result)
-        return result
-
-    return gate
-
-
-def _describe(exc, _type=type, _str=str, _Base=BaseException):
-    """`Type: message`, short; the message is the candidate's text, so printing it may itself fail."""
-    try:
-        return f"{_type.__dict__['__name__'].__get__(_type(exc))}: {_str(exc)}"[:200]
-    except _Base:
-        return "exception (unprintable)"
-
-
-def _run_units(units, report, ns, restore, _exec=exec, _Base=BaseException, _range=range, _len=len, _say=_describe):
-    """Run each unit in `ns`; report P only after a test statement completed, F with a short reason otherwise."""
-    for index in _range(_len(units)):
-        kind, code = units[index]
-        try:
-            restore()
-            _exec(code, ns)
-        except _Base as exc:  # SystemExit and KeyboardInterrupt raised by the candidate fail the test too
-            reason = _say(exc)
-            if kind == "setup":
-                for later in _range(index, _len(units)):
-                    if units[later][0] == "test":
-                        report(later, False, "setup failed: " + reason)
-                return
-            report(index, False, reason)
-        else:
-            if kind == "test":
-                report(index, True, "")
-
-
-def _run_script(source: str) -> None:
+def _run_script(source):
     """Run the program as `__main__` from solution.py in the work dir; an uncaught exception exits with 1."""
     with open("solution.py", "w") as f:
         f.write(source)
@@ -248,77 +156,216 @@ def _run_script(source: str) -> None:
     exec(compile(source, "solution.py", "exec"), module.__dict__)
 
 
-def main() -> None:
-    cfg_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+def _candidate(cfg, ready_w, req_r, rep_w):
+    """The candidate process: seal its identity, say so, then run the solution. Never returns for test jobs."""
+    _become(cfg["call"], cfg["uid"], cfg)
+    os.write(ready_w, b"R")
+    os.close(ready_w)
+    cfg["started"] = True
+    if cfg["kind"] == "script":
+        os.close(req_r)
+        os.close(rep_w)
+        _run_script(cfg["code"])  # returns (or raises) into the interpreter's own exit path
+        return
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(cfg["code"], "solution.py", "exec"), namespace)
+        missing = [name for name in cfg["required"] if name not in namespace]
+        status = f"solution does not define {missing[0]!r}" if missing else ""
+    except BaseException as exc:
+        status = "solution failed to load: " + _describe(exc)
+    try:
+        wire.send(rep_w, ["loaded", status, [name for name in cfg["shadowed"] if name in namespace]])
+    except (OSError, ValueError):
+        os._exit(0)
+    channel.serve(namespace, req_r, rep_w)
+    os._exit(0)
+
+
+class _Watch:
+    """The supervisor's view of the run: the candidate's pid, the memory budget, and how to end everything."""
+
+    def __init__(self, pid, cfg, emit):
+        self.pid, self.emit = pid, emit
+        self.budget = cfg["budget_mb"] << 20
+        self.ns = cfg["mode"] == "namespaces"
+
+    def pids(self):
+        if self.ns:  # this /proc shows the run's PID namespace only
+            return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        found, todo = [os.getpid()], [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        kids = [int(k) for k in f.read().split()]
+                    found += kids
+                    todo += kids
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def check(self):
+        """End the run when the resident memory of all its processes together passes the budget."""
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * PAGE
+            except (OSError, ValueError, IndexError):
+                continue
+        if total > self.budget:
+            self.emit(f"MEMORY {total >> 20}")
+            self.end()
+
+    def end(self):
+        if not self.ns:  # no PID namespace to take them down: kill what we can see
+            for pid in self.pids()[1:]:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        os._exit(0)
+
+    def exit_code(self, block):
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return None
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+    def wait(self):
+        """Wait for the candidate process to end, checking memory meanwhile; report how it ended."""
+        pidfd = os.pidfd_open(self.pid)
+        while not select.select([pidfd], [], [], 0.02)[0]:
+            self.check()
+        code = self.exit_code(True)
+        self.emit(f"EXIT {code}")
+
+
+def _describe(exc):
+    """`Type: message`, short."""
+    try:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    except BaseException:
+        return "exception (unprintable)"
+
+
+def _run_tests(units, cfg, calls, report):
+    """Run each unit in a fresh namespace whose only link to the solution is its names, as `Remote` objects."""
+    ns = {"__name__": "__test__", "__builtins__": __builtins__}
+    for kind, code in units:
+        if kind == "helper":  # trusted code shipped with the task (HumanEval's prompt): defines what tests use
+            try:
+                exec(code, ns)
+            except Exception:
+                pass
+    for name in cfg["names"]:
+        if name not in ns:
+            ns[name] = calls.remote(["n", name], name)
+    for name, target in cfg["bind"]:
+        ns[name] = calls.remote(["n", target], target)
+    for index, (kind, code) in enumerate(units):
+        if kind == "helper":
+            continue
+        try:
+            exec(code, ns)
+        except wire.CandidateGoneError:
+            raise
+        except BaseException as exc:
+            reason = _describe(exc)
+            if kind == "setup":
+                for later in range(index, len(units)):
+                    if units[later][0] == "test":
+                        report(later, False, "setup failed: " + reason)
+                return
+            report(index, False, reason)
+        else:
+            if kind == "test":
+                report(index, True, "")
+
+
+def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
+    with os.fdopen(tests_fd, "rb") as f:
+        units = marshal.loads(f.read())
+    tests = [i for i in range(len(units)) if units[i][0] == "test"]
+    try:
+        loaded = wire.receive(rep_r, watch.check)
+        if type(loaded) is not list or len(loaded) != 3 or loaded[0] != "loaded" or type(loaded[1]) is not str:
+            raise wire.ProtocolError("bad load notice")
+        cfg["names"] += [name for name in cfg["shadowed"] if name in loaded[2]]  # only names the tests call alone
+        if loaded[1]:
+            for index in tests:
+                report(index, False, loaded[1][:200])
+        else:
+            _run_tests(units, cfg, channel.Channel(req_w, rep_r, watch.check), report)
+    except wire.CandidateGoneError:  # the solution's process ended before the tests did: no completion record
+        os.close(req_w)
+        if select.select([os.pidfd_open(watch.pid)], [], [], 0.5)[0]:
+            emit(f"EXIT {watch.exit_code(True)}")
+        watch.end()
+    except wire.ProtocolError as exc:
+        for index in tests:
+            report(index, False, str(exc)[:200])
+    emit(f"END {len(units)}")
+    watch.end()
+
+
+def main():
+    cfg_fd, tests_fd, result_fd = (int(a) for a in sys.argv[1:4])
     try:
         with os.fdopen(cfg_fd, "rb") as f:
             cfg = marshal.loads(f.read())
-        _seal(cfg)
+        cfg["call"] = _seal_root(cfg)
+        ready_r, ready_w = os.pipe()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        pid = os.fork()
     except BaseException as exc:
         os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
         os._exit(SETUP_FAILED)
-    nonce = cfg.pop("nonce")
-    os.write(result_fd, f"{nonce} SEALED\n".encode())
-    if cfg["kind"] == "script":
-        os.close(result_fd)
-        _run_script(cfg["code"])
+    if pid == 0:
+        for fd in (tests_fd, result_fd, ready_r, req_w, rep_r):
+            os.close(fd)
+        cfg.pop("nonce")
+        try:
+            _candidate(cfg, ready_w, req_r, rep_w)
+        except BaseException as exc:
+            if cfg.get("started"):
+                raise
+            os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+            os._exit(SETUP_FAILED)
         return
-    _judge_tests(cfg, nonce, result_fd)
+    for fd in (ready_w, req_r, rep_w):
+        os.close(fd)
+    nonce = cfg.pop("nonce")
 
-
-def _judge_tests(cfg, nonce, result_fd):
-    """Load the candidate, then run the test units; everything used after the load is bound before it."""
-    import builtins
-
-    _write, _exit, _encode, _replace, _Base, _exec = os.write, os._exit, str.encode, str.replace, BaseException, exec
-    _settrace, _setprofile, _dict, _len, _describe_ = sys.settrace, sys.setprofile, dict, len, _describe
-    _run, streams = _run_units, (sys.stdout, sys.stderr)
-    units, source = cfg["units"], cfg["code"]
-    tests = [index for index in range(len(units)) if units[index][0] == "test"]
+    def emit(line):
+        os.write(result_fd, f"{nonce} {line}\n".encode("utf-8", "replace"))
 
     def report(index, passed, reason):
-        clean = _replace(_replace(reason, "\n", " "), "\r", " ")
-        _write(result_fd, _encode(f"{nonce} {index} {'P' if passed else 'F'} {clean}\n", "utf-8", "replace"))
+        emit(f"{index} {'P' if passed else 'F'} {reason.replace(chr(10), ' ').replace(chr(13), ' ')}")
 
-    def finish():
-        for stream in streams:
-            try:
-                stream.flush()
-            except _Base:
-                pass
-        _write(result_fd, _encode(f"{nonce} END {_len(units)}\n"))
-        _exit(0)
-
-    def fail_all(reason):
-        for index in tests:
-            report(index, False, reason)
-        finish()
-
-    clean_builtins = dict(builtins.__dict__)
-    vetted = {}
-    if "Counter" in source:  # import it before the candidate can touch it, so a returned Counter is trusted
-        from collections import Counter
-
-        vetted[Counter] = _dunders(Counter)
-    restore = _module_guard(cfg["test_modules"])
-    gate = _make_gate(cfg["value_cap"], vetted, restore)
-    cand_ns = {"__name__": "solution", "__builtins__": builtins}
+    watch = _Watch(pid, cfg, emit)
     try:
-        _exec(compile(source, "solution.py", "exec"), cand_ns)
-    except _Base as exc:
-        fail_all("solution failed to load: " + _describe_(exc))
-    _settrace(None)
-    _setprofile(None)
-    test_ns = _dict(cand_ns)
-    test_ns["__builtins__"] = clean_builtins
-    test_ns["__rlloom_call__"] = gate
-    if cfg["kind"] == "function":
-        target = _dict.get(cand_ns, cfg["entry_point"])
-        if target is None:
-            fail_all(f"solution does not define {cfg['entry_point']!r}")
-        test_ns[cfg["param"]] = target
-    _run(units, report, test_ns, restore)
-    finish()
+        if cfg["mode"] == "namespaces":  # another uid than the candidate's: it cannot signal, trace or prctl us
+            _become(cfg["call"], cfg["uid"] + 1, cfg)
+        else:  # weak mode keeps its identity, so it can kill the candidate's processes it finds
+            cfg["call"]("prctl", 1, 9, 0, 0, 0)
+        ready = os.read(ready_r, 1)
+    except BaseException as exc:
+        os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(SETUP_FAILED)
+    if ready != b"R":  # the candidate process could not seal itself (its stderr says why)
+        watch.exit_code(True)
+        os._exit(SETUP_FAILED)
+    emit("SEALED")
+    if cfg["kind"] == "script":
+        os.close(tests_fd)
+        watch.wait()
+        watch.end()
+    _supervise_tests(cfg, tests_fd, watch, req_w=req_w, rep_r=rep_r, report=report, emit=emit)
 
 
 if __name__ == "__main__":

@@ -44,19 +44,32 @@ class _RunOptions(BaseModel):
     timeout: float | None = Field(default=None, gt=0, le=3600)  # None: the scorer's default
     memory_mb: int | None = Field(default=None, ge=64)  # None: 512
     partial: bool | None = None  # None: True
+    float_tolerance: float | None = Field(default=None, ge=0, lt=1)  # io only; None: tokens compare exactly
+    time_budget: float | None = Field(default=None, gt=0, le=3600)  # io only; None: IO_TIME_BUDGET
 
 
-def _limits(extra_info: Mapping[str, Any] | None, default_timeout: float) -> tuple[Limits, bool]:
-    """(limits, partial) from `extra_info`; raises ValueError naming the bad key and what it accepts."""
+IO_TIME_BUDGET = 20.0
+"""Seconds all of one io task's cases may take together, by default: below `score_batch`'s 30 s item deadline,
+so that a slow program fails its remaining cases instead of being killed with its worker as a scorer timeout
+(which a trainer counts as its reward pipeline failing). Raise both together for long tasks."""
+
+
+def _options(extra_info: Mapping[str, Any] | None) -> _RunOptions:
+    """The validated knobs; raises ValueError naming the bad key and what it accepts."""
     try:
-        options = _RunOptions.model_validate(dict(plain(extra_info or {})))
+        return _RunOptions.model_validate(dict(plain(extra_info or {})))
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         name = ".".join(str(part) for part in first["loc"])
         raise ValueError(
-            f"extra_info[{name!r}]={first['input']!r}: {first['msg']} (timeout: seconds in (0, 3600]; memory_mb: "
-            "an integer >= 64; partial: true/false)"
+            f"extra_info[{name!r}]={first['input']!r}: {first['msg']} (timeout, time_budget: seconds in (0, 3600]; "
+            "memory_mb: an integer >= 64; partial: true/false; float_tolerance: a number in [0, 1))"
         ) from None
+
+
+def _limits(extra_info: Mapping[str, Any] | None, default_timeout: float) -> tuple[Limits, bool]:
+    """(limits, partial) from `extra_info`; raises ValueError naming the bad key and what it accepts."""
+    options = _options(extra_info)
     timeout = options.timeout if options.timeout is not None else default_timeout
     memory_mb = options.memory_mb if options.memory_mb is not None else 512
     return Limits(timeout=timeout, memory_mb=memory_mb), options.partial is not False
@@ -112,10 +125,13 @@ def humaneval_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[st
         return ScoreResult(score=0.0, error=str(exc))
     code = extract_code(text)
     prompt = (extra_info or {}).get("prompt") or ground_truth.get("prompt")
-    if isinstance(prompt, str) and prompt:
+    helpers = prompt if isinstance(prompt, str) else ""
+    if helpers:  # the prompt also runs on the test side: helpers the tests call (`poly`) are the task's own
         defines = re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
-        code = prompt + "\n" + code if defines else prompt + code
-    return _scored(lambda: check_function(code, test, entry_point, limits=limits, partial=partial), code)
+        code = helpers + "\n" + code if defines else helpers + code
+    return _scored(
+        lambda: check_function(code, test, entry_point, limits=limits, partial=partial, helpers=helpers), code
+    )
 
 
 def mbpp_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
@@ -163,7 +179,9 @@ def _io_task(ground_truth: Any) -> tuple[list[Any], list[Any], str | None]:
 
 def io_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """ground_truth = {"inputs": [stdin, ...], "outputs": [expected stdout, ...]} (or that object as a JSON string,
-    as verl/PRIME code data sets store it); outputs are compared token by token and `timeout` is per case.
+    as verl/PRIME code data sets store it); outputs are compared token by token and `timeout` is per case, all
+    cases together within `time_budget` (default `IO_TIME_BUDGET`); `float_tolerance` (e.g. 1e-6) accepts floats
+    within that absolute or relative error, as APPS and veRL's prime_code do.
 
     With "fn_name" (call-based APPS/TACO tasks) each input is a list of arguments and each output the expected
     return value, checked as veRL's prime_code does (see `check_calls`) in one run that `timeout` bounds.
@@ -181,7 +199,14 @@ def io_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any]
         calls = list(zip(inputs, outputs, strict=True))
         return _scored(lambda: check_calls(code, fn_name, calls, limits=limits, partial=partial), code)
     cases = [(_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True)]
-    return _scored(lambda: check_io(code, cases, limits=limits, partial=partial), code)
+    options = _options(extra_info)
+    budget = options.time_budget if options.time_budget is not None else IO_TIME_BUDGET
+    return _scored(
+        lambda: check_io(
+            code, cases, limits=limits, partial=partial, float_tolerance=options.float_tolerance, time_budget=budget
+        ),
+        code,
+    )
 
 
 def _text(value: Any) -> str:

@@ -1,19 +1,20 @@
-"""Turn trusted test source into the harness's units: compiled statements, each a setup step or a test.
+"""Turn trusted test source into the harness's units: compiled statements, each a helper, setup step or test.
 
 Done in the parent, from the data set's test text (never from the model's answer), so the harness receives
-ready code objects. Inside every test statement each call `f(...)` becomes `__rlloom_call__(f, ...)`, which
-refuses results that are not plain data: a candidate cannot pass `assert f(x) == y` by returning an object whose
-`__eq__` always says True, or `abs(f(x) - y) < 1e-6` with an object whose `__sub__` returns 0.
+ready code objects. They are compiled with `optimize=0` whatever this interpreter's flags: under `python -O` or
+PYTHONOPTIMIZE the default would drop every `assert`, and every wrong answer would pass. `solution_names` lists
+the names the tests read but never bind (and that are not builtins): the only names the test namespace takes
+from the solution.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import threading
 from types import CodeType
 
-GATE = "__rlloom_call__"
-Unit = tuple[str, CodeType]  # ("setup" | "test", code)
+Unit = tuple[str, CodeType]  # ("helper" | "setup" | "test", code)
 
 _AST_LOCK = threading.Lock()
 """CPython 3.11/3.12 keep the AST validator's recursion depth in shared state: `ast.parse` or compiling an AST in
@@ -21,19 +22,10 @@ two threads at once (the batch pool's workers) can fail with "SystemError: AST c
 mismatch" (python/cpython#106905). Test text is short, so parsing one at a time costs nothing."""
 
 
-class _GateCalls(ast.NodeTransformer):
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        gated = ast.Call(func=ast.Name(id=GATE, ctx=ast.Load()), args=[node.func, *node.args], keywords=node.keywords)
-        return ast.copy_location(gated, node)
-
-
-def _compile(statements: list[ast.stmt], gate: bool, filename: str) -> CodeType:
+def _compile(statements: list[ast.stmt], filename: str) -> CodeType:
     module = ast.Module(body=statements, type_ignores=[])
-    if gate:
-        module = _GateCalls().visit(module)
     with _AST_LOCK:
-        return compile(ast.fix_missing_locations(module), filename, "exec")
+        return compile(ast.fix_missing_locations(module), filename, "exec", optimize=0)
 
 
 def _parse(source: str, what: str) -> ast.Module:
@@ -44,21 +36,64 @@ def _parse(source: str, what: str) -> ast.Module:
         raise ValueError(f"{what} is not valid Python ({exc.msg}, line {exc.lineno}); fix the data set row") from exc
 
 
-def imported_modules(*sources: str) -> list[str]:
-    """Modules the test code imports (absolute imports, any depth), so the harness can guard them."""
-    names: list[str] = []
+def _bound_and_read(tree: ast.AST) -> tuple[set[str], set[str]]:
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+    return bound, read
+
+
+def solution_names(*sources: str) -> tuple[list[str], list[str]]:
+    """(names, builtin_names): what the test code expects the solution to define.
+
+    `names` are read and never bound by the tests, builtins excepted: a builtin name means the builtin (a solution
+    cannot redefine `sorted` for the tests), and a module the tests import is theirs. The one exception is a test
+    statement that reads builtin names only (MBPP's `assert sum(10, 15) == 6`, whose entry point is named `sum`):
+    the names it calls are `builtin_names`, taken from the solution when it defines them.
+    """
+    bound: set[str] = set()
+    read: set[str] = set()
+    statements: list[ast.stmt] = []
     for source in sources:
         try:
             with _AST_LOCK:
                 tree = ast.parse(source)
         except SyntaxError:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.extend(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.append(node.module)
-    return sorted(set(names))
+        more_bound, more_read = _bound_and_read(tree)
+        bound |= more_bound
+        read |= more_read
+        for stmt in tree.body:
+            statements.extend(stmt.body if isinstance(stmt, ast.FunctionDef) else [stmt])
+    builtin = set(dir(builtins))
+    shadowed: set[str] = set()
+    for stmt in statements:
+        stmt_read = _bound_and_read(stmt)[1]
+        if stmt_read and all(name in builtin and name not in bound for name in stmt_read):
+            calls = (n.func for n in ast.walk(stmt) if isinstance(n, ast.Call))
+            shadowed |= {f.id for f in calls if isinstance(f, ast.Name)}
+    return sorted(read - bound - builtin), sorted(shadowed)
+
+
+def helper_units(helpers: str) -> list[Unit]:
+    """Trusted code shipped with the task (HumanEval's prompt) run first on the test side: the helpers it defines
+    (`poly` for find_zero, `encode_cyclic` ...) are the task's, not the solution's. Empty if it does not parse."""
+    if not helpers.strip():
+        return []
+    try:
+        return [("helper", _compile(_parse(helpers, "helpers").body, "<helpers>"))]
+    except ValueError:
+        return []
 
 
 def assert_units(asserts: list[str], setup: str = "") -> list[Unit]:
@@ -67,11 +102,11 @@ def assert_units(asserts: list[str], setup: str = "") -> list[Unit]:
         raise ValueError("asserts is empty: give at least one test such as 'assert f(1) == 2'")
     units: list[Unit] = []
     if setup.strip():
-        units.append(("setup", _compile(_parse(setup, "setup").body, False, "<setup>")))
+        units.append(("setup", _compile(_parse(setup, "setup").body, "<setup>")))
     for i, text in enumerate(asserts):
         if not isinstance(text, str):
             raise ValueError(f"asserts[{i}] must be a string, got {type(text).__name__}")
-        units.append(("test", _compile(_parse(text, f"asserts[{i}]").body, True, f"<test {i}>")))
+        units.append(("test", _compile(_parse(text, f"asserts[{i}]").body, f"<test {i}>")))
     return units
 
 
@@ -90,13 +125,13 @@ def function_units(test: str, entry_point: str) -> tuple[list[Unit], str]:
     check = checks[0]
     param = check.args.args[0].arg
     prelude = [n for n in module.body if n is not check]
-    units: list[Unit] = [("setup", _compile(prelude, False, "<test prelude>"))] if prelude else []
+    units: list[Unit] = [("setup", _compile(prelude, "<test prelude>"))] if prelude else []
     for stmt in check.body:
         nodes = list(ast.walk(stmt))
         asserts = any(isinstance(n, ast.Assert) for n in nodes)
         uses_candidate = any(isinstance(n, ast.Name) and n.id == param for n in nodes)
         kind = "test" if asserts and uses_candidate else "setup"
-        units.append((kind, _compile([stmt], kind == "test", "<check>")))
+        units.append((kind, _compile([stmt], "<check>")))
     if not any(kind == "test" for kind, _ in units):
         raise ValueError(f"check() in test never asserts on its argument {param!r}; nothing would be tested")
     return units, param
