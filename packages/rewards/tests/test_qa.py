@@ -130,3 +130,77 @@ def test_no_answer_tag_scores_zero_unless_fallback_requested() -> None:
     assert qa_em_scorer("Paris", ["Paris"], extra_info={"fallback_to_text": True}).score == 1.0
     bad = qa_em_scorer("<answer>x</answer>", {"wrong": 1})
     assert bad.score == 0.0 and bad.error is not None and "target" in bad.error
+
+
+# --- veRL's answer-tag spam penalty (verl/utils/reward_score/search_r1_like_qa_em.py), as an option ---
+def verl_search_r1_em(solution: str, targets: list[str]) -> float:
+    """veRL's rule, written out: last <answer> (DOTALL), SQuAD EM; a correct answer with more than 10 opening or
+    closing tags scores 1/4."""
+    matches = re.findall(r"<answer>(.*?)</answer>", solution, re.DOTALL)
+    if not matches:
+        return 0.0
+    if not any(squad_normalize(matches[-1].strip()) == squad_normalize(t) for t in targets):
+        return 0.0
+    spam = solution.count("<answer>") > 10 or solution.count("</answer>") > 10
+    return 0.25 if spam else 1.0
+
+
+VERL = {"max_answer_tags": 10}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("<answer>x</answer>" * 10 + "<answer>Paris</answer>", 0.25),  # 11 pairs: a quarter
+        ("<answer>x</answer>" * 9 + "<answer>Paris</answer>", 1.0),  # exactly 10 is allowed
+        ("<answer>Paris</answer>" + "</answer>" * 10, 0.25),  # 11 closing tags alone count
+        ("<answer>x" * 10 + "</answer><answer>Paris</answer>", 0.25),  # 11 opening tags alone count
+        ("<answer>x</answer>" * 10 + "<answer>Rome</answer>", 0.0),  # wrong stays 0
+    ],
+)
+def test_answer_tag_spam_penalty_by_hand(response: str, expected: float) -> None:
+    result = qa_em_scorer(response, {"target": ["Paris"]}, extra_info=VERL)
+    assert result.score == expected
+    assert result.score == verl_search_r1_em(response, ["Paris"])
+    assert result.components["em"] == (1.0 if expected > 0 else 0.0)  # the components stay unpenalised
+    assert ("answer-tag spam" in result.details.get("reason", "")) is (expected == 0.25)
+
+
+def test_answer_tag_spam_penalty_is_off_by_default() -> None:
+    spam = "<answer>x</answer>" * 10 + "<answer>Paris</answer>"
+    assert qa_em_scorer(spam, ["Paris"]).score == 1.0
+
+
+def test_answer_tag_spam_penalty_scales_f1_and_takes_a_factor() -> None:
+    spam = "<answer>x</answer>" * 11 + "<answer>Paris France</answer>"
+    assert qa_f1_scorer(spam, ["Paris"], extra_info=VERL).score == pytest.approx(2 / 3 * 0.25)
+    assert qa_em_scorer(spam, ["Paris France"], extra_info={"max_answer_tags": 3, "tag_spam_factor": 0}).score == 0.0
+    assert qa_em_scorer(spam, ["Paris France"], extra_info={"max_answer_tags": 12}).score == 1.0
+
+
+@pytest.mark.parametrize(
+    ("extra_info", "field"),
+    [
+        ({"max_answer_tags": 0}, "max_answer_tags"),
+        ({"max_answer_tags": "10"}, "max_answer_tags"),
+        ({"max_answer_tags": True}, "max_answer_tags"),
+        ({"max_answer_tags": 10, "tag_spam_factor": 1.5}, "tag_spam_factor"),
+        ({"tag_spam_factor": 0.25}, "max_answer_tags"),
+    ],
+)
+def test_bad_tag_spam_options_name_the_field(extra_info: dict[str, object], field: str) -> None:
+    result = qa_em_scorer("<answer>Paris</answer>", ["Paris"], extra_info=extra_info)
+    assert result.score == 0.0 and result.error is not None and field in result.error
+
+
+_TAGGED = st.lists(
+    st.sampled_from(["<answer>", "</answer>", "Paris", "Rome", " the ", "x", "\n"]), min_size=0, max_size=40
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(response=_TAGGED)
+def test_tag_spam_penalty_matches_verl(response: str) -> None:
+    assert qa_em_scorer(response, {"target": ["Paris"]}, extra_info=VERL).score == verl_search_r1_em(
+        response, ["Paris"]
+    )

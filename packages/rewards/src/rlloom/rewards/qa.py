@@ -6,6 +6,8 @@ drop the articles a/an/the, collapse whitespace. The scorers read the LAST `<ans
 response (Search-R1's convention, without its ">= 2 matches" prompt hack). A response with no `<answer>` tag
 scores 0 with the reason recorded: falling back to the whole text would reward answers hidden in reasoning or
 a list of candidates (a known hack with substring rewards), so the fallback is opt-in via `extra_info`.
+Also opt-in: veRL's penalty for answer-tag spam (`search_r1_like_qa_em.py`: a correct answer with more than 10
+`<answer>` or `</answer>` tags scores a quarter), set with `extra_info={"max_answer_tags": 10}`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from rlloom.rewards.types import ScoreResult
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# veRL's values: more than 10 opening or closing tags divides the reward by 4.
+VERL_MAX_ANSWER_TAGS = 10
+VERL_TAG_SPAM_FACTOR = 0.25
 
 
 def normalize_answer(text: str) -> str:
@@ -112,7 +117,31 @@ def qa_golds(ground_truth: Any) -> list[str]:
     return _gold_list(ground_truth)
 
 
+def _tag_spam_rule(extra_info: Mapping[str, Any]) -> tuple[int, float] | None:
+    """(max tags, factor) when `extra_info` asks for the answer-tag spam penalty, else None; bad values raise."""
+    limit = extra_info.get("max_answer_tags")
+    if limit is None:
+        if "tag_spam_factor" in extra_info:
+            raise ValueError("extra_info['tag_spam_factor'] needs extra_info['max_answer_tags'] (veRL uses 10)")
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"extra_info['max_answer_tags'] must be a positive int (veRL uses 10), got {limit!r}")
+    factor = extra_info.get("tag_spam_factor", VERL_TAG_SPAM_FACTOR)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0.0 <= factor <= 1.0:
+        raise ValueError(f"extra_info['tag_spam_factor'] must be a number in [0, 1] (veRL uses 0.25), got {factor!r}")
+    return limit, float(factor)
+
+
+def answer_tag_counts(response: str) -> tuple[int, int]:
+    """How many `<answer>` and `</answer>` tags `response` holds (veRL counts both, as plain substrings)."""
+    return response.count("<answer>"), response.count("</answer>")
+
+
 def _qa_score(metric: str, response: Any, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> ScoreResult:
+    try:
+        spam_rule = _tag_spam_rule(extra_info or {})
+    except ValueError as exc:
+        return ScoreResult(score=0.0, error=str(exc))
     text = response_text(response)
     if text is None:
         return ScoreResult(score=0.0, error=not_text_error(response))
@@ -126,13 +155,23 @@ def _qa_score(metric: str, response: Any, ground_truth: Any, extra_info: Mapping
             return ScoreResult(score=0.0, details={"reason": "no <answer>...</answer> in the response"})
         answer = text.strip()
     components = {"em": exact_match(answer, golds), "f1": f1(answer, golds), "sub_em": substring_match(answer, golds)}
-    return ScoreResult(score=components[metric], components=components, extracted=answer)
+    value, details = components[metric], {}
+    if spam_rule is not None:
+        limit, factor = spam_rule
+        opening, closing = answer_tag_counts(text)
+        if max(opening, closing) > limit and value > 0:
+            value *= factor
+            details = {"reason": f"answer-tag spam: {opening} <answer> / {closing} </answer> tags (limit {limit})"}
+    return ScoreResult(score=value, components=components, extracted=answer, details=details)
 
 
 def qa_em_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """Exact match of the last `<answer>` against the gold aliases; F1 and subEM reported as components.
 
     `extra_info={"fallback_to_text": True}` scores the whole response when it has no `<answer>` tag.
+    `extra_info={"max_answer_tags": 10}` multiplies the score by `tag_spam_factor` (default 0.25) when the response
+    has more `<answer>` or `</answer>` tags than that (veRL's Search-R1 reward); the components stay unpenalised.
+    The same keys work for `qa_f1_scorer` and `qa_substring_scorer`.
     """
     return _qa_score("em", response, ground_truth, extra_info)
 
