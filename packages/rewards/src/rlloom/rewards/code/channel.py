@@ -54,8 +54,8 @@ class Remote:
 class Channel:
     """The test side's end: turns calls on `Remote` objects into requests and replies into trusted values."""
 
-    def __init__(self, req_w, rep_r, idle):
-        self.req_w, self.rep_r, self.idle = req_w, rep_r, idle
+    def __init__(self, req_w, rep_r):
+        self.req_w, self.rep_r = req_w, rep_r
         self.broken = ""
 
     def remote(self, ref, what):
@@ -66,7 +66,7 @@ class Channel:
             raise wire.ProtocolError(self.broken)
         try:
             wire.send(self.req_w, message)
-            reply = wire.receive(self.rep_r, self.idle)
+            reply = wire.receive(self.rep_r)
         except (OSError, wire.CandidateGoneError) as exc:
             raise wire.CandidateGoneError(str(exc)) from None
         except wire.ProtocolError as exc:

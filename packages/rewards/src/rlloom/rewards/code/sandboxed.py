@@ -17,12 +17,13 @@ then, before any untrusted byte runs: joins the empty network namespace, chroots
 
 Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, then `NONCE END COUNT`; how the candidate
 process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`. The candidate has no
-descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget for the whole run:
-every 20 ms it sums the resident memory of every process in the run (all of the PID namespace; in weak mode
-itself and its descendants, as a child subreaper) and ends the run when the sum passes `memory_mb`. When the
-supervisor ends, for any reason, the kernel kills every process in its PID namespace.
+descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget for the whole
+run: every 20 ms (an interval timer) it sums the resident memory of every process in the run (all of the PID
+namespace; in weak mode itself and its descendants, as a child subreaper) and ends the run when the sum passes
+`memory_mb`. When the supervisor ends, for any reason, the kernel kills every process in its PID namespace.
 """
 
+import _signal
 import marshal
 import os
 import resource
@@ -235,13 +236,15 @@ class _Watch:
             return None
         return os.waitstatus_to_exitcode(status) if pid else None
 
+    def start(self):
+        """Check the budget every 20 ms from now on, whatever the supervisor is doing (waiting or running tests).
+        `_signal`, not `signal`: the latter imports `enum`, a few ms at every start."""
+        _signal.signal(_signal.SIGALRM, lambda signum, frame: self.check())
+        _signal.setitimer(_signal.ITIMER_REAL, 0.02, 0.02)
+
     def wait(self):
-        """Wait for the candidate process to end, checking memory meanwhile; report how it ended."""
-        pidfd = os.pidfd_open(self.pid)
-        while not select.select([pidfd], [], [], 0.02)[0]:
-            self.check()
-        code = self.exit_code(True)
-        self.emit(f"EXIT {code}")
+        """Wait for the candidate process to end (the timer keeps checking memory); report how it ended."""
+        self.emit(f"EXIT {self.exit_code(True)}")
 
 
 def _describe(exc):
@@ -291,7 +294,7 @@ def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
         units = marshal.loads(f.read())
     tests = [i for i in range(len(units)) if units[i][0] == "test"]
     try:
-        loaded = wire.receive(rep_r, watch.check)
+        loaded = wire.receive(rep_r)
         if type(loaded) is not list or len(loaded) != 3 or loaded[0] != "loaded" or type(loaded[1]) is not str:
             raise wire.ProtocolError("bad load notice")
         cfg["names"] += [name for name in cfg["shadowed"] if name in loaded[2]]  # only names the tests call alone
@@ -299,7 +302,7 @@ def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
             for index in tests:
                 report(index, False, loaded[1][:200])
         else:
-            _run_tests(units, cfg, channel.Channel(req_w, rep_r, watch.check), report)
+            _run_tests(units, cfg, channel.Channel(req_w, rep_r), report)
     except wire.CandidateGoneError:  # the solution's process ended before the tests did: no completion record
         os.close(req_w)
         if select.select([os.pidfd_open(watch.pid)], [], [], 0.5)[0]:
@@ -361,6 +364,7 @@ def main():
         watch.exit_code(True)
         os._exit(SETUP_FAILED)
     emit("SEALED")
+    watch.start()
     if cfg["kind"] == "script":
         os.close(tests_fd)
         watch.wait()
