@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rlloom.retrieval.presets import PRESETS
 from rlloom.retrieval.types import CorpusFormatError, IndexLoadError
 
 DESCRIPTION = """\
@@ -20,8 +21,11 @@ hybrid), serve it over HTTP with Search-R1's /retrieve API, search it from the s
 
 EXAMPLES = """\
 examples:
-  rlloom-retrieval build-index --corpus corpus.jsonl --out indexes/wiki-bm25 --opt stemmer=english
+  rlloom-retrieval build-index --corpus corpus.jsonl --out indexes/wiki-bm25 --preset bm25-pyserini
+  rlloom-retrieval build-index --corpus corpus.jsonl --out indexes/wiki-e5 --preset e5 --opt model=/models/e5-base-v2
   rlloom-retrieval search "who wrote the iliad" --index indexes/wiki-bm25 -k 5
+  rlloom-retrieval import-faiss --faiss e5_Flat.index --corpus wiki-18.jsonl --out indexes/wiki-e5 \\
+      --opt model=/models/e5-base-v2
   rlloom-retrieval serve --index indexes/wiki-bm25 --port 8000
   rlloom-retrieval search "who wrote the iliad" --url http://127.0.0.1:8000
   rlloom-retrieval eval --index indexes/wiki-bm25 --queries nq.jsonl --answers
@@ -83,8 +87,40 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--out", required=True, type=Path, help="index folder to create: a new path, an empty folder or an old index"
     )
-    _add_backend_arg(build, "index kind", "bm25")
+    _add_backend_arg(build, "index kind", None)
+    build.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help="named settings that pick the backend and fill in options (--opt wins): "
+        + "; ".join(f"{name}: {preset.about}" for name, preset in PRESETS.items())
+        + " (default: none)",
+    )
     build.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help=BUILD_OPT_HELP)
+
+    imp = sub.add_parser(
+        "import-faiss",
+        help="make a dense index folder from a prebuilt faiss index and its corpus (Search-R1's wiki-18 e5)",
+        description="Adopt a prebuilt faiss index whose vector i embeds line i of --corpus (Search-R1's "
+        "e5_Flat.index with wiki-18.jsonl) as a dense index folder, without re-encoding the corpus. Loading it "
+        "checks that --opt model re-embeds the first passage to the stored vector.",
+    )
+    imp.add_argument("--faiss", required=True, type=Path, help="the faiss index file, e.g. e5_Flat.index")
+    imp.add_argument("--corpus", required=True, type=Path, help="its corpus: Search-R1 or BEIR JSONL, or .gz")
+    imp.add_argument("--out", required=True, type=Path, help="index folder to create (as build-index --out)")
+    imp.add_argument(
+        "--preset",
+        choices=[name for name, preset in PRESETS.items() if preset.backend == "dense"],
+        default="e5",
+        help="the encoder settings the vectors were made with (default: %(default)s, Search-R1's)",
+    )
+    imp.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dense option, repeatable: model=DIR (required: the encoder's local folder), index_type, flat_fp16, ...",
+    )
 
     serve = sub.add_parser(
         "serve",
@@ -227,6 +263,12 @@ def _eval(args: argparse.Namespace) -> None:
         print(f"{name:<{width}}  {value:.4f}")
 
 
+def check_output_folder_flag(out: Path) -> None:
+    from rlloom.retrieval.manifest import check_output_folder
+
+    check_output_folder(out, "--out")
+
+
 def main(argv: list[str] | None = None) -> int:
     from rlloom.retrieval.client import RetrievalError
 
@@ -237,8 +279,15 @@ def main(argv: list[str] | None = None) -> int:
             from rlloom.retrieval.manifest import check_output_folder
 
             check_output_folder(args.out, "--out")
-            out = build_index(args.corpus, args.out, args.backend, **_options(args.opt))
-            print(f"built {args.backend} index at {out}")
+            out = build_index(args.corpus, args.out, args.backend, preset=args.preset, **_options(args.opt))
+            backend = PRESETS[args.preset].backend if args.preset else args.backend or "bm25"
+            print(f"built {backend} index at {out}" + (f" (preset {args.preset})" if args.preset else ""))
+        elif args.command == "import-faiss":
+            from rlloom.retrieval.prebuilt import import_faiss_index
+
+            check_output_folder_flag(args.out)
+            out = import_faiss_index(args.corpus, args.faiss, args.out, preset=args.preset, **_options(args.opt))
+            print(f"imported {args.faiss} as a dense index at {out} (preset {args.preset})")
         elif args.command == "serve":
             from rlloom.retrieval.server import ServerLimits, serve
 

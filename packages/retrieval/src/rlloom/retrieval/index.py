@@ -25,6 +25,7 @@ from rlloom.retrieval.manifest import (
     read_manifest,
     write_manifest,
 )
+from rlloom.retrieval.presets import apply_preset
 from rlloom.retrieval.ranking import Ranking, RankingBackend
 from rlloom.retrieval.types import EncoderMismatchError, Hit, IndexLoadError
 
@@ -161,13 +162,26 @@ def _passage_fetcher(store: DocStore) -> Any:
     return lambda rows: [store.document(r).contents for r in rows]
 
 
-def build_index(corpus: str | Path, out_dir: str | Path, backend: str = "bm25", **options: Any) -> Path:
-    """Build a `backend` index of `corpus` (Search-R1 or BEIR JSONL, optionally gzip) into `out_dir`; return it.
+def build_index(
+    corpus: str | Path,
+    out_dir: str | Path,
+    backend: str | None = None,
+    *,
+    preset: str | None = None,
+    **options: Any,
+) -> Path:
+    """Build a `backend` index (default bm25) of `corpus` (Search-R1 or BEIR JSONL, optionally gzip) into
+    `out_dir`; return it.
 
-    Options are the backend's config fields (`BM25Config`, `DenseConfig`, `LuceneConfig`, `HybridConfig`).
-    `out_dir` must be new, an empty folder or an existing rlloom index (anything else raises `FileExistsError`,
-    since the folder is replaced as a whole); an existing index is replaced only once the new one is complete.
+    Options are the backend's config fields (`BM25Config`, `DenseConfig`, `LuceneConfig`, `HybridConfig`);
+    `preset` (`presets.PRESETS`: `bm25-pyserini`, `e5`) picks the backend and fills in options, which `options`
+    override. `out_dir` must be new, an empty folder or an existing rlloom index (anything else raises
+    `FileExistsError`, since the folder is replaced as a whole); an existing index is replaced only once the new
+    one is complete.
     """
+    if preset is not None:
+        backend, options = apply_preset(preset, backend, options)
+    backend = backend or "bm25"
     corpus, out_dir = Path(corpus), Path(out_dir)
     check_corpus_file(corpus)
     check_output_folder(out_dir)
