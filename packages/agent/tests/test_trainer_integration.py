@@ -234,7 +234,7 @@ def test_dapo_overlong_punishment_refuses_multi_turn_trajectories(
         reward_fn=env_reward,
         train_data=ROWS,
     )
-    with pytest.raises(ValueError, match=r"overlong_buffer=0 for agent training"):
+    with pytest.raises(ValueError, match=r"algorithm.overlong=null for agent training"):
         trainer.fit()
 
 

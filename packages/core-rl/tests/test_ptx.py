@@ -1,4 +1,4 @@
-"""PPO-ptx (InstructGPT's pretraining mix, `algorithm.ptx_coef` + `data.ptx_files`): the update's gradient is the
+"""PPO-ptx (InstructGPT's pretraining mix, `algorithm.ptx`): the update's gradient is the
 policy gradient plus ptx_coef times the LM NLL gradient computed independently; ptx_coef=0 leaves the update as it
 was; the ptx rows cycle epoch by epoch and a resumed run draws the rows an uninterrupted one would; bad configs and
 rows are refused, naming the key or file:line."""
@@ -17,7 +17,7 @@ from rlloom.core_rl import actor as actor_module
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.checkpoint import load_trainer_state
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig
+from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig, PtxConfig
 from rlloom.core_rl.config_keys import ConfigError
 from rlloom.core_rl.config_loading import load_config
 from rlloom.core_rl.data import PromptLoader
@@ -55,7 +55,8 @@ def ptx_batch_of(texts: list[str]) -> TrajectoryBatch:
 
 def make_actor(model_dir: Path, ptx_coef: float) -> PolicyActor:
     model = load_causal_lm(ModelConfig(path=str(model_dir)), str(model_dir), CPU)
-    algo = AlgorithmConfig(ptx_coef=ptx_coef, loss_agg_mode="token-mean")
+    ptx = PtxConfig(coef=ptx_coef, files=["rows.jsonl"]) if ptx_coef > 0 else None  # the actor reads only coef
+    algo = AlgorithmConfig(ptx=ptx, loss_agg_mode="token-mean")
     # one optimizer step over the whole batch, micro-batched by a small token budget
     cfg = ActorConfig(lr=1e-2, ppo_epochs=1, mini_batch_size=4, shuffle=False, max_tokens_per_micro_batch=24)
     return PolicyActor(
@@ -146,7 +147,7 @@ def test_trainer_without_ptx_builds_no_loader_and_saves_none(tiny_model_dir: Pat
 
 def test_ptx_rows_cycle_through_every_row_each_epoch() -> None:
     rows = [{"text": t} for t in PTX_TEXTS]
-    loader = PromptLoader(rows, 2, shuffle=True, seed=3, source="data.ptx_files")
+    loader = PromptLoader(rows, 2, shuffle=True, seed=3, source="algorithm.ptx.files")
     epochs: dict[int, list[int]] = {}
     for _ in range(9):  # 5 rows in batches of 2: [2, 2, 1] per epoch, three epochs
         epoch = loader.epoch if not loader.epoch_finished else loader.epoch + 1
@@ -157,7 +158,7 @@ def test_ptx_rows_cycle_through_every_row_each_epoch() -> None:
 
 
 def ptx_overrides(ptx_file: Path) -> list[str]:
-    return ["algorithm.ptx_coef=0.1", f"data.ptx_files=[{ptx_file}]", "data.ptx_batch_size=2"]
+    return [f"algorithm.ptx={{coef: 0.1, files: [{ptx_file}], batch_size: 2}}"]
 
 
 def test_ptx_run_logs_the_loss_and_resumes_where_it_left_off(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -212,7 +213,7 @@ def test_bad_ptx_rows_are_named_by_file_and_line(tmp_path: Path) -> None:
     bad = write_rows(tmp_path / "bad.jsonl", [{"text": "a"}, {"prompt": "q"}])
     with pytest.raises(DataError, match=r"bad.jsonl:2: the row has neither `text` nor `prompt` and `response`"):
         read_ptx_rows([str(bad)])
-    with pytest.raises(DataError, match="data.ptx_files: .*missing.jsonl does not exist"):
+    with pytest.raises(DataError, match="algorithm.ptx.files: .*missing.jsonl does not exist"):
         read_ptx_rows([str(tmp_path / "missing.jsonl")])
 
 
@@ -223,21 +224,22 @@ def config_error(overrides: list[str]) -> str:
 
 
 def test_ptx_configs_are_checked_at_load() -> None:
-    assert config_error(["algorithm.ptx_coef=0.05"]).startswith(
-        "algorithm.ptx_coef: 0.05 weights a language-model loss on supervised/pretraining rows, but data.ptx_files is "
-        "empty"
+    assert config_error(["algorithm.ptx={coef: 0.05}"]).startswith("algorithm.ptx.files: missing")
+    assert config_error(["algorithm.ptx={coef: 0.05, files: []}"]).startswith("algorithm.ptx.files: list should have")
+    assert config_error(["algorithm.ptx={coef: -1, files: [p.jsonl]}"]).startswith(
+        "algorithm.ptx.coef: input should be greater than 0"
     )
+    sharded = ["algorithm.ptx={coef: 0.05, files: [p.jsonl]}", "distributed.num_ranks=2"]
+    assert config_error(sharded).startswith("algorithm.ptx: PPO-ptx runs in the in-process actor only")
+    ok = load_config(None, ["model.path=/m", "algorithm.ptx={coef: 0.05, files: [p.jsonl]}"])
+    assert ok.algorithm.ptx is not None
+    assert (ok.algorithm.ptx.coef, ok.algorithm.ptx.batch_size, ok.algorithm.ptx.max_length) == (0.05, 8, 1024)
+    # the flat keys of earlier configs: the coefficient without rows, or rows without it, name what is missing
+    assert config_error(["algorithm.ptx_coef=0.05"]).startswith("algorithm.ptx.files: missing")
     assert config_error(["data.ptx_files=[p.jsonl]"]).startswith(
-        "data.ptx_files: ['p.jsonl'] are read only for PPO-ptx, but algorithm.ptx_coef=0"
+        "data.ptx_files: ['p.jsonl'] is a setting of algorithm.ptx, which is off"
     )
-    assert config_error(["data.ptx_batch_size=4"]).startswith("data.ptx_batch_size: shapes the PPO-ptx batches")
-    assert config_error(["algorithm.ptx_coef=-1"]).startswith(
-        "algorithm.ptx_coef: input should be greater than or equal to 0"
-    )
-    sharded = ["algorithm.ptx_coef=0.05", "data.ptx_files=[p.jsonl]", "distributed.num_ranks=2"]
-    assert config_error(sharded).startswith("algorithm.ptx_coef: PPO-ptx runs in the in-process actor only")
-    ok = load_config(None, ["model.path=/m", "algorithm.ptx_coef=0.05", "data.ptx_files=[p.jsonl]"])
-    assert (ok.algorithm.ptx_coef, ok.data.ptx_batch_size, ok.data.ptx_max_length) == (0.05, 8, 1024)
+    assert config_error(["data.ptx_batch_size=4"]).startswith("data.ptx_batch_size: 4 is a setting of algorithm.ptx")
 
 
 def test_trainer_refuses_missing_ptx_files_before_loading_a_model(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_entropy_controller_matches_a_hand_computed_sequence() -> None:
     assert resumed.value == ctrl.value
     with pytest.raises(ValueError, match="init_coef ≤ max_coef"):
         AdaptiveEntropyController(0.6, target_entropy=0.2, step=0.001, max_coef=0.5)
-    with pytest.raises(ConfigError, match="^algorithm.entropy_coef: .*algorithm.max_entropy_coef"):
+    with pytest.raises(ConfigError, match="^algorithm.entropy.coef: .*algorithm.entropy.adaptive.max_coef"):
         load_config(None, ["model.path=/m", "algorithm.adaptive_entropy=true", "algorithm.entropy_coef=0.6"])
 
 

@@ -488,7 +488,9 @@ def test_an_unknown_filter_key_names_the_components(tiny_model_dir: Path, tmp_pa
     overrides = ["algorithm.dynamic_sampling=true", "algorithm.filter_key=accuracy"]
     trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)
     trainer.step = 1
-    with pytest.raises(ConfigError, match=r"algorithm.filter_key: 'accuracy' is not among .* \(digits, exact\)"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm.dynamic_sampling.filter_key: 'accuracy' is not among .* \(digits, exact\)"
+    ):
         trainer.train_step()
 
 
@@ -526,7 +528,7 @@ def test_reference_sync_is_refused_where_there_is_nothing_to_move() -> None:
     from rlloom.core_rl.config_loading import load_config
 
     base = ["model.path=/m", "algorithm.ref_model_sync_steps=10"]
-    with pytest.raises(ConfigError, match="algorithm.ref_model_sync_steps: 10, but there is no reference model"):
+    with pytest.raises(ConfigError, match="algorithm.ref_sync: every 10 steps, but there is no reference model"):
         load_config(None, [*base, "algorithm.use_kl_loss=false"])
     with pytest.raises(ConfigError, match="with LoRA the reference is the adapter-free base"):
         load_config(None, [*base, "algorithm.use_kl_loss=true", "model.lora_rank=8"])

@@ -10,30 +10,48 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from rlloom.core_rl.config_keys import (
-    ConfigError,
-    KeyedValueError,
+from rlloom.core_rl.config_algorithm import (
+    AdaptiveEntropyConfig,
+    AlgorithmConfig,
+    DynamicSamplingConfig,
+    EntropyConfig,
+    OverlongConfig,
+    PtxConfig,
+    RefSyncConfig,
+    TISConfig,
+    check_policy_loss,
 )
+from rlloom.core_rl.config_keys import ConfigError, KeyedValueError
+from rlloom.core_rl.config_migration import migrate_config
+from rlloom.core_rl.config_section import Section
+from rlloom.core_rl.naming import closest_name
 
 __all__ = [
     "ActorConfig",
+    "AdaptiveEntropyConfig",
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
     "DataConfig",
     "DistributedConfig",
+    "DynamicSamplingConfig",
+    "EntropyConfig",
     "KeyedValueError",
     "MaxTokensStage",
     "ModelConfig",
+    "OverlongConfig",
+    "PtxConfig",
     "RLConfig",
+    "RefSyncConfig",
     "RolloutConfig",
     "SamplerConfig",
+    "TISConfig",
     "TrackerName",
     "TrainerConfig",
     "check_warmup",
@@ -47,8 +65,7 @@ def _default_trackers() -> list[TrackerName]:
     return ["console", "jsonl"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+_Section = Section
 
 
 class ModelConfig(_Section):
@@ -140,23 +157,6 @@ class DataConfig(_Section):
         default_factory=dict,
         description="Extra variables for the chat template that renders chat prompts, in training, validation and "
         "prompt-length checks (veRL's key; TRL's chat_template_kwargs), e.g. {enable_thinking: false} for Qwen3.",
-    )
-
-    ptx_files: list[str] = Field(
-        default_factory=list,
-        description="JSONL files (.gz too) of supervised or pretraining rows for PPO-ptx (algorithm.ptx_coef; "
-        "OpenRLHF's --pretrain_data): {text: ...} trains every token of the text, {prompt: messages or string, "
-        "response: ...} the response and EOS after the chat-templated prompt, as the SFT warm-up does.",
-    )
-    ptx_batch_size: int = Field(
-        default=8,
-        ge=1,
-        description="PPO-ptx rows per actor optimizer step, cycled epoch by epoch (reshuffled with data.shuffle).",
-    )
-    ptx_max_length: int = Field(
-        default=1024,
-        ge=2,
-        description="PPO-ptx rows are cut to this many tokens, prompt included (OpenRLHF: prompt + generate max len).",
     )
 
     @model_validator(mode="after")
@@ -264,193 +264,6 @@ class RolloutConfig(_Section):
         return current
 
 
-class AlgorithmConfig(_Section):
-    adv_estimator: str = Field(
-        default="grpo",
-        description="Advantage estimator by registry name: gae (Schulman et al. 2016), grpo (Shao et al. 2024), "
-        "dr_grpo (Liu et al. 2025), rloo (Ahmadian et al. 2024), gpg (Chu et al. 2025, veRL's), remax (Li et al. "
-        "2023), reinforce_plus_plus, reinforce_plus_plus_baseline (Hu 2025).",
-    )
-    norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
-    adv_std_scope: Literal["group", "batch"] = Field(
-        default="group",
-        description="grpo with norm_adv_by_std: divide by the std of the prompt's group, or of the whole batch's "
-        "rewards (group mean, batch std: TRL's scale_rewards=batch; Liu et al. 2025, 'Tricks or Traps?').",
-    )
-    gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor (GAE, REINFORCE++).")
-    lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda (Schulman et al. 2016).")
-    policy_loss: str = Field(
-        default="ppo",
-        description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, gmpo, cispo, clip_cov, kl_cov "
-        "(Cui et al. 2025), gpg (plain policy gradient, Chu et al. 2025), sapo (soft gate, Gao et al. 2025).",
-    )
-    policy_loss_kwargs: dict[str, float] = Field(
-        default_factory=dict,
-        description="The loss's own settings (veRL's actor.policy_loss.*, and actor.tau_pos/tau_neg), e.g. "
-        "{clip_cov_ratio: 0.0002, clip_cov_lb: 1.0, clip_cov_ub: 5.0} for clip_cov, {kl_cov_ratio: 0.0002, "
-        "ppo_kl_coef: 1.0} for kl_cov, {tau_pos: 1.0, tau_neg: 1.05} for sapo. Checked at load.",
-    )
-    clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below 1 (epsilon_low).")
-    clip_high: float = Field(
-        default=0.2, ge=0.0, description="PPO ratio clip above 1; 0.28 is DAPO's clip-higher (Yu et al. 2025)."
-    )
-    dual_clip: float | None = Field(
-        default=None, gt=1.0, description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off."
-    )
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        Field(
-            default="token-mean",
-            description="How token losses become a scalar: token-mean (DAPO), seq-mean-token-mean (GRPO), "
-            "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum.",
-        )
-    )
-    entropy_coef: float = Field(
-        default=0.0,
-        ge=0.0,
-        description="Entropy bonus weight (subtracted from the loss); with adaptive_entropy, its starting value.",
-    )
-    adaptive_entropy: bool = Field(
-        default=False,
-        description="Skywork-OR1 adaptive entropy control (He et al. 2025, arXiv 2505.22312): the entropy bonus "
-        "applies only while the policy entropy is below target_entropy, and its coefficient moves by "
-        "entropy_coef_step after every step (up while entropy < target, down otherwise), clipped to "
-        "[0, max_entropy_coef].",
-    )
-    target_entropy: float = Field(
-        default=0.2, ge=0.0, description="Adaptive entropy control target (nats per token; Skywork-OR1: 0.2)."
-    )
-    entropy_coef_step: float = Field(
-        default=0.001, gt=0.0, description="Adaptive entropy control: coefficient change per step (Skywork-OR1: 0.001)."
-    )
-    max_entropy_coef: float = Field(
-        default=0.5, ge=0.0, description="Adaptive entropy control: ceiling of the coefficient (Skywork-OR1: 0.5)."
-    )
-    ptx_coef: float = Field(
-        default=0.0,
-        ge=0.0,
-        description="PPO-ptx (InstructGPT's gamma, Ouyang et al. 2022; OpenRLHF's --ptx_coef, 0.05 there): every actor "
-        "optimizer step adds ptx_coef x the language-model NLL of a batch of data.ptx_files rows to the loss, so "
-        "the policy keeps its supervised/pretraining distribution. 0 = off; > 0 needs data.ptx_files.",
-    )
-    use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
-    kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")
-    kl_loss_type: str = Field(
-        default="low_var_kl",
-        description="KL estimator for the loss: k1, k2, k3/low_var_kl, abs; a `+` suffix (k3+) keeps the value "
-        "and takes k2's gradient (straight-through). Schulman 2020, 'Approximating KL Divergence'.",
-    )
-    use_kl_in_reward: bool = Field(
-        default=False, description="Subtract beta x KL from the token rewards (Ziegler et al. 2019, InstructGPT)."
-    )
-    kl_in_reward_type: str = Field(default="k1", description="KL estimator for the in-reward penalty.")
-    kl_controller: Literal["fixed", "adaptive"] = Field(
-        default="fixed", description="In-reward KL coefficient: fixed, or adaptive to a target (Ziegler et al.)."
-    )
-    kl_coef: float = Field(default=0.001, ge=0.0, description="Initial in-reward KL coefficient.")
-    target_kl: float = Field(default=6.0, gt=0.0, description="Adaptive controller target KL.")
-    kl_horizon: int = Field(default=10000, ge=1, description="Adaptive controller horizon.")
-    tis_cap: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="Truncated importance sampling cap C: weight tokens by min(pi_old/pi_rollout, C) to correct "
-        "the engine/trainer mismatch (Yao et al. 2025); None = off. The mismatch KL is logged either way.",
-    )
-    ref_model_sync_steps: int = Field(
-        default=0,
-        ge=0,
-        description="Every N steps move the reference model toward the policy: ref = alpha * policy + (1 - alpha) * "
-        "ref (TR-DPO's soft update, Gorbatovski et al. 2024; TRL's sync_ref_model), so the KL anchor follows a long "
-        "run. 0 = a fixed reference.",
-    )
-    ref_model_mixup_alpha: float = Field(
-        default=0.6, gt=0.0, le=1.0, description="alpha of the reference update (1.0 copies the policy; TRL: 0.6)."
-    )
-    tis_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
-        default="token_truncate",
-        description="With tis_cap (TRL's vllm_importance_sampling_mode): the ratio per token or per sequence (the "
-        "product over its sampled tokens), truncated at the cap or, above it, masked to 0 (the sample drops out).",
-    )
-    top_entropy_quantile: float = Field(
-        default=1.0,
-        gt=0.0,
-        le=1.0,
-        description="Policy gradient only on the tokens whose entropy is in this top fraction of the step's batch "
-        "(Wang et al. 2025 keep 0.2; TRL's key); 1.0 = every token. The KL and entropy terms still cover all tokens.",
-    )
-    old_logprobs: Literal["auto", "recompute"] = Field(
-        default="auto",
-        description="Where the PPO ratio's old log-probs come from. auto: when the step makes exactly one "
-        "optimizer step (actor.ppo_epochs 1, the batch within one mini-batch) and nothing before the update needs "
-        "them (no use_kl_in_reward, tis_cap, top_entropy_quantile or adaptive_entropy), the update's own "
-        "log-probs, detached, are the old ones (ratio 1, as TRL's GRPOTrainer does), saving a forward pass per "
-        "step; otherwise, and with "
-        "recompute, a separate forward computes them before the update.",
-    )
-    dynamic_sampling: bool = Field(
-        default=False,
-        description="DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards all agree and sample more "
-        "prompts until the batch is full.",
-    )
-    filter_band: tuple[float, float] | None = Field(
-        default=None,
-        description="With dynamic_sampling: keep the groups whose mean score is strictly inside (low, high) instead "
-        "of those whose scores differ (EasyR1's online filtering: filter_low/filter_high, e.g. [0.01, 0.99]). "
-        "None = DAPO's rule.",
-    )
-    filter_key: str | None = Field(
-        default=None,
-        description="With dynamic_sampling: the reward component groups are judged by (e.g. accuracy, so a format "
-        "bonus alone keeps no group; EasyR1's filter_key); None = the reward without the overlong penalty.",
-    )
-    max_sampling_rounds: int = Field(
-        default=3,
-        ge=1,
-        description="Cap on rollout rounds per step with dynamic sampling, then train on the groups kept so far "
-        "(none kept: the step skips its update and logs dynamic_sampling/skipped_update).",
-    )
-    overlong_filter: bool = Field(
-        default=False, description="DAPO overlong filtering: truncated responses carry no loss (Yu et al. 2025)."
-    )
-    overlong_buffer: int = Field(
-        default=0,
-        ge=0,
-        description="DAPO soft overlong punishment (Yu et al. 2025, eq. 13): a training reward penalty growing "
-        "linearly from 0 to -overlong_penalty_factor over the last `overlong_buffer` tokens before the response "
-        "limit (the step's max_tokens); 0 turns it off. Validation rewards are never penalised.",
-    )
-    overlong_penalty_factor: float = Field(
-        default=1.0, ge=0.0, description="Largest soft overlong punishment (DAPO: 1.0)."
-    )
-
-    @model_validator(mode="after")
-    def _check_entropy_control(self) -> AlgorithmConfig:
-        if self.adaptive_entropy and self.entropy_coef > self.max_entropy_coef:
-            raise KeyedValueError(
-                "algorithm.entropy_coef",
-                f"{self.entropy_coef} is the starting coefficient of adaptive entropy control "
-                f"and must not exceed algorithm.max_entropy_coef={self.max_entropy_coef}; lower the one or raise the "
-                "other",
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _check_unused_settings(self) -> AlgorithmConfig:
-        # settings of a switched-off feature would otherwise do nothing without a word
-        if self.tis_mode != "token_truncate" and self.tis_cap is None:
-            raise KeyedValueError(
-                "algorithm.tis_mode",
-                f"{self.tis_mode} shapes the TIS weights, but algorithm.tis_cap is null (TIS off); set the cap as well "
-                "(e.g. algorithm.tis_cap=2.0, TRL's vllm_importance_sampling_cap) or leave tis_mode out",
-            )
-        if self.ref_model_mixup_alpha != 0.6 and not self.ref_model_sync_steps:
-            raise KeyedValueError(
-                "algorithm.ref_model_mixup_alpha",
-                f"{self.ref_model_mixup_alpha}, but algorithm.ref_model_sync_steps=0 never moves the reference; set "
-                "ref_model_sync_steps (e.g. 512, TRL's GRPO default) as well or leave ref_model_mixup_alpha out",
-            )
-        return self
-
-
 class ActorConfig(_Section):
     lr: float = Field(default=1e-6, gt=0.0, description="AdamW peak learning rate.")
     weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay.")
@@ -521,7 +334,7 @@ class TrainerConfig(_Section):
         default=False,
         description="Generate the next step's batch while this step trains (veRL's one_step_off_policy recipe): a "
         "step costs about max(generation, update) instead of their sum, and each batch is sampled with the weights "
-        "of one step earlier (old log-probs are recomputed; algorithm.tis_cap corrects the lag). Needs an engine "
+        "of one step earlier (old log-probs are recomputed; algorithm.tis corrects the lag). Needs an engine "
         "with weights of its own.",
     )
     ema_beta: float | None = Field(
@@ -608,6 +421,12 @@ class RLConfig(_Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_flat_keys(cls, data: Any) -> Any:
+        """Configs written for the flat keys (`algorithm.tis_cap`, `data.ptx_files`, ...) load with a hint."""
+        return migrate_config(data) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _check_names(self) -> RLConfig:
         from rlloom.core_rl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, kl_penalty
@@ -646,17 +465,7 @@ class RLConfig(_Section):
                 "sample with the others of its prompt's group, so every advantage would be 0; set rollout.n=2 or more "
                 "(GRPO papers use 8-16), or use an estimator without groups (reinforce_plus_plus, remax, gae)",
             )
-        if (algo.filter_band is not None or algo.filter_key is not None) and not algo.dynamic_sampling:
-            key = "algorithm.filter_band" if algo.filter_band is not None else "algorithm.filter_key"
-            raise KeyedValueError(
-                key, "filters groups only with dynamic sampling; set algorithm.dynamic_sampling=true as well"
-            )
-        if algo.filter_band is not None and not algo.filter_band[0] < algo.filter_band[1]:
-            raise KeyedValueError(
-                "algorithm.filter_band",
-                f"{list(algo.filter_band)} is empty; give [low, high] with low < high (EasyR1: [0.01, 0.99])",
-            )
-        if algo.ref_model_sync_steps:
+        if algo.ref_sync is not None:
             why = None
             if not self.uses_reference:
                 why = "there is no reference model (neither use_kl_loss nor use_kl_in_reward is on)"
@@ -666,12 +475,16 @@ class RLConfig(_Section):
                 why = "only an in-process reference is synced; sharded workers (distributed.num_ranks > 1) keep theirs"
             if why:
                 raise KeyedValueError(
-                    "algorithm.ref_model_sync_steps",
-                    f"{algo.ref_model_sync_steps}, but {why}; set algorithm.ref_model_sync_steps=0",
+                    "algorithm.ref_sync",
+                    f"every {algo.ref_sync.every} steps, but {why}; set algorithm.ref_sync=null",
                 )
-        steers_prompts = algo.dynamic_sampling or self.data.filter_solved or self.data.filter_unsolved
+        steers_prompts = algo.dynamic_sampling is not None or self.data.filter_solved or self.data.filter_unsolved
         if trainer.one_step_off_policy and steers_prompts:
-            key = "algorithm.dynamic_sampling" if algo.dynamic_sampling else "data.filter_solved/filter_unsolved"
+            key = (
+                "algorithm.dynamic_sampling"
+                if algo.dynamic_sampling is not None
+                else "data.filter_solved/filter_unsolved"
+            )
             raise KeyedValueError(
                 "trainer.one_step_off_policy",
                 f"cannot run with {key}: they decide the next prompts from this step's rewards, which the batch "
@@ -694,13 +507,13 @@ class RLConfig(_Section):
         limits += [(f"rollout.max_tokens_schedule[{i}].max_tokens", s.max_tokens) for i, s in enumerate(
             rollout.max_tokens_schedule)]  # fmt: skip
         for key, limit in limits:
-            if algo.overlong_buffer > limit:
+            if algo.overlong is not None and algo.overlong.buffer > limit:
                 raise KeyedValueError(
-                    "algorithm.overlong_buffer",
-                    f"{algo.overlong_buffer} tokens exceeds the response limit {key}={limit}; make the buffer a part "
-                    "of the limit (DAPO: 4096 of 20480) or set algorithm.overlong_buffer=0",
+                    "algorithm.overlong.buffer",
+                    f"{algo.overlong.buffer} tokens exceeds the response limit {key}={limit}; make the buffer a part "
+                    "of the limit (DAPO: 4096 of 20480) or set algorithm.overlong=null",
                 )
-        _check_policy_loss(algo)
+        check_policy_loss(algo)
         _check_ptx(self)
         for section in ("actor", "critic") if self.uses_critic else ("actor",):
             optim: ActorConfig = getattr(self, section)
@@ -741,136 +554,17 @@ def check_warmup(cfg: RLConfig, total_steps: int) -> None:
             )
 
 
-# policy losses that refuse some options in their first update; refused here at config load instead
-_NO_DUAL_CLIP = ("gspo", "gmpo", "geo_mean", "cispo", "clip_cov", "kl_cov", "gpg", "sapo")
-_SEQUENCE_LEVEL = ("gmpo", "geo_mean")
-
-
-def _check_policy_loss(algo: AlgorithmConfig) -> None:
-    loss = algo.policy_loss
-    if algo.policy_loss_kwargs:
-        import inspect
-
-        from rlloom.core_rl.algorithms import STANDARD_LOSS_ARGUMENTS, get_policy_loss
-
-        own = [n for n in inspect.signature(get_policy_loss(loss)).parameters if n not in STANDARD_LOSS_ARGUMENTS]
-        unknown = sorted(set(algo.policy_loss_kwargs) - set(own))
-        if unknown:
-            raise KeyedValueError(
-                "algorithm.policy_loss_kwargs",
-                f"{', '.join(unknown)} is not a setting of algorithm.policy_loss={loss}; its settings: "
-                f"{', '.join(own) or 'none'}",
-            )
-    if loss in _NO_DUAL_CLIP and algo.dual_clip is not None:
-        raise KeyedValueError(
-            "algorithm.dual_clip",
-            f"algorithm.policy_loss={loss} has no dual clip (its ratio is already bounded); set "
-            "algorithm.dual_clip=null",
-        )
-    if loss in _SEQUENCE_LEVEL and algo.loss_agg_mode != "seq-mean-token-mean":
-        raise KeyedValueError(
-            "algorithm.loss_agg_mode",
-            f"{algo.loss_agg_mode} but algorithm.policy_loss={loss} has one loss term per sequence; set "
-            "algorithm.loss_agg_mode=seq-mean-token-mean",
-        )
-    if loss in _SEQUENCE_LEVEL and algo.tis_cap is not None:
-        raise KeyedValueError(
-            "algorithm.tis_cap",
-            f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights; set "
-            "algorithm.tis_cap=null or use algorithm.policy_loss=ppo with TIS",
-        )
-    if loss in _SEQUENCE_LEVEL and algo.top_entropy_quantile < 1.0:
-        raise KeyedValueError(
-            "algorithm.top_entropy_quantile",
-            f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights to select tokens "
-            "by; set algorithm.top_entropy_quantile=1.0 or use algorithm.policy_loss=ppo",
-        )
-    if algo.policy_loss_kwargs:
-        _probe_policy_loss(algo)
-
-
-def _probe_policy_loss(algo: AlgorithmConfig) -> None:
-    """Run the loss once on a one-token batch, so that its own checks of the values in policy_loss_kwargs (a
-    temperature <= 0, a ratio outside (0, 1]) fail at load, naming the key, rather than at the first update."""
-    import torch
-
-    from rlloom.core_rl.algorithms import get_policy_loss
-
-    loss: Callable[..., Any] = get_policy_loss(algo.policy_loss)
-    one = torch.ones(1, 1)
-    with torch.random.fork_rng(devices=[]):  # clip_cov draws tokens at random: leave the seeded streams alone
-        try:
-            loss(
-                torch.zeros(1, 1),
-                torch.zeros(1, 1),
-                one,
-                one,
-                clip_low=algo.clip_low,
-                clip_high=algo.clip_high,
-                dual_clip=algo.dual_clip,
-                agg=algo.loss_agg_mode,
-                **algo.policy_loss_kwargs,
-            )
-        except ValueError as err:
-            raise KeyedValueError(
-                "algorithm.policy_loss_kwargs", f"{err} (algorithm.policy_loss={algo.policy_loss})"
-            ) from None
-
-
 def _check_ptx(cfg: RLConfig) -> None:
-    """PPO-ptx needs both its coefficient and its rows; either alone would do nothing without a word."""
-    algo, data = cfg.algorithm, cfg.data
-    if algo.ptx_coef > 0 and not data.ptx_files:
+    if cfg.algorithm.ptx is not None and cfg.distributed.num_ranks > 1:
         raise KeyedValueError(
-            "algorithm.ptx_coef",
-            f"{algo.ptx_coef} weights a language-model loss on supervised/pretraining rows, but data.ptx_files is "
-            "empty; give the rows (data.ptx_files=[pretrain.jsonl]) or set algorithm.ptx_coef=0",
-        )
-    if data.ptx_files and algo.ptx_coef == 0:
-        raise KeyedValueError(
-            "data.ptx_files",
-            f"{data.ptx_files} are read only for PPO-ptx, but algorithm.ptx_coef=0 gives their loss no weight; set "
-            "algorithm.ptx_coef (OpenRLHF's default is 0.05) or leave data.ptx_files empty",
-        )
-    if not data.ptx_files:
-        for key in ("ptx_batch_size", "ptx_max_length"):
-            if getattr(data, key) != DataConfig.model_fields[key].default:
-                raise KeyedValueError(
-                    f"data.{key}", "shapes the PPO-ptx batches, but data.ptx_files is empty (PPO-ptx off); leave it out"
-                )
-    if algo.ptx_coef > 0 and cfg.distributed.num_ranks > 1:
-        raise KeyedValueError(
-            "algorithm.ptx_coef",
+            "algorithm.ptx",
             "PPO-ptx runs in the in-process actor only, not on sharded workers (distributed.num_ranks > 1); set "
-            "distributed.num_ranks=1 or algorithm.ptx_coef=0",
+            "distributed.num_ranks=1 or algorithm.ptx=null",
         )
 
 
 def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:
     """`unknown <kind> 'x'; did you mean 'y'? Valid names: ...`."""
-    import difflib
-
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest_name(name, valid)
+    hint = f"; did you mean {close!r}?" if close else ""
     return f"unknown {kind} {name!r}{hint} Valid names: {', '.join(sorted(valid))}."
-
-
-_MOVED_TO_CONFIG_LOADING = frozenset(
-    {
-        "apply_overrides",
-        "bundled_config",
-        "config_from_dict",
-        "demo_overrides",
-        "load_config",
-        "load_config_with_section",
-    }
-)
-
-
-def __getattr__(name: str) -> object:
-    """Loading moved to `config_loading`; `from rlloom.core_rl.config import load_config` keeps working."""
-    if name in _MOVED_TO_CONFIG_LOADING:
-        from rlloom.core_rl import config_loading
-
-        return getattr(config_loading, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,12 +7,13 @@ hint only: nothing is aliased silently. Pydantic's errors lose their input dump 
 
 from __future__ import annotations
 
-import difflib
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+
+from rlloom.core_rl.naming import closest_name
 
 
 class ConfigError(ValueError):
@@ -45,7 +46,7 @@ VERL_NAMES: dict[str, str] = {
     "trainer.n_gpus_per_node": "distributed.num_ranks",
     "algorithm.kl_ctrl.kl_coef": "algorithm.kl_coef",
     "algorithm.kl_ctrl.type": "algorithm.kl_controller",
-    "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
+    "algorithm.filter_groups.enable": "algorithm.dynamic_sampling (a section: {} or true for the defaults)",
     "critic.optim.lr": "critic.lr",
     "actor_rollout_ref.model.path": "model.path",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "model.gradient_checkpointing",
@@ -57,7 +58,7 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.actor.use_kl_loss": "algorithm.use_kl_loss",
     "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_coef",
     "actor_rollout_ref.actor.kl_loss_type": "algorithm.kl_loss_type",
-    "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy_coef",
+    "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy.coef",
     "actor_rollout_ref.actor.clip_ratio_low": "algorithm.clip_low",
     "actor_rollout_ref.actor.clip_ratio_high": "algorithm.clip_high",
     "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
@@ -82,9 +83,9 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.rollout.val_kwargs.temperature": "rollout.val_temperature",
     "actor_rollout_ref.rollout.val_kwargs.top_p": "rollout.val_top_p",
     "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
-    "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sampling_rounds",
-    "algorithm.rollout_is_threshold": "algorithm.tis_cap",
-    "algorithm.rollout_is_mode": "algorithm.tis_mode",
+    "algorithm.filter_groups.max_num_gen_batches": "algorithm.dynamic_sampling.max_rounds",
+    "algorithm.rollout_is_threshold": "algorithm.tis.cap",
+    "algorithm.rollout_is_mode": "algorithm.tis.mode",
     "critic.cliprange_value": "critic.value_clip",
     "trainer.max_actor_ckpt_to_keep": "trainer.keep_last",
 }
@@ -92,7 +93,7 @@ _VERL_SECTIONS = {
     "actor_rollout_ref": "veRL's actor_rollout_ref is split here into model, actor and rollout (loss settings such "
     "as use_kl_loss and clip ratios live in algorithm)",
     "reward_model": "rewards are a plain function given to train(reward_fn=...); DAPO's overlong buffer is "
-    "algorithm.overlong_buffer",
+    "algorithm.overlong.buffer",
     "custom_reward_function": "rewards are a plain function given to train(reward_fn=...)",
 }
 
@@ -122,8 +123,9 @@ def check_keys(
 
 def check_value(value: Any, annotation: Any, *, prefix: str, source: str) -> None:
     """Check the keys inside `value` when the field holds a section or a list of them (`max_tokens_schedule`)."""
-    if isinstance(value, Mapping) and _is_model(annotation):
-        check_keys(value, annotation, prefix=f"{prefix}.", source=source)
+    section = section_model(annotation)
+    if isinstance(value, Mapping) and section is not None:
+        check_keys(value, section, prefix=f"{prefix}.", source=source)
     elif isinstance(value, list) and typing.get_origin(annotation) is list:
         (item_type,) = typing.get_args(annotation) or (None,)
         if _is_model(item_type):
@@ -150,8 +152,8 @@ def unknown_key_message(
     if verl:
         full, hint = verl[0][0], verl[0][1]
         return f"unknown key '{full}'; {hint} Valid keys here: {', '.join(valid)}"
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+    close = closest_name(key, valid)
+    hint = f"; did you mean '{prefix}{close}'?" if close else ""
     return f"unknown key '{full}'{hint} Valid keys here: {', '.join(valid)}"
 
 
@@ -183,8 +185,8 @@ def check_override_key(
         annotation = node.model_fields[part].annotation
         if depth == len(parts) - 1:
             check_value(value, annotation, prefix=root + key, source=source)
-        elif _is_model(annotation):
-            node = annotation
+        elif (section := section_model(annotation)) is not None:
+            node = section
         elif depth == len(parts) - 2 and typing.get_origin(annotation) is dict:
             return  # one entry of a mapping field, as veRL sets them (data.apply_chat_template_kwargs.enable_thinking)
         else:
@@ -263,3 +265,11 @@ def _lower_first(text: str) -> str:
 
 def _is_model(annotation: Any) -> typing.TypeGuard[type[BaseModel]]:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The section a field holds: its model, also when the section is optional (`TISConfig | None`)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if _is_model(candidate):
+            return candidate
+    return None

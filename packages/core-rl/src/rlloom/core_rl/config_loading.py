@@ -16,11 +16,13 @@ from pydantic import BaseModel, ValidationError
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.config_keys import (
     ConfigError,
+    KeyedValueError,
     check_keys,
     check_override_key,
     hydra_prefix_error,
     validation_message,
 )
+from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config
 from rlloom.core_rl.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -90,7 +92,7 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 def config_from_dict(raw: Mapping[str, Any], *, source: str = "config") -> RLConfig:
     """Validate a nested dict, reporting unknown keys with the nearest valid name (`ConfigError`, one line per
     problem, each naming its dotted key)."""
-    check_keys(raw, RLConfig, prefix="", source=source)
+    check_keys(_migrated(raw), RLConfig, prefix="", source=source)
     return _validate(raw)
 
 
@@ -110,7 +112,7 @@ def _check_sources(
 ) -> None:
     """Unknown keys, blamed on where they were typed: the YAML file, or the command-line override."""
     extra = extra or {}
-    check_keys(file_raw, RLConfig, prefix="", source=source, extra_sections=tuple(extra))
+    check_keys(_migrated(file_raw), RLConfig, prefix="", source=source, extra_sections=tuple(extra))
     strict = {name: model for name, model in extra.items() if model.model_config.get("extra") == "forbid"}
     for name, model in strict.items():
         if isinstance(file_raw.get(name), Mapping):
@@ -119,11 +121,21 @@ def _check_sources(
         key, value = _parse_override(item)
         head, _, rest = key.partition(".")
         where = f"command-line override {item!r}"
+        if key in LEGACY_KEYS:
+            continue  # a flat key of earlier configs: read into its section when the config is validated
         if head in extra and rest:
             if head in strict:
                 check_override_key(rest, value, strict[head], source=where, extra=(), root=f"{head}.")
         else:
             check_override_key(key, value, RLConfig, source=where, extra=tuple(extra))
+
+
+def _migrated(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`raw` with the flat keys of earlier configs in their sections, for the key checks."""
+    try:
+        return migrate_config(raw)
+    except KeyedValueError as err:
+        raise ConfigError(f"{err.key}: {err}") from None
 
 
 def _parse_override(item: str) -> tuple[str, Any]:

@@ -110,10 +110,10 @@ class PolicyWorker(Protocol):
         ptx_batch: Callable[[], TrajectoryBatch] | None = None,
     ) -> dict[str, float]:
         """PPO epochs over mini-batches of `batch` (needs old_logprobs, advantages); returns mean metrics.
-        `ptx_batch`, with `algorithm.ptx_coef` > 0, is called for one PPO-ptx batch per optimizer step, whose
-        language-model NLL joins the loss with weight ptx_coef (logged as `actor/ptx_loss`).
+        `ptx_batch`, with `algorithm.ptx` set, is called for one PPO-ptx batch per optimizer step, whose
+        language-model NLL joins the loss with weight `algorithm.ptx.coef` (logged as `actor/ptx_loss`).
         `temperature` is the rollout's, so the new log-probs are of the distribution that was sampled;
-        `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy_coef`).
+        `entropy_coef` is this step's entropy-bonus weight (None = the configured `algorithm.entropy.coef`).
         When the batch gets one optimizer step (`actor.ppo_epochs` 1, one mini-batch), the trainer may leave
         old_logprobs out (`algorithm.old_logprobs=auto`): the update then uses its own, detached, and returns the
         `actor/entropy`, `actor/kl_mean` and `mismatch/*` diagnostics a separate forward would have given."""

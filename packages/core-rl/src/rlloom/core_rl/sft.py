@@ -7,7 +7,7 @@ own image inputs and M-RoPE positions (`Trajectory.multimodal`). Only loss-mask-
 so the same call warms up a single-turn answer (mask all 1) or an agent conversation (observations and template
 glue mask 0), and the prompt's logits are never computed (`logits_to_keep`).
 
-PPO-ptx (`algorithm.ptx_coef`) trains the same loss during RL on rows of `data.ptx_files`, turned into trajectories
+PPO-ptx (`algorithm.ptx`) trains the same loss during RL on rows of `algorithm.ptx.files`, turned into trajectories
 by `ptx_trajectory`: pretraining text, or (prompt, response) pairs rendered as the rollout engine renders prompts.
 """
 
@@ -23,7 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import DataConfig
+from rlloom.core_rl.config_algorithm import PtxConfig
 from rlloom.core_rl.data import PromptLoader
 from rlloom.core_rl.generation import GenerationRequest
 from rlloom.core_rl.model_forward import response_logprobs
@@ -75,19 +75,19 @@ def ptx_row_problem(row: Any) -> str | None:
 
 
 def read_ptx_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The rows of every `data.ptx_files` file in order, each checked (`file:line` names the first bad one)."""
+    """The rows of every `algorithm.ptx.files` file in order, each checked (`file:line` names the first bad one)."""
     rows: list[dict[str, Any]] = []
     for path in paths:
         if not Path(path).is_file():
-            raise DataError(f"data.ptx_files: {path} does not exist (or is not a file)")
+            raise DataError(f"algorithm.ptx.files: {path} does not exist (or is not a file)")
         part = read_jsonl(path)
         for index, row in enumerate(part):
             problem = ptx_row_problem(row)
             if problem is not None:
-                raise DataError(f"{part.where(index)}: {problem}; each data.ptx_files row needs {PTX_ROW_SHAPES}")
+                raise DataError(f"{part.where(index)}: {problem}; each algorithm.ptx.files row needs {PTX_ROW_SHAPES}")
         rows.extend(part)
     if not rows:
-        raise DataError(f"data.ptx_files {list(paths)} hold no rows; PPO-ptx needs at least one")
+        raise DataError(f"algorithm.ptx.files {list(paths)} hold no rows; PPO-ptx needs at least one")
     return rows
 
 
@@ -119,7 +119,7 @@ def ptx_trajectory(
     if room < 1:
         raise DataError(
             f"PPO-ptx row: the prompt is {len(prompt_ids)} tokens, leaving no room for the response within "
-            f"data.ptx_max_length={max_length}; raise the limit or shorten the prompt"
+            f"algorithm.ptx.max_length={max_length}; raise the limit or shorten the prompt"
         )
     response = [*tokenizer(row["response"], add_special_tokens=False)["input_ids"], int(eos)][:room]
     return Trajectory(prompt_ids=prompt_ids, response_ids=response, loss_mask=[1] * len(response))
@@ -178,13 +178,17 @@ def supervised_train(
     return losses
 
 
-def next_ptx_batch(loader: PromptLoader, tokenizer: Any, pad_token_id: int, data: DataConfig) -> TrajectoryBatch:
-    """The next `data.ptx_batch_size` PPO-ptx rows of `loader` as a batch; the loader's position is checkpointed,
+def next_ptx_batch(
+    loader: PromptLoader,
+    tokenizer: Any,
+    pad_token_id: int,
+    ptx: PtxConfig,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> TrajectoryBatch:
+    """The next `algorithm.ptx.batch_size` PPO-ptx rows of `loader` as a batch; the loader's position is checkpointed,
     so a resumed run continues with the rows an uninterrupted one would have drawn."""
     trajectories = [
-        ptx_trajectory(
-            tokenizer, row, max_length=data.ptx_max_length, chat_template_kwargs=data.apply_chat_template_kwargs
-        )
+        ptx_trajectory(tokenizer, row, max_length=ptx.max_length, chat_template_kwargs=chat_template_kwargs)
         for row in loader.next_batch()
     ]
     return TrajectoryBatch.from_trajectories(trajectories, pad_token_id)

@@ -213,9 +213,9 @@ class Trainer:
         if not warming and self.rollouts is None:  # off-policy, the engine takes them once its batch is done
             with timer("weight_sync"):
                 self.weights.sync()
-        sync_every = cfg.algorithm.ref_model_sync_steps
-        if sync_every and self.step % sync_every == 0:
-            self._reference().mix_from(self._policy_module(), cfg.algorithm.ref_model_mixup_alpha)
+        ref_sync = cfg.algorithm.ref_sync
+        if ref_sync is not None and self.step % ref_sync.every == 0:
+            self._reference().mix_from(self._policy_module(), ref_sync.alpha)
             metrics["actor/ref_model_synced"] = 1.0
         return self._step_metrics(batch, metrics, timer)
 
@@ -252,7 +252,9 @@ class Trainer:
 
     def _next_ptx_batch(self) -> TrajectoryBatch:
         assert self.ptx_loader is not None
-        return next_ptx_batch(self.ptx_loader, self.parts.tokenizer, self.parts.pad_token_id, self.cfg.data)
+        ptx, template = self.cfg.algorithm.ptx, self.cfg.data.apply_chat_template_kwargs
+        assert ptx is not None
+        return next_ptx_batch(self.ptx_loader, self.parts.tokenizer, self.parts.pad_token_id, ptx, template)
 
     def _step_metrics(self, batch: TrajectoryBatch, metrics: dict[str, float], timer: PhaseTimer) -> dict[str, float]:
         """The step's batch statistics, phase timings and throughput, added to `metrics`."""
@@ -281,13 +283,13 @@ class Trainer:
         """The in-process reference (the config allows reference syncing only for it)."""
         reference = self.parts.reference
         if not isinstance(reference, ReferencePolicy):
-            raise TypeError("algorithm.ref_model_sync_steps needs the in-process ReferencePolicy")
+            raise TypeError("algorithm.ref_sync needs the in-process ReferencePolicy")
         return reference
 
     def _policy_module(self) -> nn.Module:
         actor = self.parts.actor
         if not isinstance(actor, PolicyActor):
-            raise TypeError("algorithm.ref_model_sync_steps and trainer.ema_beta need the in-process PolicyActor")
+            raise TypeError("algorithm.ref_sync and trainer.ema_beta need the in-process PolicyActor")
         return actor.model
 
     # ------------------------------------------------------------------ validation
@@ -317,7 +319,7 @@ class Trainer:
     def _register_state(self) -> RunState:
         """Every stateful part of the run, under the checkpoint keys rlloom has always written, in restore order
         (the RNG streams last). A part this run does not have is saved as None."""
-        state, parts, moving_reference = RunState(), self.parts, self.cfg.algorithm.ref_model_sync_steps
+        state, parts, moving_reference = RunState(), self.parts, self.cfg.algorithm.ref_sync is not None
         state.register("step", lambda: self.step, lambda _saved: None)  # read by setup.start_step, before any part
         state.register_part("actor", parts.actor)
         state.register("critic", self._critic_state, self._load_critic, load_none=parts.critic is not None)

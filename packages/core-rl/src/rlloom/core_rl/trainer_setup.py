@@ -109,12 +109,12 @@ def prompt_loader(config: RLConfig, rows: Sequence[Row]) -> PromptLoader:
 
 def ptx_loader(config: RLConfig) -> PromptLoader | None:
     """PPO-ptx: supervised/pretraining rows in a loader of their own, one batch per actor optimizer step."""
-    if config.algorithm.ptx_coef <= 0:
+    ptx = config.algorithm.ptx
+    if ptx is None:
         return None
-    data = config.data
-    rows = read_ptx_rows(data.ptx_files)
+    rows = read_ptx_rows(ptx.files)
     return PromptLoader(
-        rows, data.ptx_batch_size, shuffle=data.shuffle, seed=config.trainer.seed, source="data.ptx_files"
+        rows, ptx.batch_size, shuffle=config.data.shuffle, seed=config.trainer.seed, source="algorithm.ptx.files"
     )
 
 

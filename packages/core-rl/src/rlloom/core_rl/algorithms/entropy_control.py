@@ -8,7 +8,7 @@ at training step k with measured policy entropy e_k:
               clip(c_k − Δ, 0, c_max)   otherwise
 
 so the bonus only acts while entropy is below the target, and it strengthens the longer entropy stays low. c_0 is
-`algorithm.entropy_coef`. The rule and the defaults (tgt = 0.2, Δ = 0.001, c_max = 0.5) follow the released
+`algorithm.entropy.coef`. The rule and the defaults (tgt = 0.2, Δ = 0.001, c_max = 0.5) follow the released
 Skywork-OR1 code (`EntController` in `verl/trainer/ppo/core_algos.py`, `or1_script/train/run_ds_7b.sh`). Like
 `kl_control`, the controller owns one float and round-trips through `state_dict` so a resumed run continues
 with the same coefficient; the two rules are also plain functions for tests and other loops.

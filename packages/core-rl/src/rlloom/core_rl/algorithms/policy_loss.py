@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import torch
@@ -51,11 +52,27 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 _LossT = TypeVar("_LossT", bound=PolicyLossFn)
 
 
-def register_policy_loss(name: str) -> Callable[[_LossT], _LossT]:
-    """Decorator: make a `PolicyLossFn` selectable as `policy_loss=<name>` (the function is returned unchanged)."""
+@dataclass(frozen=True, slots=True)
+class LossTraits:
+    """What a policy loss supports, declared where it is registered; the config refuses other settings at load.
+
+    `dual_clip`: takes `dual_clip` (a loss whose ratio is already bounded does not). `sequence_level`: one loss
+    term per sequence, so it has no per-token weights (TIS, high-entropy selection) and aggregates only as
+    seq-mean-token-mean."""
+
+    dual_clip: bool = True
+    sequence_level: bool = False
+
+
+def register_policy_loss(
+    name: str, *, dual_clip: bool = True, sequence_level: bool = False
+) -> Callable[[_LossT], _LossT]:
+    """Decorator: make a `PolicyLossFn` selectable as `policy_loss=<name>`, declaring what it supports (the
+    function is returned unchanged but for its `loss_traits` attribute)."""
 
     def decorator(fn: _LossT) -> _LossT:
         POLICY_LOSSES.register(name)(fn)
+        fn.loss_traits = LossTraits(dual_clip=dual_clip, sequence_level=sequence_level)  # type: ignore[attr-defined]
         return fn
 
     return decorator
@@ -64,6 +81,12 @@ def register_policy_loss(name: str) -> Callable[[_LossT], _LossT]:
 def get_policy_loss(name: str) -> PolicyLossFn:
     """The policy loss registered as `name` (raises with the valid names and the nearest match)."""
     return POLICY_LOSSES.get(name)
+
+
+def policy_loss_traits(name: str) -> LossTraits:
+    """What the loss registered as `name` supports (a loss registered without traits supports everything)."""
+    traits = getattr(get_policy_loss(name), "loss_traits", None)
+    return traits if isinstance(traits, LossTraits) else LossTraits()
 
 
 def _check_inputs(
@@ -141,7 +164,7 @@ def ppo_policy_loss(
     return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active, clipped_lower=dual_active)
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", dual_clip=False)
 def gspo_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -178,8 +201,8 @@ def gspo_policy_loss(
     return pg_loss, _loss_metrics(log_ratio, mask, clipped=clipped > unclipped)
 
 
-@register_policy_loss("gmpo")
-@register_policy_loss("geo_mean")
+@register_policy_loss("gmpo", dual_clip=False, sequence_level=True)
+@register_policy_loss("geo_mean", dual_clip=False, sequence_level=True)
 def gmpo_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -231,7 +254,7 @@ def gmpo_policy_loss(
     return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active)
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", dual_clip=False)
 def cispo_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -262,7 +285,7 @@ def cispo_policy_loss(
     return pg_loss, _loss_metrics(log_ratio, mask, clipped=clip_active)
 
 
-@register_policy_loss("gpg")
+@register_policy_loss("gpg", dual_clip=False)
 def gpg_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -296,7 +319,7 @@ def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
     return torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
 
 
-@register_policy_loss("sapo")
+@register_policy_loss("sapo", dual_clip=False)
 def sapo_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -347,7 +370,7 @@ def _covariance(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
     return (a - masked_mean(a, valid)) * (lp - masked_mean(lp, valid))
 
 
-@register_policy_loss("clip_cov")
+@register_policy_loss("clip_cov", dual_clip=False)
 def clip_cov_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -393,7 +416,7 @@ def clip_cov_policy_loss(
     return pg_loss, _loss_metrics(log_ratio, mask, clipped=keep == 0)
 
 
-@register_policy_loss("kl_cov")
+@register_policy_loss("kl_cov", dual_clip=False)
 def kl_cov_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

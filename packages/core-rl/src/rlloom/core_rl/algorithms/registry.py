@@ -6,9 +6,10 @@ chain (the good half of veRL's `core_algos.py`, without its string-typed branche
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from rlloom.core_rl.naming import closest_name
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -19,8 +20,8 @@ class UnknownNameError(ValueError):
 
 def unknown_name_message(kind: str, name: str, valid: list[str]) -> str:
     """`unknown <kind> 'x'. Did you mean 'y'? Valid names: ...` — shared by every name lookup in the package."""
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    close = closest_name(name, valid)
+    hint = f" Did you mean {close!r}?" if close else ""
     return f"unknown {kind} {name!r}.{hint} Valid names: {', '.join(sorted(valid))}."
 
 

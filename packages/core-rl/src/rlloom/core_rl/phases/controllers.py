@@ -16,19 +16,17 @@ def kl_controller(algo: AlgorithmConfig) -> KLController:
 
 
 class EntropyBonus:
-    """This step's entropy-bonus weight: `algorithm.entropy_coef`, or Skywork-OR1's adaptive rule applied to the
+    """This step's entropy-bonus weight: `algorithm.entropy.coef`, or Skywork-OR1's adaptive rule applied to the
     entropy just measured on the batch (then the controller moves for the next step)."""
 
     def __init__(self, algo: AlgorithmConfig) -> None:
-        self.fixed = algo.entropy_coef
+        entropy, adaptive = algo.entropy, algo.entropy.adaptive
+        self.fixed = entropy.coef
         self.controller = (
             AdaptiveEntropyController(
-                algo.entropy_coef,
-                target_entropy=algo.target_entropy,
-                step=algo.entropy_coef_step,
-                max_coef=algo.max_entropy_coef,
+                entropy.coef, target_entropy=adaptive.target, step=adaptive.step, max_coef=adaptive.max_coef
             )
-            if algo.adaptive_entropy
+            if adaptive is not None
             else None
         )
 
@@ -38,8 +36,8 @@ class EntropyBonus:
             return self.fixed
         if "actor/entropy" not in metrics:
             raise RuntimeError(
-                "algorithm.adaptive_entropy needs the policy entropy, but the actor's compute_logprobs(entropy=True) "
-                "returned none; use a PolicyWorker that computes entropies or switch adaptive_entropy off"
+                "algorithm.entropy.adaptive needs the policy entropy, but the actor's compute_logprobs(entropy=True) "
+                "returned none; use a PolicyWorker that computes entropies or set algorithm.entropy.adaptive=null"
             )
         entropy = metrics["actor/entropy"]
         applied = self.controller.coef_for(entropy)

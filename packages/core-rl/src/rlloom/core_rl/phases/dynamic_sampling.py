@@ -42,30 +42,31 @@ def collect_step_batch(
     timer: PhaseTimer,
 ) -> StepBatch:
     """Rollout + reward; with dynamic sampling, more rounds until `batch_size` groups are useful or
-    `algorithm.max_sampling_rounds` is reached. No useful group at all: the step skips its update."""
+    `algorithm.dynamic_sampling.max_rounds` is reached. No useful group at all: the step skips its update."""
     kept: list[Trajectory] = []
     groups: list[str] = []
     metrics: dict[str, float] = {}
     errors: list[str | None] = []
     penalties: list[float] = []  # every round's, so the overlong metrics describe the whole step's sampling
     seen_groups = 0
-    for round_index in range(1, algorithm.max_sampling_rounds + 1):
+    dynamic = algorithm.dynamic_sampling
+    for round_index in range(1, (dynamic.max_rounds if dynamic is not None else 1) + 1):
         prefix = f"s{step}r{round_index}"
         row_ids = prompts.next_ids(metrics)
         rows = prompts.rows(row_ids)
         scored = rounds.run(rows, sampling, prefix, timer)
         errors += scored.errors
-        if algorithm.overlong_buffer:
+        if algorithm.overlong is not None:
             penalties += scored.penalties
             metrics.update(overlong_metrics(penalties))
         prompts.record(step, scored.trajectories, row_ids, prefix)
-        if not algorithm.dynamic_sampling:
+        if dynamic is None:
             reward_errors.report(errors, step=step)
             return StepBatch(scored.trajectories, metrics)
-        scores = torch.tensor([filter_score(t, algorithm.filter_key) for t in scored.trajectories], dtype=torch.float32)
+        scores = torch.tensor([filter_score(t, dynamic.filter_key) for t in scored.trajectories], dtype=torch.float32)
         group_ids = [t.group_id for t in scored.trajectories]
-        if algorithm.filter_band is not None:
-            low, high = algorithm.filter_band
+        if dynamic.filter_band is not None:
+            low, high = dynamic.filter_band
             keep = filter_groups_by_mean(scores, group_ids, low=low, high=high).tolist()
         else:
             keep = filter_zero_variance_groups(scores, group_ids).tolist()
@@ -101,7 +102,7 @@ def filter_score(traj: Trajectory, filter_key: str | None) -> float:
     if traj.reward_error is not None:
         return 0.0
     raise ConfigError(
-        f"algorithm.filter_key: {filter_key!r} is not among the reward components of a sample "
+        f"algorithm.dynamic_sampling.filter_key: {filter_key!r} is not among the reward components of a sample "
         f"({', '.join(sorted(traj.reward_components)) or 'none'}); name one of them, or set "
-        "algorithm.filter_key=null to filter on the reward"
+        "algorithm.dynamic_sampling.filter_key=null to filter on the reward"
     )

@@ -26,9 +26,9 @@ def punish_overlong(
         # measured against one turn's budget, nearly every conversation would be punished
         turns = multi_turn.metrics.get("turns", "?")
         raise ConfigError(
-            "algorithm.overlong_buffer (DAPO's overlong punishment) measures a single-turn response against "
+            "algorithm.overlong (DAPO's overlong punishment) measures a single-turn response against "
             f"rollout.max_tokens, but the collector returned a multi-turn trajectory ({turns} turns, observation "
-            "tokens in its response); set algorithm.overlong_buffer=0 for agent training"
+            "tokens in its response); set algorithm.overlong=null for agent training"
         )
     lengths = torch.tensor([len(t.response_ids) for t in trajectories])
     penalties = overlong_reward_penalty(

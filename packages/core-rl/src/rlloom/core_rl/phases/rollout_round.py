@@ -20,7 +20,7 @@ from rlloom.core_rl.trajectory import Trajectory
 @dataclass(slots=True)
 class ScoredRound:
     """A round's trajectories, their scoring errors (and the ReMax baselines'), and DAPO's overlong penalties
-    (empty without `algorithm.overlong_buffer`)."""
+    (empty without `algorithm.overlong`)."""
 
     trajectories: list[Trajectory]
     errors: list[str | None]
@@ -42,12 +42,12 @@ class RoundRunner:
         penalties: list[float] = []
         with timer("reward"):
             errors = score(trajectories, self.reward_fn)
-            if algo.overlong_buffer:
+            if algo.overlong is not None:
                 penalties = punish_overlong(
                     trajectories,
                     max_tokens=sampling.max_tokens,
-                    buffer=algo.overlong_buffer,
-                    penalty_factor=algo.overlong_penalty_factor,
+                    buffer=algo.overlong.buffer,
+                    penalty_factor=algo.overlong.penalty_factor,
                 )
             if algo.adv_estimator == "remax":
                 errors += self.greedy_baselines(rows, trajectories, prefix, sampling)

@@ -18,8 +18,8 @@ from rlloom.core_rl.config import AlgorithmConfig
 
 OLD_LOGPROB_READERS: dict[str, Callable[[AlgorithmConfig], bool]] = {
     "algorithm.use_kl_in_reward": lambda algo: algo.use_kl_in_reward,
-    "algorithm.tis_cap": lambda algo: algo.tis_cap is not None,
-    "algorithm.adaptive_entropy": lambda algo: algo.adaptive_entropy,
+    "algorithm.tis": lambda algo: algo.tis is not None,
+    "algorithm.entropy.adaptive": lambda algo: algo.entropy.adaptive is not None,
     "algorithm.top_entropy_quantile": lambda algo: algo.top_entropy_quantile < 1.0,
 }
 """Settings that read the old log-probs or their entropy before the update (in the advantages, the token
@@ -41,9 +41,9 @@ def policy_diagnostics(batch: TrajectoryBatch, entropy: torch.Tensor | None, alg
         kl = kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], algo.kl_loss_type)
         out["actor/kl_mean"] = float(masked_mean(kl, mask))
     if "rollout_logprobs" in batch:
-        mismatch = mismatch_metrics(
-            batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap, mode=algo.tis_mode
-        )
+        tis = algo.tis
+        cap, mode = (tis.cap, tis.mode) if tis is not None else (None, "token_truncate")
+        mismatch = mismatch_metrics(batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=cap, mode=mode)
         out.update({f"mismatch/{k}": float(v) for k, v in mismatch.items()})
     return out
 
@@ -54,9 +54,9 @@ def set_token_weights(batch: TrajectoryBatch, entropy: torch.Tensor | None, algo
     becomes 0, so they still count in the loss's token normaliser, as in TRL."""
     mask = batch.loss_mask
     out: dict[str, float] = {}
-    if algo.tis_cap is not None and "rollout_logprobs" in batch:
+    if algo.tis is not None and "rollout_logprobs" in batch:
         batch["is_weights"] = tis_weights(
-            batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis_cap, mode=algo.tis_mode
+            batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis.cap, mode=algo.tis.mode
         )
     if algo.top_entropy_quantile < 1.0:
         if entropy is None:

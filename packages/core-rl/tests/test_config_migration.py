@@ -1,0 +1,137 @@
+"""Configs written for the flat algorithm keys load into the nested sections that replaced them, with one hint
+per key; a setting left for a feature that stays off is refused, naming it; the sections themselves cannot hold
+such a setting."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rlloom.core_rl.config import AlgorithmConfig, ConfigError, RLConfig
+from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config
+
+
+def test_every_flat_key_lands_in_its_section() -> None:
+    flat = [
+        "model.path=/m",
+        "algorithm.tis_cap=2.0",
+        "algorithm.tis_mode=sequence_mask",
+        "algorithm.dynamic_sampling=true",
+        "algorithm.filter_band=[0.1, 0.9]",
+        "algorithm.filter_key=accuracy",
+        "algorithm.max_sampling_rounds=5",
+        "algorithm.overlong_buffer=16",
+        "algorithm.overlong_penalty_factor=0.5",
+        "algorithm.adaptive_entropy=true",
+        "algorithm.entropy_coef=0.001",
+        "algorithm.target_entropy=0.3",
+        "algorithm.entropy_coef_step=0.0001",
+        "algorithm.max_entropy_coef=0.005",
+        "algorithm.use_kl_loss=true",
+        "algorithm.ref_model_sync_steps=7",
+        "algorithm.ref_model_mixup_alpha=0.9",
+        "algorithm.ptx_coef=0.05",
+        "data.ptx_files=[p.jsonl]",
+        "data.ptx_batch_size=4",
+        "data.ptx_max_length=64",
+    ]
+    assert {item.split("=")[0] for item in flat[1:]} - {"algorithm.dynamic_sampling", "algorithm.use_kl_loss"} == set(
+        LEGACY_KEYS
+    )  # the list above covers every flat key
+    nested = [
+        "model.path=/m",
+        "algorithm.tis={cap: 2.0, mode: sequence_mask}",
+        "algorithm.dynamic_sampling={filter_band: [0.1, 0.9], filter_key: accuracy, max_rounds: 5}",
+        "algorithm.overlong={buffer: 16, penalty_factor: 0.5}",
+        "algorithm.entropy={coef: 0.001, adaptive: {target: 0.3, step: 0.0001, max_coef: 0.005}}",
+        "algorithm.use_kl_loss=true",
+        "algorithm.ref_sync={every: 7, alpha: 0.9}",
+        "algorithm.ptx={coef: 0.05, files: [p.jsonl], batch_size: 4, max_length: 64}",
+    ]
+    assert load_config(None, flat) == load_config(None, nested)
+
+
+def test_each_flat_key_gets_one_hint(caplog: pytest.LogCaptureFixture) -> None:
+    from rlloom.core_rl import config_migration
+
+    config_migration._hinted.discard("algorithm.overlong_buffer")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            load_config(None, ["model.path=/m", "algorithm.overlong_buffer=8"])
+    hints = [r.getMessage() for r in caplog.records if "algorithm.overlong_buffer" in r.getMessage()]
+    assert hints == [
+        "config: algorithm.overlong_buffer is now algorithm.overlong.buffer; it was read as that (write the new key to "
+        "silence this)"
+    ]
+
+
+def test_switched_off_features_keep_only_their_defaults() -> None:
+    off = load_config(None, ["model.path=/m", "algorithm.overlong_buffer=0", "algorithm.overlong_penalty_factor=1.0"])
+    assert off.algorithm.overlong is None
+    assert load_config(None, ["model.path=/m", "algorithm.ref_model_sync_steps=0"]).algorithm.ref_sync is None
+    with pytest.raises(
+        ConfigError, match=r"^algorithm.overlong_penalty_factor: 0.5 is a setting of algorithm.overlong"
+    ):
+        load_config(None, ["model.path=/m", "algorithm.overlong_penalty_factor=0.5"])
+    with pytest.raises(ConfigError, match=r"^algorithm.max_sampling_rounds: 5 is a setting of algorithm.dynamic_samp"):
+        load_config(None, ["model.path=/m", "algorithm.dynamic_sampling=false", "algorithm.max_sampling_rounds=5"])
+
+
+def test_a_key_given_both_ways_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^algorithm.tis_cap: given as well as algorithm.tis.cap=3"):
+        load_config(None, ["model.path=/m", "algorithm.tis={cap: 3}", "algorithm.tis_cap=2"])
+    same = load_config(None, ["model.path=/m", "algorithm.tis={cap: 2}", "algorithm.tis_cap=2"])
+    assert same.algorithm.tis is not None and same.algorithm.tis.cap == 2.0
+
+
+def test_python_construction_reads_flat_keys_too() -> None:
+    algo = AlgorithmConfig(entropy_coef=0.01, dynamic_sampling=True)  # type: ignore[call-arg]
+    assert algo.entropy.coef == 0.01 and algo.dynamic_sampling is not None and algo.dynamic_sampling.max_rounds == 3
+    config = RLConfig.model_validate(
+        {"model": {"path": "/m"}, "algorithm": {"ptx_coef": 0.1}, "data": {"ptx_files": ["p.jsonl"]}}
+    )
+    assert config.algorithm.ptx is not None and config.algorithm.ptx.files == ["p.jsonl"]
+    assert "ptx_files" not in config.data.model_dump()
+
+
+def test_migration_leaves_its_input_alone_and_new_configs_as_they_are() -> None:
+    raw = {"model": {"path": "/m"}, "algorithm": {"tis_cap": 2.0}, "data": {"ptx_files": []}}
+    before = repr(raw)
+    migrated = migrate_config(raw)
+    assert repr(raw) == before
+    assert migrated["algorithm"] == {"tis": {"cap": 2.0}} and migrated["data"] == {}
+    nested = {"model": {"path": "/m"}, "algorithm": {"tis": {"cap": 2.0}, "entropy": {"coef": 0.1}}}
+    assert migrate_config(nested) == nested
+
+
+def test_losses_declare_what_they_support() -> None:
+    from rlloom.core_rl.algorithms import LossTraits, policy_loss_traits, register_policy_loss
+    from rlloom.core_rl.algorithms.policy_loss import POLICY_LOSSES, ppo_policy_loss
+
+    assert policy_loss_traits("ppo") == LossTraits(dual_clip=True, sequence_level=False)
+    assert policy_loss_traits("gspo") == LossTraits(dual_clip=False, sequence_level=False)
+    assert policy_loss_traits("gmpo") == LossTraits(dual_clip=False, sequence_level=True)
+
+    def plain(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return ppo_policy_loss(*args, **kwargs)
+
+    register_policy_loss("test_sequence_loss", sequence_level=True)(plain)
+    try:
+        with pytest.raises(ConfigError, match="^algorithm.loss_agg_mode: token-mean but"):
+            load_config(None, ["model.path=/m", "algorithm.policy_loss=test_sequence_loss"])
+        with pytest.raises(
+            ConfigError, match="^algorithm.tis: algorithm.policy_loss=test_sequence_loss has a sequence"
+        ):
+            load_config(
+                None,
+                [
+                    "model.path=/m",
+                    "algorithm.policy_loss=test_sequence_loss",
+                    "algorithm.loss_agg_mode=seq-mean-token-mean",
+                    "algorithm.tis={cap: 2}",
+                ],
+            )
+    finally:
+        POLICY_LOSSES.unregister("test_sequence_loss")
