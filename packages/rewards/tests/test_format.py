@@ -126,10 +126,10 @@ def test_tool_call_allowed_tools_and_optional_call() -> None:
 
 def test_overlong_penalty_hand_values() -> None:
     # L_max = 100, L_cache = 20: free up to 80, then linear to -1 at 100, -1 beyond
-    values = [overlong_penalty(n, max_length=100, cache_length=20) for n in (0, 80, 81, 90, 100, 101, 500)]
+    values = [overlong_penalty(n, max_length=100, buffer_length=20) for n in (0, 80, 81, 90, 100, 101, 500)]
     assert values == pytest.approx([0.0, 0.0, -0.05, -0.5, -1.0, -1.0, -1.0])
-    with pytest.raises(ValueError, match="cache_length"):
-        overlong_penalty(5, max_length=10, cache_length=20)
+    with pytest.raises(ValueError, match="buffer_length"):
+        overlong_penalty(5, max_length=10, buffer_length=20)
 
 
 @given(n=st.integers(0, 30_000), max_length=st.integers(1, 20_480), frac=st.floats(0.01, 1.0))
@@ -142,17 +142,17 @@ def test_overlong_matches_dapo_equation(n: int, max_length: int, frac: float) ->
         expected = ((max_length - cache) - n) / cache
     else:
         expected = -1.0
-    got = overlong_penalty(n, max_length=max_length, cache_length=cache)
+    got = overlong_penalty(n, max_length=max_length, buffer_length=cache)
     assert got == pytest.approx(expected) and -1.0 <= got <= 0.0
 
 
 def test_overlong_scorer_needs_its_settings() -> None:
-    assert overlong_scorer("x" * 90, extra_info={"max_length": 100, "cache_length": 20}).score == pytest.approx(-0.5)
+    assert overlong_scorer("x" * 90, extra_info={"max_length": 100, "buffer_length": 20}).score == pytest.approx(-0.5)
     assert (
-        overlong_scorer("x", extra_info={"max_length": 100, "cache_length": 20, "response_length": 100}).score == -1.0
+        overlong_scorer("x", extra_info={"max_length": 100, "buffer_length": 20, "response_length": 100}).score == -1.0
     )
     missing = overlong_scorer("x", extra_info={"max_length": 100})
-    assert missing.error and "cache_length" in missing.error
+    assert missing.error and "buffer_length" in missing.error
 
 
 def test_kimi_length_rewards_hand_values() -> None:

@@ -197,20 +197,21 @@ def tool_call_format(
     return FormatCheck(1.0, f"ok ({len(bodies)} call{'s' if len(bodies) > 1 else ''})")
 
 
-def overlong_penalty(length: int, *, max_length: int, cache_length: int) -> float:
-    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13), in [-1, 0]:
-    0 if length <= max_length - cache_length, linear down to -1 at max_length, -1 beyond.
+def overlong_penalty(length: int, *, max_length: int, buffer_length: int, penalty_factor: float = 1.0) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13), in [-penalty_factor, 0]:
+    0 if length <= max_length - buffer_length, linear down to -penalty_factor at max_length, -penalty_factor beyond.
+
+    The same rule, with the same parameter names, as the trainer's `algorithm.overlong` in rlloom-core-rl
+    (`overlong_reward_penalty`, on tensors; the packages do not depend on each other, and a workspace test pins the
+    two together), for trainers that shape rewards in the scorer (TRL, veRL).
     """
-    if cache_length <= 0 or cache_length > max_length:
-        raise ValueError(f"cache_length must be in (0, max_length={max_length}], got {cache_length}")
+    if buffer_length <= 0 or buffer_length > max_length:
+        raise ValueError(f"buffer_length must be in (0, max_length={max_length}], got {buffer_length}")
     if length < 0:
         raise ValueError(f"length must be >= 0, got {length}")
-    free = max_length - cache_length
-    if length <= free:
-        return 0.0
-    if length <= max_length:
-        return (free - length) / cache_length
-    return -1.0
+    expected = max_length - buffer_length
+    excess = min(max(length - expected, 0), buffer_length)
+    return -excess / buffer_length * penalty_factor
 
 
 def kimi_length_rewards(lengths: Sequence[int], correct: Sequence[bool], *, weight: float = 1.0) -> list[float]:
@@ -289,16 +290,22 @@ def tool_call_scorer(
 def overlong_scorer(
     response: str, ground_truth: Any = None, *, extra_info: Mapping[str, Any] | None = None
 ) -> ScoreResult:
-    """`Scorer` for `overlong_penalty`. Needs `extra_info` keys `max_length` and `cache_length`; the length is
-    `extra_info["response_length"]` (tokens, from the rollout) or, if absent, the response's character count.
+    """`Scorer` for `overlong_penalty`. Needs `extra_info` keys `max_length` and `buffer_length` (optional
+    `penalty_factor`); the length is `extra_info["response_length"]` (tokens, from the rollout) or, if absent, the
+    response's character count.
     """
     info = extra_info or {}
-    missing = [k for k in ("max_length", "cache_length") if k not in info]
+    missing = [k for k in ("max_length", "buffer_length") if k not in info]
     if missing:
         return ScoreResult(score=0.0, error=f"overlong_scorer needs extra_info keys {missing} (token counts)")
     length = int(info.get("response_length", len(response)))
     try:
-        penalty = overlong_penalty(length, max_length=int(info["max_length"]), cache_length=int(info["cache_length"]))
+        penalty = overlong_penalty(
+            length,
+            max_length=int(info["max_length"]),
+            buffer_length=int(info["buffer_length"]),
+            penalty_factor=float(info.get("penalty_factor", 1.0)),
+        )
     except ValueError as exc:
         return ScoreResult(score=0.0, error=str(exc))
     return ScoreResult(score=penalty, details={"length": length})
