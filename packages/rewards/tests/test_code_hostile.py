@@ -46,6 +46,8 @@ SQUARE_CHECK += "    assert candidate(12) == 144\n"
 HONEST_SQUARE = "def square(x):\n    return x * x\n"
 ALWAYS_EQUAL = """
 class Eq:
+    def __init__(self, *args):
+        pass
     def __eq__(self, other):
         return True
     def __ne__(self, other):
@@ -197,20 +199,19 @@ FORGERY = {
         def square(x):
             return -1
         """,
-    "frame walk for the nonce and result descriptor": """
-        import gc, os, sys
-        found = []
+    "frame walk for the nonce, the tests and the result descriptor": """
+        import os, sys
         frame = sys._getframe()
         while frame is not None:
-            found += [v for v in frame.f_locals.values() if isinstance(v, str) and len(v) == 32]
+            seen = frame.f_locals
+            if "nonce" in seen and "units" in seen and "result_fd" in seen:
+                n, units = seen["nonce"], seen["units"]
+                for i, (kind, _) in enumerate(units):
+                    if kind == "test":
+                        os.write(seen["result_fd"], f"{n} {i} P \\n".encode())
+                os.write(seen["result_fd"], f"{n} END {len(units)}\\n".encode())
+                os._exit(0)
             frame = frame.f_back
-        found += [o for o in gc.get_objects() if isinstance(o, str) and len(o) == 32]
-        for nonce in found:
-            for fd in range(3, 64):
-                try:
-                    os.write(fd, "".join(f"{nonce} {i} P\\n" for i in range(4)).encode() + f"{nonce} END 3\\n".encode())
-                except OSError:
-                    pass
         def square(x):
             return -1
         """,
@@ -491,27 +492,19 @@ def test_nothing_outlives_a_finished_run(name: str, host: dict[str, str]) -> Non
 # --- information leaks: the tests are not in the solution's reach -----------------------------------------------
 
 LEAKS = {
-    "searches its own memory for the tests": """
-        import gc, re, sys
+    "searches its own memory for the compiled tests": """
+        import gc
         def square(x):
-            seen = []
-            for obj in gc.get_objects():
-                try:
-                    seen.append(repr(obj)[:20000])
-                except Exception:
-                    pass
-            frame = sys._getframe()
-            while frame is not None:
-                seen.append(repr(frame.f_locals)[:20000])
-                seen.append(repr(frame.f_code.co_consts))
-                frame = frame.f_back
-            for text in seen:
-                found = re.search(rf"square\\({x}\\) == (-?\\d+)", text)
-                if found:
-                    return int(found.group(1))
-                if f"({x}, " in text or f"[{x}]" in text:
-                    pass
-            return -1
+            # `assert square(3) == 9` compiles to a code object whose constants are (3, 9, None)
+            answers, todo = {}, list(gc.get_objects())
+            for _ in range(3):  # the code objects sit in untracked tuples inside tracked lists
+                todo = [y for o in todo if isinstance(o, (list, tuple)) for y in o] + todo
+            for code in todo:
+                if hasattr(code, "co_consts") and str(code.co_filename).startswith(("<test", "<check")):
+                    ints = [c for c in code.co_consts if type(c) is int]
+                    if len(ints) >= 2:
+                        answers[ints[0]] = ints[1]
+            return answers.get(x, -1)
         """,
     "reads the supervisor's descriptors and memory": """
         import os, re
