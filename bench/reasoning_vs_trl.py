@@ -74,6 +74,7 @@ from rlloom.core_rl.config_loading import config_from_dict
 from rlloom.core_rl.optim import build_optimizer
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trainer import Trainer
+from rlloom.rewards.integrations.trl import trl_reward
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
 REWARD = reversal_rubric()
@@ -250,12 +251,6 @@ def run_rlloom(settings: Settings, model_dir: Path, rows: Sequence[dict[str, Any
 
 
 # ---------------------------------------------------------------------------------------------------- TRL
-def trl_reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
-    """The same rubric on TRL's side: conversational completions are [{"role": "assistant", "content": ...}]."""
-    texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
-    return [REWARD(text, truth).score for text, truth in zip(texts, ground_truth, strict=True)]
-
-
 class _StepCallback(TrainerCallback):
     """Step-end times and each step's logged reward (`logging_steps=1`)."""
 
@@ -326,7 +321,7 @@ def run_trl(settings: Settings, model_dir: Path, rows: Sequence[dict[str, Any]],
     log = RunLog()
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=trl_reward,
+        reward_funcs=trl_reward(REWARD, name="reversal"),  # the same rubric, through rlloom's public TRL adapter
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
