@@ -35,6 +35,7 @@ NOT_INSTALLED_HERE = {
     "tensorboard": {"tensorboard"},
     "ray": {"ray"},
     "matplotlib": {"matplotlib"},
+    "verifiers": {"verifiers"},
 }
 # declared on purpose though never imported: uvicorn runs on httptools/uvloop; the agent's loop and search
 # environment take any engine and retriever, and the README's examples drive them with rlloom's own
