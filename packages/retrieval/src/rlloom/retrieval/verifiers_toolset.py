@@ -8,7 +8,7 @@ when the server starts (`corpus`; small corpora), or a running rlloom / Search-R
 with rlloom's SearchEnv sees the same observations. Return it from `Task.toolsets` (one server per rollout) or,
 for a large index loaded once, from `Taskset.toolsets` (one shared server).
 
-This module imports verifiers, which `rlloom-retrieval` does not depend on: `pip install verifiers` to use it.
+This module imports verifiers, the `verifiers` extra: `pip install "rlloom-retrieval[verifiers]"`.
 """
 
 from __future__ import annotations
