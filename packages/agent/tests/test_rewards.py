@@ -72,3 +72,35 @@ def test_a_slow_outcome_scorer_does_not_stall_the_other_conversations(tokenizer:
     trajectories, longest_gap = asyncio.run(run())
     assert [t.reward for t in trajectories] == [1.0] * 4
     assert longest_gap < 0.3  # a blocked loop misses ticks for 0.4 s per conversation scored
+
+
+def test_scoring_errors_reach_the_trainer_in_one_place(tokenizer: Any, replay_engine: Any) -> None:
+    """A rubric's error and a crashing reward hook both land in `Trajectory.reward_error` (no second copy in
+    extra_info, no made-up reward component), and `env_reward` hands that to the trainer."""
+    from rlloom.agent.envs.single_turn import SingleTurnEnv
+    from rlloom.agent.loop import AgentLoop
+    from rlloom.agent.training import env_reward
+
+    def broken(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:
+        raise RuntimeError("scorer broke")
+
+    class CrashingEnv(SingleTurnEnv):
+        async def reward(self, trajectory: Any) -> Any:
+            raise ValueError("hook broke")
+
+    engine = replay_engine(tokenizer, lambda context: "5")
+    rubric_error = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(AgentRubric(broken))).run(
+        [{"question": "2+3?", "answer": "5"}], n=1
+    )[0]
+    hook_error = AgentLoop(engine, tokenizer, lambda: CrashingEnv(AgentRubric(broken))).run(
+        [{"question": "2+3?", "answer": "5"}], n=1
+    )[0]
+    assert rubric_error.reward_error == "RuntimeError: scorer broke"
+    assert hook_error.reward_error == "ValueError: hook broke"
+    assert hook_error.reward == 0.0 and hook_error.reward_components == {}
+    for traj in (rubric_error, hook_error):
+        assert "reward_error" not in traj.extra_info and "reward_error" not in traj.reward_components
+    assert [out.error for out in env_reward([rubric_error, hook_error])] == [
+        "RuntimeError: scorer broke",
+        "ValueError: hook broke",
+    ]

@@ -247,7 +247,7 @@ def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_tex
         turns=traj.metrics.get("turns", 0.0),
         finish_reason=traj.finish_reason,
         response=traj.response_text,
-        error=traj.extra_info.get("reward_error"),
+        error=traj.reward_error,
         token_budget=budget,
     )
 

@@ -264,18 +264,18 @@ class AgentLoop:
         return traj
 
     async def _score(self, env: Environment, traj: Trajectory) -> None:
-        """Reward via the env's hook; a crashing reward scores 0 with the error recorded, never kills the batch."""
+        """Reward via the env's hook; a crashing reward scores 0 with the error in `traj.reward_error` (the one place
+        every scoring error lives), never kills the batch."""
         try:
             out = await env.reward(traj)
         except Exception as exc:
             traj.reward = 0.0
-            traj.reward_components = {"reward_error": 1.0}
-            traj.extra_info["reward_error"] = f"{type(exc).__name__}: {exc}"
+            traj.reward_components = {}
+            traj.reward_error = f"{type(exc).__name__}: {exc}"
             return
         traj.reward = float(out.score)
         traj.reward_components = dict(out.components)
-        if out.error:
-            traj.extra_info["reward_error"] = out.error
+        traj.reward_error = str(out.error) if out.error else None
 
 
 def _describe(sample: Sample) -> str:

@@ -71,6 +71,5 @@ def env_reward(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
                 f"trajectory {i} has no reward: the AgentLoop ran with compute_reward=False; set "
                 "AgentLoopConfig.compute_reward=True or pass the Trainer a reward_fn that scores the text"
             )
-        error = traj.extra_info.get("reward_error")
-        outputs.append(RewardOutput(traj.reward, dict(traj.reward_components), str(error) if error else None))
+        outputs.append(RewardOutput(traj.reward, dict(traj.reward_components), traj.reward_error))
     return outputs
