@@ -177,6 +177,8 @@ def reduce_chain(text: str) -> str:
     """`x=5+5+1=\\frac{1}{3}\\approx 0.3` -> `x=\\frac{1}{3}`: a chain of equalities states its last side."""
     if "\\approx" in text and "=" in text:
         text = text.split("\\approx", 1)[0]
+    if text.count("=") < 2:  # most answers: no chain, and no need to scan brackets
+        return text
     parts = split_top_level(text, "=")  # `\\sum_{k=0}` holds an `=` that is no relation
     if len(parts) <= 2 or re.search(r"[<>,]|\\[lg]eq|\\ne", text):  # "a=1,b=2" is a list, not a chain
         return text
