@@ -150,12 +150,20 @@ def test_sample_reads_verl_and_flat_rows() -> None:
         Sample.from_row({"answer": "x"})
 
 
-def test_sample_refuses_a_prompt_that_is_not_chat_messages() -> None:
-    # TRL's standard format has a string prompt: it was split into characters, failing on dict('W')
-    with pytest.raises(ValueError, match="'prompt' is a string; give chat messages"):
-        Sample.from_row({"prompt": "What is 2+3?", "answer": "5"})
-    with pytest.raises(ValueError, match=r"prompt\[1\] is 'hi', not a chat message"):
+def test_sample_reads_prompts_as_the_trainer_does() -> None:
+    """One reading of rows for every collector (core-rl's `prompt_messages` and `ground_truth`): TRL's string
+    prompt is one user message here too (it was refused here and accepted by single-turn training)."""
+    from rlloom.core_rl.data import generation_request
+    from rlloom.core_rl.generation import SamplingParams
+
+    row = {"prompt": "What is 2+3?", "answer": "5"}
+    assert Sample.from_row(row).prompt == [{"role": "user", "content": "What is 2+3?"}]
+    assert Sample.from_row(row).prompt == generation_request(row, SamplingParams()).messages
+    assert Sample.from_row(row).ground_truth == "5"
+    with pytest.raises(ValueError, match=r"`prompt` holds 'hi', not a chat message with 'role' and 'content'"):
         Sample.from_row({"prompt": [{"role": "user", "content": "q"}, "hi"], "answer": "5"})
+    with pytest.raises(ValueError, match="`prompt` is an empty string"):
+        Sample.from_row({"prompt": "", "answer": "5"})
     numpy_like = Sample.from_row({"prompt": ({"role": "user", "content": "q"},), "answer": "5"})
     assert numpy_like.prompt == [{"role": "user", "content": "q"}]
 

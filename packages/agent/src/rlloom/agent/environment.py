@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlloom.core_rl.data import ground_truth, prompt_messages
 from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trajectory import Trajectory
 
@@ -39,13 +40,10 @@ class Sample(BaseModel):
         """
         known = {"question", "prompt", "ground_truth", "data_source", "extra_info", "reward_model"}
         known |= {"answer", "golden_answers"}
-        gt = row.get("ground_truth")
-        reward_model = row.get("reward_model")
-        if gt is None and isinstance(reward_model, Mapping):
-            gt = reward_model.get("ground_truth")
-        if gt is None:
-            gt = row.get("golden_answers", row.get("answer"))
-        prompt = _chat_prompt(row.get("prompt"))
+        try:  # the rows' reading is core-rl's, so a row trains the same through any collector
+            prompt = prompt_messages(row)
+        except ValueError as err:
+            raise ValueError(f"Sample.from_row: {err}; give chat messages, a string, or a 'question'") from None
         extra = dict(row.get("extra_info") or {})
         extra.update({k: v for k, v in row.items() if k not in known})
         if row.get("question") is None and prompt is None:
@@ -53,30 +51,10 @@ class Sample(BaseModel):
         return cls(
             question=row.get("question"),
             prompt=prompt,
-            ground_truth=gt,
+            ground_truth=ground_truth(row),
             data_source=str(row.get("data_source") or ""),
             extra_info=extra,
         )
-
-
-def _chat_prompt(prompt: Any) -> list[dict[str, Any]] | None:
-    """A row's `prompt` as chat messages. A string (TRL's standard, non-chat format) was split into characters
-    and failed with "dictionary update sequence element #0"; it is refused by name instead."""
-    if prompt is None:
-        return None
-    if isinstance(prompt, str):
-        raise ValueError(
-            "Sample.from_row: the row's 'prompt' is a string; give chat messages ([{'role': 'user', 'content': "
-            "...}]) or put the text in 'question' (the environment wraps it in its template)"
-        )
-    messages = list(prompt)  # parquet gives numpy object arrays
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or "role" not in message:
-            raise ValueError(
-                f"Sample.from_row: prompt[{i}] is {message!r:.80}, not a chat message; give each as "
-                "{'role': ..., 'content': ...}"
-            )
-    return [dict(m) for m in messages]
 
 
 @dataclass(slots=True)

@@ -61,20 +61,35 @@ def _row_problem(row: Any, agent_rows: bool) -> str | None:
         ids = row["prompt_ids"]
         ok = isinstance(ids, Sequence) and not isinstance(ids, str) and len(ids) > 0
         return None if ok else "`prompt_ids` is not a non-empty list of token ids"
-    prompt = row.get("prompt")
-    if prompt is None:
+    if row.get("prompt") is None:
         if agent_rows and row.get("question") is not None:
             return None
         wanted = "'prompt' nor 'question'" if agent_rows else "'prompt'"
         return f"the row has no {wanted} (its fields: {', '.join(sorted(map(str, row))) or 'none'})"
-    if isinstance(prompt, str):
-        return None if prompt else "`prompt` is an empty string"
-    if not isinstance(prompt, Mapping) and hasattr(prompt, "__len__") and hasattr(prompt, "__iter__") and len(prompt):
-        for message in prompt:  # a list, or the numpy object array parquet gives
-            if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
-                return f"`prompt` holds {message!r}, not a chat message with 'role' and 'content'"
+    try:
+        prompt_messages(row)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def prompt_messages(row: Row) -> list[dict[str, Any]] | None:
+    """A row's `prompt` as chat messages, the one reading every collector shares: chat messages (a list, or the
+    numpy object array parquet gives) as they are, a plain string as one user message (TRL's standard format);
+    None when the row has no `prompt`. Anything else raises `ValueError` saying what the prompt holds."""
+    prompt = row.get("prompt")
+    if prompt is None:
         return None
-    return f"`prompt` is {type(prompt).__name__} {prompt!r}, not chat messages or a string"
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("`prompt` is an empty string")
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Mapping) and hasattr(prompt, "__len__") and hasattr(prompt, "__iter__") and len(prompt):
+        for message in prompt:
+            if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+                raise ValueError(f"`prompt` holds {message!r:.80}, not a chat message with 'role' and 'content'")
+        return [dict(m) for m in prompt]
+    raise ValueError(f"`prompt` is {type(prompt).__name__} {prompt!r:.80}, not chat messages or a string")
 
 
 class PromptLoader:
@@ -210,23 +225,24 @@ def generation_request(
     (`data.apply_chat_template_kwargs`) go to the chat template that renders the messages."""
     if "prompt_ids" in row:
         return GenerationRequest(prompt_ids=list(row["prompt_ids"]), sampling=sampling)
-    extra = dict(chat_template_kwargs or {})
-    prompt = row.get("prompt")
-    if isinstance(prompt, str):
-        messages = [{"role": "user", "content": prompt}]
-        return GenerationRequest(messages=messages, sampling=sampling, chat_template_kwargs=extra)
-    if isinstance(prompt, Sequence) and prompt:
-        messages = [dict(m) for m in prompt]
-        return GenerationRequest(messages=messages, sampling=sampling, chat_template_kwargs=extra)
-    raise ValueError(f"data row has no usable 'prompt' (chat messages or a string) nor 'prompt_ids': {dict(row)!r}")
+    messages = prompt_messages(row)
+    if messages is None:
+        raise ValueError(f"data row has no usable 'prompt' (chat messages or a string) nor 'prompt_ids': {dict(row)!r}")
+    return GenerationRequest(
+        messages=messages, sampling=sampling, chat_template_kwargs=dict(chat_template_kwargs or {})
+    )
 
 
 def ground_truth(row: Row) -> Any:
-    """`reward_model.ground_truth` (veRL shape) or a top-level `ground_truth`."""
+    """The row's gold answer, the one reading every collector shares: `reward_model.ground_truth` (veRL shape), a
+    top-level `ground_truth`, or a flat QA row's `golden_answers` (Search-R1, NQ) or `answer`."""
     reward_model = row.get("reward_model")
-    if isinstance(reward_model, Mapping) and "ground_truth" in reward_model:
+    if isinstance(reward_model, Mapping) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
-    return row.get("ground_truth")
+    for key in ("ground_truth", "golden_answers", "answer"):
+        if row.get(key) is not None:
+            return row[key]
+    return None
 
 
 def limit_prompt_length(
