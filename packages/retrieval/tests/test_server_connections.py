@@ -140,3 +140,42 @@ def test_limits_reach_uvicorn_and_are_checked() -> None:
     for bad in ({"body_timeout_s": 0}, {"idle_timeout_s": -1}, {"max_connections": 1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ServerLimits(**bad)
+
+
+def test_deadlines_cancel_only_late_waits_and_pass_other_cancellations_on() -> None:
+    import asyncio
+
+    from rlloom.retrieval.deadlines import Deadlines
+
+    deadlines = Deadlines(0.2)
+
+    async def wait(seconds: float) -> str:
+        watched = deadlines.watch()
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if not deadlines.expired(watched):
+                raise
+            assert watched is not None
+            watched.uncancel()
+            return "expired"
+        finally:
+            deadlines.release(watched)
+        return "done"
+
+    async def main() -> tuple[list[str], bool]:
+        quick, slow = asyncio.create_task(wait(0.01)), asyncio.create_task(wait(5))
+        shutdown = asyncio.create_task(wait(5))
+        await asyncio.sleep(0.05)
+        shutdown.cancel()  # not the deadline: must propagate as a cancellation
+        results = [await quick, await slow]
+        try:
+            await shutdown
+        except asyncio.CancelledError:
+            return results, True
+        return results, False
+
+    started = time.monotonic()
+    results, cancelled = asyncio.run(main())
+    assert results == ["done", "expired"] and cancelled
+    assert 0.2 <= time.monotonic() - started < 1.0  # at most one sweep interval late

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rlloom.retrieval.deadlines import Deadlines
+
 QueryHandler = Callable[[bytes], Awaitable[Response]]
 ErrorResponse = Callable[[], Response]
 
@@ -46,7 +48,7 @@ class QueryFastPath:
         self.app = app
         self.routes = dict(routes)
         self.max_body_bytes, self.too_large = max_body_bytes, too_large
-        self.body_timeout_s, self.timed_out = body_timeout_s, timed_out
+        self.body_deadlines, self.timed_out = Deadlines(body_timeout_s), timed_out
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -57,16 +59,24 @@ class QueryFastPath:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self.too_large()(scope, receive, send)
             return
+        watched = self.body_deadlines.watch()
+        refusal: ErrorResponse | None = None
         try:
-            async with asyncio.timeout(self.body_timeout_s):
-                body = await self._read_body(receive)
+            body = await self._read_body(receive)
+        except asyncio.CancelledError:
+            if not self.body_deadlines.expired(watched):  # a shutdown, not our deadline: let it through
+                raise
+            if watched is not None:
+                watched.uncancel()
+            refusal = self.timed_out
         except _DisconnectedError:
             return
         except _TooLargeError:  # chunked upload with no declared length: stop reading here
-            await self.too_large()(scope, receive, send)
-            return
-        except TimeoutError:
-            await self.timed_out()(scope, receive, send)
+            refusal = self.too_large
+        finally:
+            self.body_deadlines.release(watched)
+        if refusal is not None:
+            await refusal()(scope, receive, send)
             return
         response = await handler(body)
         await response(scope, receive, send)
