@@ -3,6 +3,7 @@ calling conventions hold as plain functions (the real-library tests are tests/ad
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -43,3 +44,20 @@ def test_trl_reward_plain_call() -> None:
     assert reward(["q", "q"], ["\\boxed{4}", "\\boxed{3}"], ground_truth=["4", "4"]) == [1.0, 0.0]
     with pytest.raises(ValueError, match="2 prompts for 1 completions"):
         reward(["q", "q"], ["\\boxed{4}"], ground_truth=["4"])
+
+
+def test_trl_reward_runs_an_async_scorers_batch_concurrently() -> None:
+    """An async scorer (an LLM judge) gets the whole batch in flight at once, not one request after another."""
+    in_flight, peak = 0, 0
+
+    async def judge(response: str, ground_truth: str, *, extra_info: object = None) -> float:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return float(response == ground_truth)
+
+    reward = trl_reward(judge)
+    assert reward(["q"] * 4, ["a", "b", "a", "c"], ground_truth=["a"] * 4) == [1.0, 0.0, 1.0, 0.0]
+    assert peak == 4

@@ -6,16 +6,19 @@ TRL calls each reward function as `fn(prompts=..., completions=..., completion_i
 plain-text datasets and message lists (`[{"role": "assistant", "content": ...}]`, more messages after tool calls)
 for conversational ones. The ground truth comes from a column (`ground_truth`, or veRL-shaped rows'
 `reward_model["ground_truth"]`); the scorer is fixed, or chosen per row by its `data_source` column through the
-registry. A scorer failure scores 0 and is counted in the `<name>/scoring_errors` metric; each component of the
-score is logged as `<name>/<component>` (its mean over the completions that have it).
+registry. Async scorers (LLM judges) score the whole batch concurrently. A scorer failure scores 0 and is
+counted in the `<name>/scoring_errors` metric; each component of the score is logged as `<name>/<component>`
+(its mean over the completions that have it).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from rlloom.rewards.integrations.scoring import ScorerLike, resolve, score_now
+from rlloom.rewards.integrations.scoring import ScorerLike, resolve, score_async, score_now
+from rlloom.rewards.registry import is_async_scorer
 from rlloom.rewards.types import ScoreResult
 
 # keyword arguments TRL adds itself; everything else is a dataset column
@@ -116,12 +119,18 @@ class TRLReward:
         sources = self._column(columns, self.data_source_column, n)
         infos = self._column(columns, self.extra_info_column, n)
         how = f"pass trl_reward(scorer=...) or add a {self.data_source_column!r} column (e.g. 'gsm8k') to the dataset"
-        results = []
+        jobs = []
         for completion, truth, source, info in zip(completions, truths, sources, infos, strict=True):
             fn, name = resolve(self.scorer, source, how=how)
             text = completion_text(completion, turns=self.turns)
-            results.append(score_now(fn, name, text, truth, info if isinstance(info, Mapping) else None))
-        return results
+            jobs.append((fn, name, text, truth, info if isinstance(info, Mapping) else None))
+        if any(is_async_scorer(job[0]) for job in jobs):  # LLM judges: all the batch's requests in flight at once
+
+            async def gather() -> list[ScoreResult]:
+                return list(await asyncio.gather(*(score_async(*job) for job in jobs)))
+
+            return asyncio.run(gather())
+        return [score_now(*job) for job in jobs]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
         results = self.score(prompts, completions, **columns)
