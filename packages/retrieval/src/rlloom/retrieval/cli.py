@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         "--preset",
         choices=[name for name, preset in PRESETS.items() if preset.backend == "dense"],
         default="e5",
-        help="the encoder settings the vectors were made with (default: %(default)s, Search-R1's)",
+        help="the encoder settings the vectors were made with; e5 is Search-R1's (default: %(default)s)",
     )
     imp.add_argument(
         "--opt",
