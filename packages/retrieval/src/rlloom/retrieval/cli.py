@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="dense option, repeatable: model=DIR (required: the encoder's local folder), index_type, flat_fp16, ...",
+        help="dense option, repeatable: model=DIR (required: the encoder's local folder), index_type, flat_fp16, "
+        "... (default: none)",
     )
 
     serve = sub.add_parser(
