@@ -89,6 +89,11 @@ HONEST = {
         "    return total\n",
         ["head = Node(1)", "head.next = Node(2)", "head.next.next = Node(3)", "assert f(head, 0) == 6"],
     ),
+    "a list of the solution's objects built by the tests (MBPP 601)": (
+        "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+        "def f(pairs, n):\n    return sum(p.b - p.a for p in pairs[:n])\n",
+        ["assert f([Pair(1, 5), Pair(2, 3)], 2) == 5"],
+    ),
     "entry point named like a builtin (MBPP 126)": (
         "def sum(a, b):\n    return a + b\n",
         ["assert sum(10, 15) == 25", "assert sum(1, 2) == 3"],

@@ -179,7 +179,7 @@ def serve(namespace, req_r, rep_w):
                 kwargs = {k: wire.decode(v, 0, resolve) for k, v in request[3]}
                 reply = reply_for(resolve(request[1])(*args, **kwargs))
                 if reply[0] == "ok":
-                    reply[2] = [[i, wire.encode(a)] for i, a in enumerate(args) if type(a) in (list, dict, set)]
+                    reply[2] = _changed(args)
         except BaseException as exc:
             reply = ["raise", type(exc).__name__, _text(exc)]
         try:
@@ -188,6 +188,19 @@ def serve(namespace, req_r, rep_w):
             wire.send(rep_w, ["raise", "TypeError", "the solution's value could not be sent"])
         except OSError:
             os._exit(0)
+
+
+def _changed(args):
+    """The list, dict and set arguments as they are after the call, for the test side to update its own; one
+    holding something with no data form (the tests' handles to the solution's objects) is left out."""
+    changed = []
+    for i, arg in enumerate(args):
+        if type(arg) in (list, dict, set):
+            try:
+                changed.append([i, wire.encode(arg)])
+            except wire.UnencodableError:
+                continue
+    return changed
 
 
 def _text(exc):
