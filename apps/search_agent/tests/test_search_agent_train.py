@@ -229,23 +229,23 @@ def test_train_refuses_a_prompt_longer_than_the_conversation_before_training(
     with pytest.raises(SystemExit):
         main(argv)
     err = capsys.readouterr().err
-    assert f"--train-data {rows} row 2: the prompt is" in err and "holds 900 in all" in err, err
+    assert f"--train-data {rows} row 3 of 3: the prompt is" in err and "the conversation's 900" in err, err
     assert not (out / "metrics.jsonl").exists()  # refused before any step
     # the model's 1,024 positions cap a larger search.max_total_tokens, as the rollout engine caps it
     with pytest.raises(SystemExit):
         main([*argv[:-1], "search.max_total_tokens=4096"])
-    assert "holds 1024 in all" in capsys.readouterr().err
+    assert "the conversation's 1024" in capsys.readouterr().err
 
 
-def test_train_refuses_a_string_prompt_before_the_model_loads(
-    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    rows = tmp_path / "rows.jsonl"
+def test_train_reads_a_string_prompt_as_single_turn_training_does() -> None:
+    """TRL's string prompt is one user message for the agent too (one reading of rows, core-rl's): it was refused
+    here while single-turn training took it."""
+    from rlloom.agent.environment import Sample
+
     row = {"data_source": "nq", "prompt": "who wrote hamlet?", "reward_model": {"ground_truth": {"target": ["x"]}}}
-    rows.write_text(json.dumps(row) + "\n")
-    with pytest.raises(SystemExit):
-        main(["train", "--train-data", str(rows), "--index", str(index), "model.path=/no/such/model"])
-    assert f"--train-data {rows} row 0: Sample.from_row: the row's 'prompt' is a string" in capsys.readouterr().err
+    sample = Sample.from_row(row)
+    assert sample.prompt == [{"role": "user", "content": "who wrote hamlet?"}]
+    assert sample.ground_truth == {"target": ["x"]}
 
 
 def test_chat_template_variables_reach_the_loop_and_the_prompt_length_check() -> None:
@@ -272,7 +272,7 @@ def test_chat_template_variables_reach_the_loop_and_the_prompt_length_check() ->
     plain = len(TurnTemplate(tok).prompt_ids(search_prompt(Sample.from_row(rows[0]), env)))
     quiet = {"enable_thinking": False}
     assert fitting_rows(rows, tok, env, plain + 1, "rows", drop=True) == rows
-    with pytest.raises(DataError, match=f"every prompt is {plain + 1} tokens or longer"):  # the think block
+    with pytest.raises(DataError, match=f"every rows row is over {plain} tokens"):  # the think block
         fitting_rows(rows, tok, env, plain + 1, "rows", drop=True, chat_template_kwargs=quiet)
     search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])[1]
     assert loop_config(search, quiet).chat_template_kwargs == quiet

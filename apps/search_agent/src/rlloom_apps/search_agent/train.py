@@ -18,14 +18,13 @@ from rlloom_apps.search_agent.data import read_records
 from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import AutoConfig
 
 from rlloom.agent import AgentLoopConfig, Sample, SearchEnv, SearchEnvConfig, agent_collector, env_reward
 from rlloom.agent.envs.search import search_prompt
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.rows_io import DataError
+from rlloom.core_rl.data import rows_that_fit
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
@@ -121,35 +120,22 @@ def fitting_rows(
     drop: bool,
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows whose prompt, rendered as the agent loop renders it, leaves room in the conversation's budget.
+    """The rows whose prompt, rendered as the agent loop renders it, leaves room in the conversation's budget
+    (core-rl's `rows_that_fit`, the trainer's own prompt-length rule, with the agent's measure).
 
     A longer prompt made its first rollout raise, stopping the run at whatever step drew it (hours in, on a big
     set); now it is refused before training, or left out with a warning under data.filter_overlong_prompts.
     """
     template = TurnTemplate(tokenizer, chat_template_kwargs=chat_template_kwargs)
-    kept = []
-    for i, row in enumerate(tqdm(rows, desc=f"{label} prompt lengths", disable=len(rows) < 20_000)):
-        try:
-            length = len(template.prompt_ids(search_prompt(Sample.from_row(row), env_config)))
-        except ValueError as err:  # e.g. a tokenizer without a chat template for the rows' chat prompts
-            raise DataError(f"{label} row {i}: {err}") from None
-        if length < budget:
-            kept.append(row)
-        elif not drop:
-            raise DataError(
-                f"{label} row {i}: the prompt is {length} tokens, but a conversation holds {budget} in all "
-                "(search.max_total_tokens, capped by the model's max_position_embeddings) and needs room for the "
-                f"answer; raise search.max_total_tokens, shorten or drop the row, or leave long rows out with "
-                f"data.max_prompt_length=N (N < {budget}) data.filter_overlong_prompts=true"
-            )
-    if len(kept) < len(rows):
-        logger.warning(
-            "%s: left out %d of %d rows whose prompt fills the %d-token conversation (data.filter_overlong_prompts)",
-            label,
-            len(rows) - len(kept),
-            len(rows),
-            budget,
-        )
-    if not kept:
-        raise DataError(f"{label}: every prompt is {budget} tokens or longer; raise search.max_total_tokens")
-    return kept
+    kept = rows_that_fit(
+        rows,
+        lambda row: len(template.prompt_ids(search_prompt(Sample.from_row(row), env_config))),
+        budget - 1,  # the answer needs at least one token
+        drop=drop,
+        split=label,
+        limit_name=f"{budget - 1} tokens (the conversation's {budget}: search.max_total_tokens, capped by the "
+        "model's max_position_embeddings, less room for the answer)",
+        fix="raise search.max_total_tokens, shorten or drop the row, or leave long rows out with "
+        "data.filter_overlong_prompts=true",
+    )
+    return [dict(row) for row in kept]

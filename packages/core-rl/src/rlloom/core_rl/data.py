@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -256,44 +256,71 @@ def limit_prompt_length(
 ) -> list[Row]:
     """veRL's `data.max_prompt_length`: the rows whose prompt, rendered as the engine renders it, fits.
 
-    With `drop` (veRL's `filter_overlong_prompts`) longer rows are left out and counted in a warning; without
-    it the first one raises a `DataError` naming the row (`file:line` for `read_jsonl` rows), so a run never stops
-    hours in on a prompt the model cannot take.
     Image rows are measured after image expansion by rlloom-multimodal (`QwenVLProcessing.max_prompt_tokens`),
     not here: their text alone would undercount them.
     """
-    kept: list[Row] = []
     sampling = SamplingParams()
-    for index, row in enumerate(tqdm(rows, desc=f"{split} prompt lengths", disable=len(rows) < 20_000)):
-        where = row_location(rows, index, split)
+
+    def length_of(row: Row) -> int:
         if row.get("images"):
             raise DataError(
-                f"{where} has images: data.max_prompt_length counts text prompts only; limit image rows after "
-                "image expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
+                "it has images: data.max_prompt_length counts text prompts only; limit image rows after image "
+                "expansion with rlloom.multimodal's QwenVLProcessing.max_prompt_tokens"
             )
         try:
             request = generation_request(row, sampling, chat_template_kwargs)
         except ValueError as err:
             raise DataError(
-                f"{where}: {err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an agent "
-                "environment renders (no `prompt`) are limited by AgentLoopConfig.max_total_tokens instead"
+                f"{err}. data.max_prompt_length measures `prompt` or `prompt_ids`; rows an agent environment renders "
+                "(no `prompt`) are limited by AgentLoopConfig.max_total_tokens instead"
             ) from err
-        length = len(render_prompt(tokenizer, request))
-        if length <= max_length:
+        return len(render_prompt(tokenizer, request))
+
+    return rows_that_fit(
+        rows,
+        length_of,
+        max_length,
+        drop=drop,
+        split=split,
+        limit_name=f"data.max_prompt_length={max_length}",
+        fix="raise the limit, shorten the prompt, or set data.filter_overlong_prompts=true to leave such rows out",
+    )
+
+
+def rows_that_fit(
+    rows: Sequence[Row],
+    length_of: Callable[[Row], int],
+    limit: int,
+    *,
+    drop: bool,
+    split: str,
+    limit_name: str,
+    fix: str,
+) -> list[Row]:
+    """The rows whose prompt, measured by `length_of` (tokens, as the collector will render it), is at most `limit`:
+    every prompt-length limit (the trainer's `data.max_prompt_length`, an agent's conversation budget) in one way.
+
+    With `drop` (veRL's `filter_overlong_prompts`) longer rows are left out and counted in a warning; without it the
+    first one raises a `DataError` naming the row (`file:line` for `read_jsonl` rows) and `limit_name`, so a run
+    never stops hours in on a prompt the model cannot take. `length_of` may raise `DataError` or `ValueError` about
+    a row; the error then names the row.
+    """
+    kept: list[Row] = []
+    for index, row in enumerate(tqdm(rows, desc=f"{split} prompt lengths", disable=len(rows) < 20_000)):
+        try:
+            length = length_of(row)
+        except (DataError, ValueError) as err:
+            raise DataError(f"{row_location(rows, index, split)}: {err}") from err
+        if length <= limit:
             kept.append(row)
         elif not drop:
             raise DataError(
-                f"{where}: the prompt is {length} tokens, over data.max_prompt_length={max_length}; raise the limit"
-                ", shorten the prompt, or set data.filter_overlong_prompts=true to leave such rows out"
+                f"{row_location(rows, index, split)}: the prompt is {length} tokens, over {limit_name}; {fix}"
             )
     if len(kept) < len(rows):
         logger.warning(
-            "left out %d of %d %s rows whose prompt is over data.max_prompt_length=%d tokens",
-            len(rows) - len(kept),
-            len(rows),
-            split,
-            max_length,
+            "left out %d of %d %s rows whose prompt is over %s", len(rows) - len(kept), len(rows), split, limit_name
         )
     if rows and not kept:
-        raise DataError(f"every {split} row is over data.max_prompt_length={max_length} tokens; raise the limit")
+        raise DataError(f"every {split} row is over {limit_name}; raise the limit")
     return kept
