@@ -33,6 +33,7 @@ from rlloom.rollout.vllm_engine import (
     _import_vllm,
     attention_head_size,
     check_cpu_head_size,
+    scheduler_kwargs,
     vllm_sampling_kwargs,
     weight_buckets,
 )
@@ -152,6 +153,16 @@ def test_cpu_head_size_check_names_the_head_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"head size 16, which vLLM's CPU attention cannot run .*--engine hf"):
         check_cpu_head_size(str(tmp_path / "h16"))
     check_cpu_head_size(str(tmp_path / "h64"))
+
+
+def test_prefills_stay_whole_on_cpu_with_a_step_budget_of_the_context(tmp_path: Path) -> None:
+    tiny_qwen2(char_tokenizer(), max_position_embeddings=8192).config.save_pretrained(tmp_path)
+    cpu = VLLMEngineConfig(model=str(tmp_path), max_model_len=256)
+    assert scheduler_kwargs(cpu, on_cpu=True) == {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}
+    assert scheduler_kwargs(VLLMEngineConfig(model=str(tmp_path)), on_cpu=True)["max_num_batched_tokens"] == 8192
+    assert scheduler_kwargs(cpu, on_cpu=False) == {"enable_chunked_prefill": True, "max_num_batched_tokens": None}
+    forced = VLLMEngineConfig(model=str(tmp_path), enable_chunked_prefill=True, max_num_batched_tokens=512)
+    assert scheduler_kwargs(forced, on_cpu=True) == {"enable_chunked_prefill": True, "max_num_batched_tokens": 512}
 
 
 # -- the engine ------------------------------------------------------------------------------------------
@@ -362,3 +373,22 @@ def test_head_size_vllm_cpu_cannot_run_is_refused_before_start(tmp_path: Path) -
     with pytest.raises(ValueError, match="head size 16"):
         VLLMEngine(VLLMEngineConfig(model=str(tmp_path), enforce_eager=True))
     assert time.monotonic() - started < 30  # refused before vLLM's engine starts
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_seeded_requests_past_one_step_budget_keep_the_engine_alive(vllm_engine: Any) -> None:
+    """Regression: 72 seeded 64-token prompts (4,608 tokens, over vLLM's 4,096 per step on CPU) made vLLM split a
+    prefill, rewind that request's generator and die ('CPU Generator does not use offset'); prefills now stay
+    whole on CPU. Kept last: a dead engine would fail every later test of the module."""
+    gen = torch.Generator().manual_seed(0)
+    requests = [
+        GenerationRequest(
+            prompt_ids=torch.randint(10, 90, (64,), generator=gen).tolist(),
+            sampling=SamplingParams(max_tokens=4, ignore_eos=True, seed=i),
+        )
+        for i in range(72)
+    ]
+    first = vllm_engine.generate(requests)
+    assert [len(r[0].token_ids) for r in first] == [4] * 72
+    assert [r[0].token_ids for r in vllm_engine.generate(requests)] == [r[0].token_ids for r in first]  # seeded

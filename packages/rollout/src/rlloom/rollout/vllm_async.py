@@ -29,6 +29,7 @@ from rlloom.rollout.vllm_engine import (
     _cpu_head_sizes,
     _import_vllm,
     check_cpu_head_size,
+    scheduler_kwargs,
     vllm_sampling_kwargs,
 )
 from rlloom.rollout.vllm_weights import WeightSyncSession
@@ -47,7 +48,8 @@ class VLLMAsyncEngine:
 
         self.config = config
         self._vllm = vllm
-        if current_platform.is_cpu():
+        self.on_cpu = bool(current_platform.is_cpu())
+        if self.on_cpu:
             check_cpu_head_size(config.model, _cpu_head_sizes())
             if config.cpu_kvcache_space_gib is not None:
                 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
@@ -82,6 +84,7 @@ class VLLMAsyncEngine:
             seed=c.seed,
             logprobs_mode=c.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
+            **scheduler_kwargs(c, on_cpu=self.on_cpu),
         )
         return AsyncLLM.from_engine_args(args)
 

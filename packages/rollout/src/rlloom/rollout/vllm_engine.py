@@ -63,6 +63,14 @@ class VLLMEngineConfig(BaseModel):
     cpu_kvcache_space_gib: int | None = Field(
         default=None, ge=1, description="CPU only: KV cache size (sets VLLM_CPU_KVCACHE_SPACE unless already set)."
     )
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description="Split long prefills across steps. None: off on CPU, where vLLM 0.32 kills the engine when a "
+        "seeded request's prefill is split ('CPU Generator does not use offset'), on elsewhere.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens per scheduler step (None: vLLM's; the context when prefills are whole)."
+    )
     max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")
     skip_special_tokens: bool = Field(
         default=True,
@@ -121,6 +129,17 @@ def check_cpu_head_size(model: str, supported: Sequence[int] = CPU_HEAD_SIZES) -
             f"model {model!r} has attention head size {head}, which vLLM's CPU attention cannot run "
             f"(supported: {', '.join(map(str, supported))}); use HFEngine (--engine hf) or a model with one of those"
         )
+
+
+def scheduler_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any]:
+    """`enable_chunked_prefill` / `max_num_batched_tokens` for vLLM. Whole prefills need a step budget of at least the
+    context (vLLM refuses less), so without chunking it defaults to max(context, vLLM's 2048)."""
+    chunked = (not on_cpu) if config.enable_chunked_prefill is None else config.enable_chunked_prefill
+    budget = config.max_num_batched_tokens
+    if not chunked and budget is None:
+        context = config.max_model_len or int(getattr(_text_config(config.model), "max_position_embeddings", 0) or 0)
+        budget = max(context, 2048)
+    return {"enable_chunked_prefill": chunked, "max_num_batched_tokens": budget}
 
 
 def _cpu_head_sizes() -> Sequence[int]:
@@ -196,6 +215,7 @@ class VLLMEngine:
             seed=config.seed,
             logprobs_mode=config.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
+            **scheduler_kwargs(config, on_cpu=self.on_cpu),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = _max_model_len(self.llm)
@@ -332,6 +352,7 @@ __all__ = [
     "WeightSyncError",
     "attention_head_size",
     "check_cpu_head_size",
+    "scheduler_kwargs",
     "vllm_sampling_kwargs",
     "weight_buckets",
 ]
