@@ -8,12 +8,14 @@ import pytest
 import torch
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def one_torch_thread() -> Iterator[None]:
-    """Run a fixed-seed learning test on one intra-op thread, then restore the count.
+    """Every test runs torch on one intra-op thread, then the count is restored.
 
-    Its recorded figures then do not depend on how many cores the machine has (reductions split over threads
-    round differently), and on a loaded machine the tiny models' small kernels do not fight other jobs for cores.
+    On a loaded CI machine, two threads per test fight the other jobs for the cores: a tiny VLM warm-up step took
+    100-160 s there with two threads against 4-13 s with one, at the same load. The fixed-seed learning tests'
+    recorded figures then also do not depend on the machine's core count (threads split reductions, which rounds
+    differently).
     """
     before = torch.get_num_threads()
     torch.set_num_threads(1)

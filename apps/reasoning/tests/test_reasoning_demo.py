@@ -117,7 +117,7 @@ LEARNING_STEPS = 30
 LEARNING_MARGIN = 0.15  # held-out exact answers (greedy, 64 strings): at least 10 more strings right after GRPO
 
 
-def test_short_fixed_seed_run_raises_held_out_exact_answers(tmp_path: Path, one_torch_thread: None) -> None:
+def test_short_fixed_seed_run_raises_held_out_exact_answers(tmp_path: Path) -> None:
     """The demo's own defaults and seed 0, cut to 30 GRPO steps (about 30 s on an idle 2-core machine; the
     150-step default stays in `nox -s demo`): GRPO must raise the held-out exact answers by at least 0.15.
 
