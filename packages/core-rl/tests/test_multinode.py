@@ -227,3 +227,16 @@ def test_two_steps_on_a_ray_start_cluster_from_another_folder(
     # rank 0 wrote the checkpoint's weights into the driver's folder, though it runs in the head's
     assert (driver / "out" / "checkpoints" / "step_2" / "config.json").is_file()
     assert not any((tmp_path / "head").iterdir())
+
+
+def test_a_rank_whose_node_lacks_the_model_folder_names_node_and_path(tmp_path: Path) -> None:
+    """Checked before loading: without it, transformers took the missing folder for a hub id."""
+    pytest.importorskip("ray")
+    from rlloom.core_rl.distributed.ray_group import RankWorker
+
+    cfg = RLConfig.model_validate({"model": {"path": str(tmp_path)}})
+    gone = str(tmp_path / "checkpoints" / "step_4")
+    with pytest.raises(FileNotFoundError, match=rf"rank 1 on node .*: weights={gone} not found on this node"):
+        RankWorker._check_node(1, cfg, weights=gone, critic=None, resume=None, use_gpu=False)
+    RankWorker._check_node(1, cfg, weights=str(tmp_path), critic=None, resume=None, use_gpu=False)  # all here
+    RankWorker._check_node(1, cfg, weights="Qwen/Qwen2.5-0.5B", critic=None, resume=None, use_gpu=False)  # hub id
