@@ -1,4 +1,5 @@
 # mypy: allow-untyped-defs, allow-untyped-calls, allow-incomplete-defs
+# ruff: noqa: SIM105  (contextlib costs start-up time in every sandbox; try/except/pass does the same)
 """Calls from the tests to the solution across a sandboxed run's two processes: `Channel` and `Remote` on the test
 side, `serve` on the candidate side.
 
@@ -11,6 +12,7 @@ Standalone, like `wire.py`: imported by the sandbox harness under `python -I -S`
 """
 
 import os
+import sys
 
 try:  # as part of the rlloom package (tests, type checks)
     from . import wire
@@ -164,6 +166,7 @@ def serve(namespace, req_r, rep_w):
             return ["obj", len(handles) - 1, type(value).__qualname__]
 
     while True:
+        _flush()  # the run ends when the tests do, without waiting for this process to exit and flush
         try:
             request = wire.receive(req_r)
         except (wire.CandidateGoneError, wire.ProtocolError):
@@ -188,6 +191,14 @@ def serve(namespace, req_r, rep_w):
             wire.send(rep_w, ["raise", "TypeError", "the solution's value could not be sent"])
         except OSError:
             os._exit(0)
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
 
 
 def _changed(args):

@@ -25,7 +25,7 @@ mismatch" (python/cpython#106905). Test text is short, so parsing one at a time 
 def _compile(statements: list[ast.stmt], filename: str) -> CodeType:
     module = ast.Module(body=statements, type_ignores=[])
     with _AST_LOCK:
-        return compile(ast.fix_missing_locations(module), filename, "exec", optimize=0)
+        return compile(ast.fix_missing_locations(module), filename, "exec", dont_inherit=True, optimize=0)
 
 
 def _parse(source: str, what: str) -> ast.Module:

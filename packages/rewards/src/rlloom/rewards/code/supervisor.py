@@ -1,0 +1,370 @@
+# mypy: allow-untyped-defs, allow-untyped-calls, allow-incomplete-defs
+# ruff: noqa: SIM105  (contextlib costs start-up time in every sandbox; try/except/pass does the same)
+"""The harness inside the sandbox: seal the run, then start the candidate in a process of its own.
+
+Run by `sandboxed.py` (which the parent starts under `python -I -S -B`; this module arrives compiled, with its
+siblings `wire` and `channel`, and imports nothing else outside the standard library). In namespaces mode this is
+the first process of a fresh PID namespace. Before any untrusted byte runs it joins the empty network namespace,
+chroots into a minimal read-only root (system dirs, a /dev with only null, zero, full, random and urandom, so no
+host pseudo-terminal can be taken, /proc, the stdlib and a private size-capped tmpfs at /tmp) and sets resource
+limits. Then it forks:
+
+- the candidate process drops to a random unprivileged uid, forbids privilege gain and runs the solution
+  (the whole program for stdin/stdout tasks; for tests, it loads the solution and answers calls, see `channel.py`);
+- this process, the supervisor, drops to another unprivileged uid and re-arms its parent-death signal (which the
+  candidate, under another uid, cannot touch). It alone reads the tests (TESTS_FD, opened only after the fork,
+  so they never exist in the candidate's memory), runs them in a fresh namespace, and alone holds RESULT_FD.
+
+Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, then `NONCE END COUNT`; how the candidate
+process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`. The candidate has no
+descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget for the whole
+run: every 20 ms (an interval timer) it sums the resident memory of every process in the run (all of the PID
+namespace; in weak mode itself and its descendants, as a child subreaper) and ends the run when the sum passes
+`memory_mb`. When the supervisor ends, for any reason, the kernel kills every process in its PID namespace.
+"""
+
+import _signal
+import marshal
+import os
+import resource
+import select
+import sys
+
+try:  # as part of the rlloom package (type checks)
+    from . import channel, wire
+except ImportError:  # inside the sandbox, where `sandboxed.py` loaded its siblings as top-level modules
+    import channel  # type: ignore[no-redef]
+    import wire  # type: ignore[no-redef]
+
+SETUP_FAILED = 121  # exit code meaning "the sandbox could not be sealed"; the parent reports a sandbox error
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+
+
+def _libc_caller():
+    """A minimal libc call helper on `_ctypes` alone (the full ctypes package costs ~6 ms of start-up)."""
+    import _ctypes
+
+    class c_long(_ctypes._SimpleCData):  # noqa: N801
+        _type_ = "l"
+
+    handle = _ctypes.dlopen(None, 0)  # type: ignore[arg-type]
+
+    def call(name, *args):
+        class Fn(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = c_long
+
+        fn = Fn(_ctypes.dlsym(handle, name))
+        converted = [c_long(a) if isinstance(a, int) else a for a in args]
+        _ctypes.set_errno(0)
+        result = fn(*converted)
+        if result == -1:
+            err = _ctypes.get_errno()
+            raise OSError(err, f"{name}{args!r}: {os.strerror(err)}")
+        return result
+
+    return call
+
+
+EXPOSED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # plus /dev, /proc, /tmp
+_BIND, _REC, _REMOUNT, _RDONLY, _NOSUID, _NODEV = 4096, 16384, 32, 1, 2, 4
+
+
+def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
+    """Chroot into a minimal read-only root: system dirs, a minimal /dev, /proc, the stdlib, a private /tmp.
+
+    Everything else on the host (home directories, the repository, data sets with their answers) is not there at
+    all. The host tree is first made read-only and nosuid (mount_setattr, recursive), so every bind inherits that.
+    """
+    fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in stdlib}
+    attr = (_RDONLY | _NOSUID).to_bytes(8, "little") + bytes(24)  # struct mount_attr: attr_set
+    call("syscall", 442, -100, b"/", 0x8000, attr, 32)  # SYS_mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, ...)
+    root = "/tmp"  # any existing directory serves as the mount point of the new root
+    call("mount", b"tmpfs", root.encode(), b"tmpfs", _NOSUID | _NODEV, b"size=1m,mode=0755")
+
+    def bind(source, target):
+        call("mount", source.encode(), target.encode(), None, _BIND | _REC, None)
+        call("mount", None, target.encode(), None, _REMOUNT | _BIND | _RDONLY | _NOSUID, None)
+
+    for top in EXPOSED:
+        if os.path.islink(top):
+            os.symlink(os.readlink(top), root + top)
+        elif os.path.isdir(top):
+            os.mkdir(root + top)
+            bind(top, root + top)
+    os.mkdir(root + "/proc")
+    call("mount", b"/proc", (root + "/proc").encode(), None, _BIND | _REC, None)
+    _minimal_dev(call, root + "/dev")
+    for path, fd in fds.items():
+        if not os.path.isdir(root + path):
+            os.makedirs(root + path, 0o755)
+            bind(f"/proc/self/fd/{fd}", root + path)
+        os.close(fd)
+    os.mkdir(root + "/tmp")
+    options = f"size={tmpfs_mb}m,nr_inodes=4096,mode=0700,uid={uid},gid={uid}".encode()
+    call("mount", b"tmpfs", (root + "/tmp").encode(), b"tmpfs", _NOSUID | _NODEV, options)
+    call("mount", None, root.encode(), None, _REMOUNT | _RDONLY | _NOSUID | _NODEV, None)
+    os.chroot(root)
+
+
+def _minimal_dev(call, dev):
+    """A tmpfs /dev holding only harmless nodes (no ptmx, tty, kmsg or disks) and the usual links."""
+    os.mkdir(dev)
+    call("mount", b"tmpfs", dev.encode(), b"tmpfs", _NOSUID, b"size=64k,nr_inodes=64,mode=0755")
+    for node in DEV_NODES:
+        open(f"{dev}/{node}", "w").close()
+        call("mount", f"/dev/{node}".encode(), f"{dev}/{node}".encode(), None, _BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):  # fmt: skip
+        os.symlink(target, f"{dev}/{name}")
+    call("mount", None, dev.encode(), None, _REMOUNT | _RDONLY | _NOSUID, b"size=64k,nr_inodes=64,mode=0755")
+
+
+def _seal_root(cfg):
+    """Network, filesystem and limits: what the supervisor and the candidate share. Returns the libc caller."""
+    call = _libc_caller()
+    if cfg["mode"] == "namespaces":
+        call("setns", cfg["netns_fd"], 0x40000000)  # CLONE_NEWNET: join the shared empty network namespace
+        os.close(cfg["netns_fd"])
+        _seal_filesystem(call, cfg["uid"], cfg["tmpfs_mb"], cfg["stdlib"])
+    else:
+        call("prctl", 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans stay ours to count and kill
+    os.chdir(cfg["workdir"])
+    for name, value in cfg["limits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    return call
+
+
+def _become(call, uid, cfg):
+    """Drop to `uid` (as root; weak mode as a user keeps its uid), forbid privilege gain, die with our parent."""
+    if os.geteuid() == 0 and (cfg["mode"] == "namespaces" or not cfg["stdlib_hidden"]):
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL (a uid change clears it, so set it after)
+
+
+def _run_script(source):
+    """Run the program as `__main__` from solution.py in the work dir; an uncaught exception exits with 1."""
+    with open("solution.py", "w") as f:
+        f.write(source)
+    sys.argv[:] = ["solution.py"]
+    module = type(sys)("__main__")
+    module.__file__ = "solution.py"
+    sys.modules["__main__"] = module
+    exec(compile(source, "solution.py", "exec", dont_inherit=True), module.__dict__)
+
+
+def _candidate(cfg, ready_w, req_r, rep_w):
+    """The candidate process: seal its identity, say so, then run the solution. Never returns for test jobs."""
+    _become(cfg["call"], cfg["uid"], cfg)
+    os.write(ready_w, b"R")
+    os.close(ready_w)
+    cfg["started"] = True
+    if cfg["kind"] == "script":
+        os.close(req_r)
+        os.close(rep_w)
+        _run_script(cfg["code"])  # returns (or raises) into the interpreter's own exit path
+        return
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(cfg["code"], "solution.py", "exec", dont_inherit=True), namespace)
+        missing = [name for name in cfg["required"] if name not in namespace]
+        status = f"solution does not define {missing[0]!r}" if missing else ""
+    except BaseException as exc:
+        status = "solution failed to load: " + _describe(exc)
+    try:
+        wire.send(rep_w, ["loaded", status, [name for name in cfg["shadowed"] if name in namespace]])
+    except (OSError, ValueError):
+        os._exit(0)
+    channel.serve(namespace, req_r, rep_w)
+    os._exit(0)
+
+
+class _Watch:
+    """The supervisor's view of the run: the candidate's pid, the memory budget, and how to end everything."""
+
+    def __init__(self, pid, cfg, emit):
+        self.pid, self.emit = pid, emit
+        self.budget = cfg["budget_mb"] << 20
+        self.ns = cfg["mode"] == "namespaces"
+
+    def pids(self):
+        if self.ns:  # this /proc shows the run's PID namespace only
+            return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        found, todo = [os.getpid()], [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        kids = [int(k) for k in f.read().split()]
+                    found += kids
+                    todo += kids
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def check(self):
+        """End the run when the resident memory of all its processes together passes the budget."""
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * PAGE
+            except (OSError, ValueError, IndexError):
+                continue
+        if total > self.budget:
+            self.emit(f"MEMORY {total >> 20}")
+            self.end()
+
+    def end(self):
+        if not self.ns:  # no PID namespace to take them down: kill what we can see
+            for pid in self.pids()[1:]:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        os._exit(0)
+
+    def exit_code(self, block):
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return None
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+    def start(self):
+        """Check the budget every 20 ms from now on, whatever the supervisor is doing (waiting or running tests).
+        `_signal`, not `signal`: the latter imports `enum`, a few ms at every start."""
+        _signal.signal(_signal.SIGALRM, lambda signum, frame: self.check())
+        _signal.setitimer(_signal.ITIMER_REAL, 0.02, 0.02)
+
+    def wait(self):
+        """Wait for the candidate process to end (the timer keeps checking memory); report how it ended."""
+        self.emit(f"EXIT {self.exit_code(True)}")
+
+
+def _describe(exc):
+    """`Type: message`, short."""
+    try:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    except BaseException:
+        return "exception (unprintable)"
+
+
+def _run_tests(units, cfg, calls, report):
+    """Run each unit in a fresh namespace whose only link to the solution is its names, as `Remote` objects."""
+    ns = {"__name__": "__test__", "__builtins__": __builtins__}
+    for kind, code in units:
+        if kind == "helper":  # trusted code shipped with the task (HumanEval's prompt): defines what tests use
+            try:
+                exec(code, ns)
+            except Exception:
+                pass
+    for name in cfg["names"]:
+        if name not in ns:
+            ns[name] = calls.remote(["n", name], name)
+    for name, target in cfg["bind"]:
+        ns[name] = calls.remote(["n", target], target)
+    for index, (kind, code) in enumerate(units):
+        if kind == "helper":
+            continue
+        try:
+            exec(code, ns)
+        except wire.CandidateGoneError:
+            raise
+        except BaseException as exc:
+            reason = _describe(exc)
+            if kind == "setup":
+                for later in range(index, len(units)):
+                    if units[later][0] == "test":
+                        report(later, False, "setup failed: " + reason)
+                return
+            report(index, False, reason)
+        else:
+            if kind == "test":
+                report(index, True, "")
+
+
+def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
+    with os.fdopen(tests_fd, "rb") as f:
+        units = marshal.loads(f.read())
+    tests = [i for i in range(len(units)) if units[i][0] == "test"]
+    try:
+        loaded = wire.receive(rep_r)
+        if type(loaded) is not list or len(loaded) != 3 or loaded[0] != "loaded" or type(loaded[1]) is not str:
+            raise wire.ProtocolError("bad load notice")
+        cfg["names"] += [name for name in cfg["shadowed"] if name in loaded[2]]  # only names the tests call alone
+        if loaded[1]:
+            for index in tests:
+                report(index, False, loaded[1][:200])
+        else:
+            _run_tests(units, cfg, channel.Channel(req_w, rep_r), report)
+    except wire.CandidateGoneError:  # the solution's process ended before the tests did: no completion record
+        os.close(req_w)
+        if select.select([os.pidfd_open(watch.pid)], [], [], 0.5)[0]:
+            emit(f"EXIT {watch.exit_code(True)}")
+        watch.end()
+    except wire.ProtocolError as exc:
+        for index in tests:
+            report(index, False, str(exc)[:200])
+    emit(f"END {len(units)}")
+    watch.end()
+
+
+def main(cfg, tests_fd, result_fd):
+    """Seal the run, fork the candidate, supervise it (called by `sandboxed.py` with the job already read)."""
+    try:
+        cfg["call"] = _seal_root(cfg)
+        ready_r, ready_w = os.pipe()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        pid = os.fork()
+    except BaseException as exc:
+        os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(SETUP_FAILED)
+    if pid == 0:
+        for fd in (tests_fd, result_fd, ready_r, req_w, rep_r):
+            os.close(fd)
+        cfg.pop("nonce")
+        try:
+            _candidate(cfg, ready_w, req_r, rep_w)
+        except BaseException as exc:
+            if cfg.get("started"):
+                raise
+            os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+            os._exit(SETUP_FAILED)
+        return
+    for fd in (ready_w, req_r, rep_w):
+        os.close(fd)
+    nonce = cfg.pop("nonce")
+
+    def emit(line):
+        os.write(result_fd, f"{nonce} {line}\n".encode("utf-8", "replace"))
+
+    def report(index, passed, reason):
+        emit(f"{index} {'P' if passed else 'F'} {reason.replace(chr(10), ' ').replace(chr(13), ' ')}")
+
+    watch = _Watch(pid, cfg, emit)
+    try:
+        if cfg["mode"] == "namespaces":  # another uid than the candidate's: it cannot signal, trace or prctl us
+            _become(cfg["call"], cfg["uid"] + 1, cfg)
+        else:  # weak mode keeps its identity, so it can kill the candidate's processes it finds
+            cfg["call"]("prctl", 1, 9, 0, 0, 0)
+        ready = os.read(ready_r, 1)
+    except BaseException as exc:
+        os.write(2, f"rlloom sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(SETUP_FAILED)
+    if ready != b"R":  # the candidate process could not seal itself (its stderr says why)
+        watch.exit_code(True)
+        os._exit(SETUP_FAILED)
+    emit("SEALED")
+    watch.start()
+    if cfg["kind"] == "script":
+        os.close(tests_fd)
+        watch.wait()
+        watch.end()
+    _supervise_tests(cfg, tests_fd, watch, req_w=req_w, rep_r=rep_r, report=report, emit=emit)
