@@ -146,10 +146,12 @@ def test_wire_refuses_what_is_not_its_protocol() -> None:
 
 
 def _imports(path: Path) -> set[str]:
-    """rlloom.rewards.code modules a file imports, at module level or inside functions."""
+    """rlloom.rewards.code modules a file imports (absolute or relative), at module level or inside functions."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlloom.rewards.code."):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import wire / from .wire import x
+            found |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlloom.rewards.code."):
             found.add(node.module.rsplit(".", 1)[1])
         elif isinstance(node, ast.Import):
             found |= {a.name.rsplit(".", 1)[1] for a in node.names if a.name.startswith("rlloom.rewards.code.")}
