@@ -5,6 +5,7 @@ such a setting."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -79,11 +80,14 @@ def test_switched_off_features_keep_only_their_defaults() -> None:
         load_config(None, ["model.path=/m", "algorithm.dynamic_sampling=false", "algorithm.max_sampling_rounds=5"])
 
 
-def test_a_key_given_both_ways_is_refused() -> None:
+def test_a_key_given_both_ways_in_one_file_is_refused(tmp_path: Path) -> None:
+    both = tmp_path / "both.yaml"
+    both.write_text("model: {path: /m}\nalgorithm: {tis: {cap: 3}, tis_cap: 2}\n")
     with pytest.raises(ConfigError, match=r"^algorithm.tis_cap: given as well as algorithm.tis.cap=3"):
-        load_config(None, ["model.path=/m", "algorithm.tis={cap: 3}", "algorithm.tis_cap=2"])
-    same = load_config(None, ["model.path=/m", "algorithm.tis={cap: 2}", "algorithm.tis_cap=2"])
-    assert same.algorithm.tis is not None and same.algorithm.tis.cap == 2.0
+        load_config(both)
+    # on the command line the later override wins, as overrides do
+    later = load_config(None, ["model.path=/m", "algorithm.tis={cap: 3}", "algorithm.tis_cap=2"])
+    assert later.algorithm.tis is not None and later.algorithm.tis.cap == 2.0
 
 
 def test_python_construction_reads_flat_keys_too() -> None:
@@ -135,3 +139,28 @@ def test_losses_declare_what_they_support() -> None:
             )
     finally:
         POLICY_LOSSES.unregister("test_sequence_loss")
+
+
+def test_an_override_wins_over_the_file_whichever_form_either_uses(tmp_path: Path) -> None:
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model: {path: /m}\nalgorithm:\n  entropy: {coef: 0.001}\n  dynamic_sampling: {max_rounds: 4}\n")
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("model: {path: /m}\nalgorithm:\n  entropy_coef: 0.001\n  dynamic_sampling: true\n")
+    for path in (nested, flat):
+        for override in ("algorithm.entropy_coef=0.0", "algorithm.entropy.coef=0.0"):
+            assert load_config(path, [override]).algorithm.entropy.coef == 0.0, (path.name, override)
+        rounds = load_config(path, ["algorithm.max_sampling_rounds=7"]).algorithm.dynamic_sampling
+        assert rounds is not None and rounds.max_rounds == 7
+        assert load_config(path, ["algorithm.dynamic_sampling=false"]).algorithm.dynamic_sampling is None
+    # a switch at 0 turns its section off; a setting for a section the config leaves off is still refused
+    assert (
+        load_config(nested, ["algorithm.overlong={buffer: 8}", "algorithm.overlong_buffer=0"]).algorithm.overlong
+        is None
+    )
+    with pytest.raises(ConfigError, match="^algorithm.tis_mode: 'token_mask' is a setting of algorithm.tis"):
+        load_config(nested, ["algorithm.tis_mode=token_mask"])
+    both_orders = [["algorithm.max_sampling_rounds=2", "algorithm.dynamic_sampling=true"],
+                   ["algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=2"]]  # fmt: skip
+    for order in both_orders:
+        config = load_config(None, ["model.path=/m", *order]).algorithm.dynamic_sampling
+        assert config is not None and config.max_rounds == 2, order

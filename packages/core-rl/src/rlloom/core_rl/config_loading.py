@@ -22,7 +22,7 @@ from rlloom.core_rl.config_keys import (
     hydra_prefix_error,
     validation_message,
 )
-from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config
+from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config, set_flat_override
 from rlloom.core_rl.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -81,11 +81,17 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Set each `a.b.c=value` (value parsed as YAML) in the nested dict `raw`, in place; returns `raw`.
 
-    Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off.
+    Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off. The
+    file's flat keys of earlier configs move to their sections first, and an override of a flat key lands there
+    too (`config_migration`), so an override wins over the file whichever form either uses.
     """
+    migrated = _migrated(raw)
+    raw.clear()
+    raw.update(migrated)
     for item in overrides:
         key, value = _parse_override(item)
-        _set_dotted(raw, key, value)
+        if not set_flat_override(raw, key, value):
+            _set_dotted(raw, key, value)
     return raw
 
 

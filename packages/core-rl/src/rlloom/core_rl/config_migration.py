@@ -69,6 +69,37 @@ LEGACY_KEYS = frozenset(
 _hinted: set[str] = set()
 
 
+def set_flat_override(raw: dict[str, Any], key: str, value: Any) -> bool:
+    """Apply a command-line override of a flat key (`algorithm.entropy_coef=0`) at its new place, so it overrides
+    what the file set there as any override does; returns False when `key` is no flat key. A setting whose section
+    the config leaves off stays flat, for `migrate_config` to drop (an old default) or refuse."""
+    if key not in LEGACY_KEYS:
+        return False
+    head, _, name = key.partition(".")
+    if name == "adaptive_entropy":
+        _hint(key, _new_key(name))
+        algo = raw.setdefault("algorithm", {})
+        current = _get(algo, "entropy.adaptive")
+        _put(algo, "entropy.adaptive", (current if isinstance(current, dict) else {}) if value else None)
+        return True
+    section, leaf = ALGORITHM_KEYS[name] if head == "algorithm" else ("ptx", DATA_KEYS[name])
+    algo = raw.setdefault("algorithm", {})
+    if (section, leaf) in _SWITCH_LEAVES:
+        _hint(key, f"algorithm.{section}.{leaf}")
+        if not value and section != "entropy":
+            _put(algo, section, None)
+            return True
+        target = _get(algo, section)
+        _put(algo, section, {**(target if isinstance(target, dict) else {}), leaf: value})
+        return True
+    target = _get(algo, section)
+    if isinstance(target, dict):
+        _hint(key, f"algorithm.{section}.{leaf}")
+        target[leaf] = value
+        return True
+    return False  # its section is off: left flat for migrate_config
+
+
 def migrate_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a whole config's nested dict with the flat keys of `algorithm` and `data` moved into their
     sections (`data.ptx_*` into `algorithm.ptx`)."""
