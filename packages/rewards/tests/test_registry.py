@@ -140,3 +140,20 @@ def test_geometry3k_reads_only_the_boxed_answer(response: str, expected: float) 
     scorer = get_scorer("geometry3k")
     result = to_result(scorer(response, ["9", "A"], extra_info={"modes": ["final_number"]}))  # a row cannot widen it
     assert result.score == expected
+
+
+def test_a_scorer_file_gets_the_same_module_name_in_every_process(tmp_path: Path) -> None:
+    """The module name of a scorer file came from Python's hash(), salted per process, so a scoring worker named
+    the same file differently from its parent; it is now a digest of the path, as rlloom-core-rl's user code."""
+    import subprocess
+    import sys
+
+    scorer = tmp_path / "my_scorer.py"
+    scorer.write_text("def score(response, ground_truth, extra_info=None):\n    return 1.0\n")
+    probe = (
+        "import sys; from rlloom.rewards.registry import load_function; "
+        f"print(load_function({str(scorer) + ':score'!r}).__module__)"
+    )
+    names = {subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+             for _ in range(2)}  # fmt: skip
+    assert len(names) == 1 and names.pop().startswith("rlloom_user_my_scorer_")

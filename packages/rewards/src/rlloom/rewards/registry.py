@@ -9,6 +9,7 @@ processes and written in configs.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -86,10 +87,13 @@ def canonical_source(data_source: str) -> str | None:
 def _load_file(path: Path) -> Any:
     if not path.is_file():
         raise ScorerLoadError(f"scorer file {str(path)!r} does not exist; give an existing .py file")
-    name = f"rlloom_custom_scorer_{abs(hash(str(path.resolve())))}"
+    # named by a stable digest of the path (Python's hash() is salted per process, so scoring workers named the same
+    # file differently), and the same name rlloom-core-rl's user_code gives it: one file, one module
+    resolved = str(path.resolve())
+    name = f"rlloom_user_{path.stem}_{hashlib.sha1(resolved.encode()).hexdigest()[:12]}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
         raise ScorerLoadError(f"cannot load {str(path)!r} as a Python module")
     module = importlib.util.module_from_spec(spec)
