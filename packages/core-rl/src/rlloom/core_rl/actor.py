@@ -235,9 +235,9 @@ class PolicyActor:
         batch gets a single optimizer step (`single_update`): then the update's own log-probs, detached, are the old
         ones, and the diagnostics the trainer would take from a separate old-log-prob forward (entropy, KL to the
         reference, rollout mismatch) come back with the update's metrics. `entropy_coef` overrides
-        `algorithm.entropy_coef` for these updates (adaptive entropy control sets it every step). `ptx_batch` gives
-        the next PPO-ptx batch; it is called once per optimizer step while `algorithm.ptx_coef` > 0."""
-        coef = self.algo.entropy_coef if entropy_coef is None else float(entropy_coef)
+        `algorithm.entropy.coef` for these updates (adaptive entropy control sets it every step). `ptx_batch` gives
+        the next PPO-ptx batch; it is called once per optimizer step while `algorithm.ptx` is set."""
+        coef = self.algo.entropy.coef if entropy_coef is None else float(entropy_coef)
         for key in ("advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
             if key not in batch.tensors:
                 raise KeyError(f"update_policy: the batch lacks {key!r}; compute it before the update")
@@ -285,7 +285,7 @@ class PolicyActor:
             micro = micro.to(self.device)
             for key, value in self._micro_loss(micro, agg, temperature, entropy_coef, weight).items():
                 totals[key] = combine_metric(key, totals[key], value) if key in totals else value
-        if ptx_batch is not None and self.algo.ptx_coef > 0:
+        if ptx_batch is not None and self.algo.ptx is not None:
             totals["ptx_loss"] = self._ptx_backward(ptx_batch())
         totals = self._reduce_over_ranks(totals)
         grad_norm = clipped_optimizer_step(self.model.parameters(), self.optimizer, self.cfg.grad_clip)
@@ -301,12 +301,14 @@ class PolicyActor:
         token count), so the optimizer step follows policy-gradient grad + ptx_coef x NLL grad. Returns the NLL."""
         tokens = float(ptx.loss_mask.sum())
         if tokens == 0:
-            raise ValueError("PPO-ptx: the batch has no trained token; every data.ptx_files row needs one")
+            raise ValueError("PPO-ptx: the batch has no trained token; every algorithm.ptx.files row needs one")
+        assert self.algo.ptx is not None
+        coef = self.algo.ptx.coef
         nll = torch.zeros((), device=self.device)
         for _, micro in ptx.micro_batches(self.cfg.max_tokens_per_micro_batch, padded=not self.cfg.padding_free):
             with compute_autocast(self.device, self.bf16):
                 part = supervised_nll_sum(self.model, micro.to(self.device), packed=self.cfg.padding_free) / tokens
-            (self.algo.ptx_coef * part).backward()  # type: ignore[no-untyped-call]
+            (coef * part).backward()  # type: ignore[no-untyped-call]
             nll = nll + part.detach()
         return nll
 
