@@ -82,6 +82,7 @@ def assert_weights_close(got: dict[str, torch.Tensor], expected: dict[str, torch
         torch.testing.assert_close(got[name], value, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.timeout(1200)  # six groups of ranks; took 600 s at load average 20 on 2 cores
 def test_sharded_workers_match_the_in_process_ones_and_resume_on_other_rank_counts(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ from rlloom.multimodal.tiny import save_tiny_vl_model
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
+from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 CPU = torch.device("cpu")
@@ -31,7 +32,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False)  # retried once on a busy machine
     yield
     ray.shutdown()
 
