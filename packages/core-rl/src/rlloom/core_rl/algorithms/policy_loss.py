@@ -104,6 +104,15 @@ def _check_clip(clip_low: float, clip_high: float) -> None:
         raise ValueError(f"clip_high must be ≥ 0, got {clip_high}")
 
 
+def _zero_padding(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Both log-probs with 0 at the masked positions: padding often holds −inf there, and a loss whose backward
+    multiplies by a value computed from it (exp(−inf − (−inf)) = nan) would send nan into the gradient even though
+    the aggregation drops those tokens (0 · nan = nan)."""
+    valid = mask.bool()
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    return torch.where(valid, logprobs, zero), torch.where(valid, old_logprobs, zero.to(old_logprobs.dtype))
+
+
 def _weighted(loss: Tensor, weights: Tensor | None) -> Tensor:
     return loss if weights is None else loss * weights.detach()
 
@@ -189,6 +198,7 @@ def gspo_policy_loss(
     _check_clip(clip_low, clip_high)
     if dual_clip is not None:
         raise ValueError("GSPO has no dual clip (its sequence ratio is already bounded); leave dual_clip=None")
+    logprobs, old_logprobs = _zero_padding(logprobs, old_logprobs, mask)
     valid = mask.bool()
     log_ratio = torch.where(valid, logprobs - old_logprobs, torch.zeros_like(logprobs))
     seq_log_ratio = log_ratio.sum(-1) / valid.sum(-1).clamp(min=1).to(logprobs.dtype)
@@ -276,6 +286,7 @@ def cispo_policy_loss(
     _check_clip(clip_low, clip_high)
     if dual_clip is not None:
         raise ValueError("CISPO has no dual clip (its weight is already clipped and detached); leave dual_clip=None")
+    logprobs, old_logprobs = _zero_padding(logprobs, old_logprobs, mask)
     log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()
