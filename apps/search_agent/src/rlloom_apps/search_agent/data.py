@@ -18,11 +18,16 @@ from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv 
 from rlloom.core_rl.rows_io import PARQUET_HINT, DataError, open_text, write_jsonl
 
 
-def search_r1_prompt(question: str) -> str:
+def search_r1_question(question: str) -> str:
+    """The question as Search-R1's data scripts put it in every prompt: stripped, ending in "?"."""
     question = question.strip()
     if not question.endswith("?"):
         question += "?"
-    return SEARCH_R1_TEMPLATE.format(question=question)
+    return question
+
+
+def search_r1_prompt(question: str) -> str:
+    return SEARCH_R1_TEMPLATE.format(question=search_r1_question(question))
 
 
 def question_of(record: dict[str, Any], index: int, data_source: str) -> str:

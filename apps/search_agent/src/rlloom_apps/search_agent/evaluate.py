@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rlloom_apps.search_agent.data import search_r1_question
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, Sample, SearchEnv, SearchEnvConfig, SingleTurnEnv
 from rlloom.core_rl.generation import SamplingParams, template_arguments_clash
@@ -43,14 +44,24 @@ TABLE_COLUMNS = {
 }
 """Search-R1's column order (general QA, then multi-hop QA); other data sources follow, alphabetically."""
 
+# Search-R1's own baseline prompts, word for word (template_type "base"): `direct` from
+# scripts/data_process/nq.py, `rag` from scripts/data_process/nq_rag.py, whose context is its `format_reference`
+# (one "Doc i(Title: t) text\n" line per passage, unstripped), the passage text `SearchEnv.format_passages` makes.
 DIRECT_TEMPLATE = (
-    "Answer the given question. Provide the answer inside <answer> and </answer>, without detailed "
-    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+    "Answer the given question. "
+    "You should first have a reasoning process in mind and then provides the answer. "
+    "Show your reasoning in <think> </think> tags and return the final answer in <answer> </answer> tags, "
+    "for example <answer> Beijing </answer>. "
+    "Question: {question}\n"
 )
 RAG_TEMPLATE = (
-    "Answer the given question using the documents below. Provide the answer inside <answer> and </answer>, "
-    "without detailed illustrations. For example, <answer> Beijing </answer>.\n\nDocuments:\n{documents}\n"
-    "Question: {question}\n"
+    "Answer the given question with some potentially useful context. "
+    "You should analyze the question carefully, evaluate the given context (which may or may not be useful), "
+    "and then generate an accurate and well-reasoned response. "
+    "You should first have a reasoning process in mind and then provides the answer. "
+    "Show your reasoning in <think> </think> tags and return the final answer in <answer> </answer> tags, "
+    "for example <answer> Beijing </answer>. "
+    "Question: {question} Context: {documents} \n"
 )
 
 
@@ -182,11 +193,11 @@ async def evaluate(
             formatter = SearchEnv(retriever, rubric, search_config).format_passages  # Search-R1's passage text
             hits = retriever.search(questions, settings.top_k)
             prompts = [
-                RAG_TEMPLATE.format(documents=formatter(h).strip(), question=q)
+                RAG_TEMPLATE.format(documents=formatter(h), question=search_r1_question(q))
                 for h, q in zip(hits, questions, strict=True)
             ]
         else:
-            prompts = [DIRECT_TEMPLATE.format(question=q) for q in questions]
+            prompts = [DIRECT_TEMPLATE.format(question=search_r1_question(q)) for q in questions]
         samples = [
             s.model_copy(update={"prompt": [{"role": "user", "content": p}], "question": None})
             for s, p in zip(samples, prompts, strict=True)
