@@ -23,6 +23,7 @@ from rlloom.core_rl.config_keys import (
     validation_message,
 )
 from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config, set_flat_override
+from rlloom.core_rl.config_verl_aliases import Translated, log_aliases, translate
 from rlloom.core_rl.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -38,6 +39,7 @@ def load_config_with_section(
     """
     loaded = _read_yaml(path)
     _check_sources(loaded, overrides, source=str(path), extra={section: model})
+    log_aliases([t for _, t in _parse_overrides(overrides)])
     apply_overrides(loaded, overrides)
     try:
         extra = model.model_validate(loaded.pop(section, None) or {})
@@ -74,6 +76,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
     raw = _read_yaml(path) if path is not None else {}
     _check_sources(raw, overrides, source=str(path) if path is not None else "config")
+    log_aliases([t for _, t in _parse_overrides(overrides)])
     apply_overrides(raw, overrides)
     return _validate(raw)
 
@@ -83,13 +86,16 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 
     Apps whose config files add their own sections next to `RLConfig`'s use this before splitting them off. The
     file's flat keys of earlier configs move to their sections first, and an override of a flat key lands there
-    too (`config_migration`), so an override wins over the file whichever form either uses.
+    too (`config_migration`), so an override wins over the file whichever form either uses. veRL's keys are read
+    as ours (`config_verl_aliases`).
     """
     migrated = _migrated(raw)
     raw.clear()
     raw.update(migrated)
-    for item in overrides:
-        key, value = _parse_override(item)
+    for _, override in _parse_overrides(overrides):
+        key, value = override.key, override.value
+        if override.section_switch and value == {} and isinstance(_get_dotted(raw, key), dict):
+            continue  # veRL's `enable=true` turns the section on; what the file set inside it stays
         if not set_flat_override(raw, key, value):
             _set_dotted(raw, key, value)
     return raw
@@ -123,8 +129,8 @@ def _check_sources(
     for name, model in strict.items():
         if isinstance(file_raw.get(name), Mapping):
             check_keys(file_raw[name], model, prefix=f"{name}.", source=source)
-    for item in overrides:
-        key, value = _parse_override(item)
+    for item, override in _parse_overrides(overrides):
+        key, value = override.key, override.value
         head, _, rest = key.partition(".")
         where = f"command-line override {item!r}"
         if key in LEGACY_KEYS:
@@ -142,6 +148,25 @@ def _migrated(raw: Mapping[str, Any]) -> dict[str, Any]:
         return migrate_config(raw)
     except KeyedValueError as err:
         raise ConfigError(f"{err.key}: {err}") from None
+
+
+def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Translated]]:
+    """Each override as typed, with our key and value (veRL's keys translated)."""
+    items = list(overrides)
+    parsed = [_parse_override(item) for item in items]
+    out: list[tuple[str, Translated]] = []
+    for item, pair in zip(items, parsed, strict=True):
+        out.extend((item, t) for t in translate([pair]))
+    return sorted(out, key=lambda pair: not pair[1].fan_out)  # veRL's clip_ratio before clip_ratio_low/high
+
+
+def _get_dotted(raw: Mapping[str, Any], key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
 
 
 def _parse_override(item: str) -> tuple[str, Any]:

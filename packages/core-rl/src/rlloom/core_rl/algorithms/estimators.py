@@ -122,6 +122,7 @@ def gae_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return adv, returns
 
 
+@register_advantage("grpo_vectorized", group_relative=True)  # veRL's name of the same computation
 @register_advantage("grpo", group_relative=True)
 def grpo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """GRPO (`grpo_advantages`); `norm_by_std=False` gives Dr.GRPO."""
@@ -154,6 +155,7 @@ def grpo_passk_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     return tokens, tokens
 
 
+@register_advantage("rloo_vectorized", group_relative=True)  # veRL's name of the same computation
 @register_advantage("rloo", group_relative=True)
 def rloo_estimator(inputs: AdvantageInputs) -> tuple[Tensor, Tensor]:
     """RLOO leave-one-out baseline (`rloo_advantages`)."""
