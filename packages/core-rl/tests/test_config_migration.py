@@ -11,7 +11,7 @@ import pytest
 
 from rlloom.core_rl.config import AlgorithmConfig, ConfigError, RLConfig
 from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config
+from rlloom.core_rl.config_migration import LEGACY_KEYS, REMOVED_KEYS, migrate_config
 
 
 def test_every_flat_key_lands_in_its_section() -> None:
@@ -39,7 +39,7 @@ def test_every_flat_key_lands_in_its_section() -> None:
         "data.ptx_max_length=64",
     ]
     assert {item.split("=")[0] for item in flat[1:]} - {"algorithm.dynamic_sampling", "algorithm.use_kl_loss"} == set(
-        LEGACY_KEYS
+        LEGACY_KEYS - set(REMOVED_KEYS)
     )  # the list above covers every flat key
     nested = [
         "model.path=/m",
@@ -164,3 +164,21 @@ def test_an_override_wins_over_the_file_whichever_form_either_uses(tmp_path: Pat
     for order in both_orders:
         config = load_config(None, ["model.path=/m", *order]).algorithm.dynamic_sampling
         assert config is not None and config.max_rounds == 2, order
+
+
+def test_a_key_that_no_longer_does_anything_is_dropped_with_a_hint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rlloom.core_rl import config_migration
+
+    config_migration._hinted.discard("trainer.bf16_autocast")
+    old = tmp_path / "old.yaml"
+    old.write_text("model: {path: /m, dtype: bfloat16}\ntrainer: {bf16_autocast: true}\n")
+    with caplog.at_level(logging.WARNING):
+        config = load_config(old, ["trainer.bf16_autocast=false"])
+    assert config.model.dtype == "bfloat16" and config.model.param_dtype == "float32"
+    assert "bf16_autocast" not in config.trainer.model_dump()
+    assert [r.getMessage() for r in caplog.records if "bf16_autocast" in r.getMessage()] == [
+        "config: trainer.bf16_autocast no longer does anything and was ignored; model.dtype (the compute dtype: "
+        "bfloat16 autocasts forwards and keeps fp32 master weights, on CPU and GPU alike) decides now"
+    ]

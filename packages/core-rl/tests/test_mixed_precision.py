@@ -19,7 +19,7 @@ from test_workers import random_batch
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig, RLConfig
+from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig, RLConfig
 from rlloom.core_rl.precision import compute_autocast, fsdp_mixed_precision, load_dtype, model_precision
 
 CPU = torch.device("cpu")
@@ -30,8 +30,8 @@ ALGORITHM = {"adv_estimator": "reinforce_plus_plus"}
 
 
 def with_param_dtype(cfg: ModelConfig, name: str) -> ModelConfig:
-    """`model.param_dtype` set (read with getattr until the config names the key)."""
-    return cfg.model_copy(update={"param_dtype": name})
+    """`model.param_dtype` set, through the config's validation."""
+    return ModelConfig.model_validate({**cfg.model_dump(), "param_dtype": name})
 
 
 def test_model_dtype_is_the_compute_dtype_and_parameters_default_to_fp32(tmp_path: Path) -> None:
@@ -46,8 +46,8 @@ def test_model_dtype_is_the_compute_dtype_and_parameters_default_to_fp32(tmp_pat
     policy = fsdp_mixed_precision(mixed)
     assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
     assert not model_precision(ModelConfig(path=str(tmp_path))).mixed
-    with pytest.raises(ConfigError, match=r"model.param_dtype=bfloat16 with model.dtype=float32.*param_dtype=float32"):
-        model_precision(with_param_dtype(ModelConfig(path=str(tmp_path)), "bfloat16"))
+    with pytest.raises(ValueError, match=r"bfloat16 with model.dtype=float32.*param_dtype=float32"):
+        with_param_dtype(ModelConfig(path=str(tmp_path)), "bfloat16")
 
 
 def test_compute_autocast_runs_matmuls_in_bf16_on_cpu_with_fp32_gradients() -> None:

@@ -72,7 +72,15 @@ class ModelConfig(_Section):
     path: str = Field(description="Local directory of a Hugging Face causal LM (Qwen2/Qwen2.5/Llama, ...).")
     tokenizer_path: str | None = Field(default=None, description="Tokenizer directory; defaults to `path`.")
     dtype: Literal["float32", "bfloat16"] = Field(
-        default="float32", description="Parameter dtype. bf16 autocast on GPU is `trainer.bf16_autocast`."
+        default="float32",
+        description="Compute dtype: bf16 autocast in-process (CPU and GPU), FSDP2's mixed-precision policy on ranks "
+        "(gradients reduced in fp32). Trained weights and optimizer state stay in `param_dtype`.",
+    )
+    param_dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="dtype of trained parameters, their gradients and AdamW state. float32 = master weights with "
+        "forwards in `dtype` (veRL's and torchtune's mixed precision); bfloat16 (needs dtype=bfloat16) = pure bf16, "
+        "which loses AdamW updates smaller than half a bf16 step (most of them at lr 1e-6).",
     )
     attn_implementation: str = Field(
         default="sdpa", description="HF attention backend: sdpa, eager, or flash_attention_2 (needs flash-attn)."
@@ -100,6 +108,16 @@ class ModelConfig(_Section):
     lora_target_modules: str | list[str] = Field(
         default="all-linear", description="Modules that get adapters (peft's `target_modules`)."
     )
+
+    @model_validator(mode="after")
+    def _check_precision(self) -> ModelConfig:
+        if self.param_dtype == "bfloat16" and self.dtype != "bfloat16":
+            raise KeyedValueError(
+                "model.param_dtype",
+                "bfloat16 with model.dtype=float32: parameters narrower than the compute dtype lose precision for "
+                "nothing; set model.dtype=bfloat16 too (pure bf16) or model.param_dtype=float32",
+            )
+        return self
 
 
 class SamplerConfig(_Section):
@@ -376,13 +394,17 @@ class TrainerConfig(_Section):
         default=False, description="torch.use_deterministic_algorithms: bitwise-repeatable runs, some speed cost."
     )
     device: str = Field(default="auto", description="auto (cuda if available, else cpu), cpu, cuda, cuda:1 ...")
-    bf16_autocast: bool = Field(default=True, description="bf16 autocast for forwards on GPU (ignored on CPU).")
     trackers: list[TrackerName] = Field(default_factory=_default_trackers, description="Where metrics go.")
     project: str = Field(default="rlloom", description="Project name for W&B.")
     run_name: str | None = Field(default=None, description="Run name for W&B/TensorBoard; default output_dir's name.")
 
 
 class DistributedConfig(_Section):
+    runtime_env: dict[str, Any] | None = Field(
+        default=None,
+        description="Extra Ray runtime_env for the rank processes (env_vars, pip, ...), merged with the driver's "
+        "working folder, which ranks always get (docs/multinode.md).",
+    )
     num_ranks: int = Field(
         default=1,
         ge=1,

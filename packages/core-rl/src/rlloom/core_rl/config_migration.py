@@ -61,8 +61,15 @@ _DEFAULTS: dict[str, Any] = {
     "ptx_batch_size": 8,
     "ptx_max_length": 1024,
 }
+# keys that no longer do anything, dropped with a hint saying what replaced them
+REMOVED_KEYS: dict[str, str] = {
+    "trainer.bf16_autocast": "model.dtype (the compute dtype: bfloat16 autocasts forwards and keeps fp32 master "
+    "weights, on CPU and GPU alike)",
+}
 LEGACY_KEYS = frozenset(
-    [f"algorithm.{key}" for key in (*ALGORITHM_KEYS, "adaptive_entropy")] + [f"data.{key}" for key in DATA_KEYS]
+    [f"algorithm.{key}" for key in (*ALGORITHM_KEYS, "adaptive_entropy")]
+    + [f"data.{key}" for key in DATA_KEYS]
+    + list(REMOVED_KEYS)
 )
 """Every dotted flat key this module reads (the key checks accept them)."""
 
@@ -75,6 +82,9 @@ def set_flat_override(raw: dict[str, Any], key: str, value: Any) -> bool:
     the config leaves off stays flat, for `migrate_config` to drop (an old default) or refuse."""
     if key not in LEGACY_KEYS:
         return False
+    if key in REMOVED_KEYS:
+        _hint_removed(key)
+        return True
     head, _, name = key.partition(".")
     if name == "adaptive_entropy":
         _hint(key, _new_key(name))
@@ -104,6 +114,11 @@ def migrate_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a whole config's nested dict with the flat keys of `algorithm` and `data` moved into their
     sections (`data.ptx_*` into `algorithm.ptx`)."""
     out = dict(raw)
+    for dotted in REMOVED_KEYS:
+        section, _, key = dotted.partition(".")
+        if isinstance(out.get(section), Mapping) and key in out[section]:
+            _hint_removed(dotted)
+            out[section] = {k: v for k, v in out[section].items() if k != key}
     data = dict(out.get("data") or {}) if isinstance(out.get("data"), Mapping) else out.get("data")
     algorithm = out.get("algorithm")
     moved_data = {key: data.pop(key) for key in DATA_KEYS if isinstance(data, dict) and key in data}
@@ -190,6 +205,12 @@ def _new_key(key: str) -> str:
         return "algorithm.entropy.adaptive (a section: {} for the defaults, null for off)"
     section, leaf = ALGORITHM_KEYS[key]
     return f"algorithm.{section}.{leaf}"
+
+
+def _hint_removed(old: str) -> None:
+    if old not in _hinted:
+        _hinted.add(old)
+        logger.warning("config: %s no longer does anything and was ignored; %s decides now", old, REMOVED_KEYS[old])
 
 
 def _hint(old: str, new: str) -> None:

@@ -20,7 +20,7 @@ from rlloom.core_rl.algorithms import LossAggregation, token_and_seq_counts, val
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import CriticConfig, ModelConfig
 from rlloom.core_rl.dropout import disable_dropout
-from rlloom.core_rl.model_forward import autocast, response_hidden_states
+from rlloom.core_rl.model_forward import response_hidden_states
 from rlloom.core_rl.optim import (
     build_optimizer,
     clipped_optimizer_step,
@@ -28,6 +28,7 @@ from rlloom.core_rl.optim import (
     ppo_minibatches,
     training_state,
 )
+from rlloom.core_rl.precision import compute_autocast, load_dtype
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -44,7 +45,8 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, cfg: ModelConfig, path: str) -> ValueModel:
-        dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+        # trained: fp32 master weights under bf16 compute, as the actor (model.param_dtype)
+        dtype = load_dtype(cfg, trained=True)
         backbone = AutoModel.from_pretrained(path, dtype=dtype, attn_implementation=cfg.attn_implementation)
         if cfg.disable_dropout:
             disable_dropout(backbone)
@@ -89,7 +91,7 @@ class ValueCritic:
         total_steps: int,
         mini_batch_rows: int,
         device: torch.device,
-        bf16: bool = True,
+        bf16: bool = False,
         seed: int = 0,
     ) -> None:
         self.model = model.to(device)
@@ -107,7 +109,7 @@ class ValueCritic:
         with torch.no_grad():
             budget = self.cfg.max_tokens_per_micro_batch
             for rows, micro in batch.micro_batches(budget, padded=not self.cfg.padding_free):
-                with autocast(self.device, self.bf16):
+                with compute_autocast(self.device, self.bf16):
                     values = self.model(micro.to(self.device), packed=self.cfg.padding_free)
                 parts.append((rows, values.float().cpu()))
         return scatter_rows(parts, batch.batch_size, batch.response_width)
@@ -138,7 +140,7 @@ class ValueCritic:
         totals: dict[str, torch.Tensor] = {}
         for micro, weight in self._training_micro_batches(mini):
             micro = micro.to(self.device)
-            with autocast(self.device, self.bf16):
+            with compute_autocast(self.device, self.bf16):
                 values = self.model(micro, packed=self.cfg.padding_free)
             loss, metrics = value_loss(
                 values, micro["values"], micro["returns"], micro.loss_mask, clip=self.cfg.value_clip, agg=agg

@@ -16,9 +16,7 @@ take the batched (padded or packed) path as before.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -219,14 +217,3 @@ def _batched_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packe
         use_cache=False,
     )
     return hidden.last_hidden_state[:, width_p - 1 : -1]
-
-
-@contextlib.contextmanager
-def autocast(device: torch.device, enabled: bool) -> Iterator[None]:
-    """bf16 autocast on CUDA when enabled, a no-op on CPU: the critic's forwards (`critic.py`). The actor and
-    reference use `precision.compute_autocast`, which applies on CPU too, over fp32 master weights."""
-    if enabled and device.type == "cuda":
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            yield
-    else:
-        yield

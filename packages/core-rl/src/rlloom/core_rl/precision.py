@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlloom.core_rl.config_keys import ConfigError
+from rlloom.core_rl.config import ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -40,23 +40,13 @@ class Precision:
         return self.compute == torch.bfloat16
 
 
-def model_precision(model_cfg: Any) -> Precision:
+def model_precision(model_cfg: ModelConfig) -> Precision:
     """The run's precision from its `model` section: `dtype` (compute) and `param_dtype` (storage of what is
-    trained; float32 unless set, read with a default until the config names it)."""
-    compute = DTYPES[model_cfg.dtype]
-    param_name = getattr(model_cfg, "param_dtype", None) or "float32"
-    if param_name not in DTYPES:
-        raise ConfigError(f"model.param_dtype={param_name!r}: use float32 (master weights) or bfloat16")
-    params = DTYPES[param_name]
-    if params not in (torch.float32, compute):
-        raise ConfigError(
-            f"model.param_dtype={param_name} with model.dtype={model_cfg.dtype}: parameters narrower than the compute "
-            "dtype lose precision for nothing; set model.dtype=bfloat16 too (pure bf16) or model.param_dtype=float32"
-        )
-    return Precision(params=params, compute=compute)
+    trained; the config refuses parameters narrower than the compute dtype)."""
+    return Precision(params=DTYPES[model_cfg.param_dtype], compute=DTYPES[model_cfg.dtype])
 
 
-def load_dtype(model_cfg: Any, *, trained: bool) -> torch.dtype:
+def load_dtype(model_cfg: ModelConfig, *, trained: bool) -> torch.dtype:
     """The dtype to load weights in: trained ones in the parameter dtype; frozen ones (a reference, an engine's
     copy, LoRA's base model) in the compute dtype, since no optimizer step ever rounds them."""
     precision = model_precision(model_cfg)

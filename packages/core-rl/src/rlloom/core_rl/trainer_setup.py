@@ -182,7 +182,10 @@ def build_engine(
             module: nn.Module = actor.model
         else:
             weights = str(resume_from or config.model.path)
-            module = load_causal_lm(config.model.model_copy(update={"lora_rank": 0}), weights, parts.device)
+            # never trained here: held in the compute dtype, synced from the sharded actor every step
+            module = load_causal_lm(
+                config.model.model_copy(update={"lora_rank": 0}), weights, parts.device, trained=False
+            )
         engine = factory(module)
         if not isinstance(engine, RolloutEngine):
             raise TypeError(

@@ -33,8 +33,9 @@ from rlloom.core_rl.distributed.fsdp import (
     merge_lora_state,
 )
 from rlloom.core_rl.distributed.partition import balance_rows
-from rlloom.core_rl.model_forward import autocast, rope_rows
+from rlloom.core_rl.model_forward import rope_rows
 from rlloom.core_rl.optim import configured_hyperparameters
+from rlloom.core_rl.precision import compute_autocast
 from rlloom.core_rl.weight_sync import bucket_names
 
 RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
@@ -289,7 +290,7 @@ class ShardedCritic(_TrainsOnRanks, ValueCritic):
             for micro_rows, micro, weight in self.ctx.micro_batches(
                 batch, max_tokens=self.cfg.max_tokens_per_micro_batch, padded=padded
             ):
-                with autocast(self.device, self.bf16):
+                with compute_autocast(self.device, self.bf16):
                     values = self.model(micro.to(self.device), packed=self.cfg.padding_free)
                 if weight != 0.0:
                     rows.extend(micro_rows)

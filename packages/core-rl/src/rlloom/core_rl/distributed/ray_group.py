@@ -74,11 +74,9 @@ class RankWorker:
         critic_path: str | None,
         resume_from: str | None,
         use_gpu: bool | None = None,
-        param_dtype: str | None = None,
     ) -> None:
         """Join the process group and build this rank's workers. `use_gpu`: whether the driver reserved a GPU for
-        this rank (None: use one when this process sees one and trainer.device allows). `param_dtype`: the driver's
-        `model.param_dtype`, sent apart while the config may not name that key (its JSON would drop it)."""
+        this rank (None: use one when this process sees one and trainer.device allows)."""
         import torch.distributed as dist
 
         from rlloom.core_rl.actor import load_causal_lm
@@ -94,8 +92,6 @@ class RankWorker:
         from rlloom.core_rl.worker_settings import actor_settings, critic_settings, reference_settings
 
         cfg = RLConfig.model_validate_json(config_json)
-        if param_dtype is not None and getattr(cfg.model, "param_dtype", None) != param_dtype:
-            cfg.model = cfg.model.model_copy(update={"param_dtype": param_dtype})
         dcfg = cfg.distributed
         self._check_node(rank, cfg, weights=weights_path, critic=critic_path, resume=resume_from, use_gpu=use_gpu)
         torch.set_num_threads(max(1, int(dcfg.cpus_per_rank)))
@@ -195,7 +191,7 @@ class RayActorGroup:
         gpus = gpus_per_rank(dcfg.gpus_per_rank, cfg.trainer.device, cluster)
         _check_resources(cluster, self.num_ranks, dcfg.cpus_per_rank, gpus)
         remote_cls = ray.remote(RankWorker)
-        runtime_env = rank_runtime_env(getattr(dcfg, "runtime_env", None))
+        runtime_env = rank_runtime_env(dcfg.runtime_env)
         self.ranks = [
             remote_cls.options(num_cpus=dcfg.cpus_per_rank, num_gpus=gpus, runtime_env=runtime_env).remote()
             for _ in range(self.num_ranks)
@@ -214,7 +210,6 @@ class RayActorGroup:
                 critic_path=local_path(critic_path),
                 resume_from=local_path(resume_from),
                 use_gpu=gpus > 0,
-                param_dtype=getattr(cfg.model, "param_dtype", None),
             )
             for rank, worker in enumerate(self.ranks)
         ]
