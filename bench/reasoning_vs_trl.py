@@ -196,7 +196,7 @@ def rlloom_config(settings: Settings, model_dir: Path, output_dir: Path) -> dict
             "clip_low": s.clip,
             "clip_high": s.clip,
             "use_kl_loss": False,
-            "entropy_coef": 0.0,
+            "entropy": {"coef": 0.0},
             "old_logprobs": s.old_logprobs,
         },
         "actor": {

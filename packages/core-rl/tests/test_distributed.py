@@ -47,7 +47,7 @@ def worker_config(model_dir: Path, ranks: int) -> RLConfig:
             "model": {"path": str(model_dir)},
             "rollout": {"n": 1, "max_tokens": 9},
             # one sample per prompt: an estimator without groups (the config refuses GRPO with rollout.n=1)
-            "algorithm": {"adv_estimator": "reinforce_plus_plus", "entropy_coef": 0.01,
+            "algorithm": {"adv_estimator": "reinforce_plus_plus", "entropy": {"coef": 0.01},
                           "loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28},
             "actor": {"lr": 1e-3, "ppo_epochs": 2, "mini_batch_size": 3, "max_tokens_per_micro_batch": 20,
                       "grad_clip": 0.5},

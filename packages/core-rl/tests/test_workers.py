@@ -34,7 +34,7 @@ def random_batch(vocab: int, seed: int = 0) -> TrajectoryBatch:
 
 def make_actor(model_dir: Path, **actor_kwargs: object) -> PolicyActor:
     model = load_causal_lm(ModelConfig(path=str(model_dir)), str(model_dir), CPU)
-    algo = AlgorithmConfig(entropy_coef=0.01, loss_agg_mode="seq-mean-token-mean", clip_high=0.28)
+    algo = AlgorithmConfig(entropy={"coef": 0.01}, loss_agg_mode="seq-mean-token-mean", clip_high=0.28)
     cfg = ActorConfig(lr=1e-3, ppo_epochs=2, mini_batch_size=2, shuffle=True, **actor_kwargs)  # type: ignore[arg-type]
     return PolicyActor(
         model, actor=cfg, algorithm=algo, total_steps=10, mini_batch_rows=4, max_response_length=9, device=CPU
