@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from rlloom_apps.search_agent.format_reward import FormatRewardSettings
 
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.config_loading import load_config_with_section
@@ -42,6 +43,11 @@ class SearchSettings(BaseModel):
     )
     retrieval_api: Literal["native", "search-r1"] = Field(
         default="native", description="Wire format of --retrieval-url: rlloom's server, or Search-R1's /retrieve."
+    )
+    format_reward: FormatRewardSettings | None = Field(
+        default=None,
+        description="Search-R1 v0.3's format reward (`qa_em_format`) instead of plain exact match; `{}` takes its "
+        "published scores (structure 0.2, final 0.1, retrieval 0).",
     )
 
 

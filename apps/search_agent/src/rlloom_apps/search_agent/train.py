@@ -3,8 +3,9 @@
 Rows are `search-agent prepare-data` output (Search-R1's prompt as a chat message, `{"target": [...]}` gold).
 Rollouts: `SearchEnv` conversations (`<search>` → top-k passages in `<information>`, `<answer>` ends) through
 `rlloom.agent`'s `AgentLoop` on an `HFEngine` built on the actor's own module; reward: Search-R1's exact match
-of the last `<answer>` (the env's rubric). Retrieval: an index folder (`rlloom-retrieval build-index`) loaded
-in-process, or a running retrieval server (rlloom's or Search-R1's `/retrieve`).
+of the last `<answer>` (the env's rubric), or Search-R1 v0.3's format reward (`search.format_reward:`).
+Retrieval: an index folder (`rlloom-retrieval build-index`) loaded in-process, or a running retrieval server
+(rlloom's or Search-R1's `/retrieve`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlloom_apps.search_agent.data import read_records
+from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv
 from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
 from torch import nn
@@ -69,13 +71,17 @@ def run_train(
         return engines[-1]
 
     with open_retriever(index, retrieval_url, api=search.retrieval_api, threads=search.search_threads) as retriever:
+
+        def make_env() -> SearchEnv:
+            if search.format_reward is not None:
+                return FormatRewardSearchEnv(retriever, None, env_config, format_reward=search.format_reward)
+            return SearchEnv(retriever, None, env_config)
+
         try:
             return train(
                 config,
                 engine_factory=engine_on,
-                collect_factory=agent_collector(
-                    tokenizer, lambda: SearchEnv(retriever, None, env_config), loop_config(search, template)
-                ),
+                collect_factory=agent_collector(tokenizer, make_env, loop_config(search, template)),
                 reward_fn=env_reward,
                 train_data=train_rows,
                 val_data=val_rows,
