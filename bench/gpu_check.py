@@ -1,0 +1,795 @@
+"""GPU check: the parts of rlloom that only a GPU exercises, in one run of under 9 minutes on one H100.
+
+Checks (each prints PASS/FAIL/SKIP with its figures; the run writes a JSON report):
+  env                  torch / CUDA / NCCL versions, the device and its bf16 dense peak
+  fsdp2_api            the FSDP2 and DTensor calls `distributed/fsdp.py` and `ranks.py` make exist on this torch
+  nccl_vs_inprocess    a 1-rank FSDP2 actor (NCCL process group started in-process over tcp://127.0.0.1, no Ray)
+                       against the in-process `PolicyActor` on a Qwen2.5-0.5B-shaped model: log-probs, grad norm,
+                       and the weights after one update
+  bf16_fp32_masters    both actors hold fp32 parameters and AdamW moments while the matmuls run in bf16; the share
+                       of weights an lr-1e-5 step moves in fp32 against the share it would move in bf16 storage
+  weight_sync          bucketed sync of the FSDP2 actor's weights (and the in-process actor's) into an `HFEngine`
+                       copy in bf16: exact, timed (GB/s)
+  engine_decode        `HFEngine` decode tokens/s against `transformers.generate` tokens/s, same model, same run,
+                       at 64 and 256 rows
+  update_3b            peak memory and update time of a Qwen2.5-3B-shaped in-process actor (fp32 masters, bf16
+                       compute, gradient checkpointing), padded against packed (padding-free) micro-batches
+  mfu_update           model FLOPs utilisation of that update (goal >= 35% on an H100)
+
+Models are built from `Qwen2Config` with random weights (nothing is downloaded). A global deadline (default 510 s
+from start) turns the checks that would not fit into SKIP lines instead of overrunning.
+
+Run on a GPU machine:   python bench/gpu_check.py [--out report.json]   (or `nox -s gpu`)
+Prove the code paths on a CPU:   python bench/gpu_check.py --dry-run   (= --device cpu --tiny; about 20 s)
+How to run it on a lent machine (wheels to carry, the exact command): docs/gpu_check.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import gc
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PYDANTIC_WHEELS = "pydantic, pydantic-core, typing-inspection, annotated-types (and typing-extensions if absent)"
+MISSING_PYDANTIC = (
+    "gpu_check: pydantic is not importable; rlloom's packages need it. Carry these wheels and install them "
+    f"with --no-deps before running: {PYDANTIC_WHEELS}. See docs/gpu_check.md."
+)
+MISSING_RLLOOM = (
+    "gpu_check: rlloom is not importable; install the working tree's packages without fetching anything: "
+    "pip install --no-deps -e packages/core-rl -e packages/rollout. See docs/gpu_check.md."
+)
+EXIT_MISSING_DEPENDENCY = 2
+
+# Dense bf16 tensor-core peaks, FLOP/s. Source: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 989 TFLOPS bf16
+# dense, 1,979 with sparsity; H100 PCIe: 756 dense) and the H200 datasheet (989 dense, the same compute as H100 SXM).
+BF16_DENSE_PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
+MFU_GOAL = 0.35
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 decoder's dimensions (embeddings tied, as Qwen2.5-0.5B and -3B are)."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+
+
+QWEN25_05B = Shape("Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151_936)
+QWEN25_3B = Shape("Qwen2.5-3B", 2048, 36, 16, 2, 11008, 151_936)
+TINY = Shape("tiny", 64, 2, 4, 2, 128, 512)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Work per check: full sizes for an H100, tiny ones for a CPU dry run."""
+
+    small: Shape
+    large: Shape
+    rows: int  # rows of the 0.5B actor comparison
+    prompt: int
+    response: int
+    decode_rows: tuple[int, ...]
+    decode_prompt: int
+    decode_tokens: int
+    decode_repeats: int
+    big_rows: int  # rows of the 3B update
+    big_prompt: int
+    big_response: int
+    big_micro_tokens: int
+    big_steps: int
+
+
+FULL = Sizes(QWEN25_05B, QWEN25_3B, 16, 128, 256, (64, 256), 128, 128, 2, 32, 256, 1024, 16_384, 2)
+TINY_SIZES = Sizes(TINY, TINY, 4, 8, 16, (8, 16), 8, 4, 1, 8, 8, 32, 128, 1)  # decode rows cut: CPU time only
+
+# Seconds each check may take at full size on an H100 (estimates with margin); the deadline skips a check that
+# would not fit. Tiny runs use a tenth.
+BUDGET_S = {
+    "env": 5,
+    "fsdp2_api": 5,
+    "nccl_vs_inprocess": 90,
+    "bf16_fp32_masters": 20,
+    "weight_sync": 40,
+    "engine_decode": 150,
+    "update_3b": 180,
+    "mfu_update": 1,
+}
+
+
+@dataclass
+class Result:
+    name: str
+    status: str  # PASS, FAIL or SKIP
+    seconds: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def line(self) -> str:
+        figures = " ".join(f"{k}={_fmt(v)}" for k, v in self.figures.items())
+        return f"{self.status} {self.name} ({self.seconds:.1f}s): {figures}{' | ' + self.note if self.note else ''}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class CheckFailedError(Exception):
+    """A check ran but its figures miss the mark; the message says which."""
+
+
+class SkipCheckError(Exception):
+    """A check cannot run here (no GPU figure, a prerequisite check failed)."""
+
+
+@dataclass
+class Context:
+    device: Any  # torch.device
+    sizes: Sizes
+    tiny: bool
+    deadline: float  # time.monotonic() value
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> bool:
+        return bool(self.device.type == "cuda")
+
+    def sync(self) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------------- building
+
+
+def tokenizer_for(vocab: int) -> Any:
+    """A word-level tokenizer with exactly `vocab` ids (4 specials + <unk> + words), so every sampled id decodes."""
+    from rlloom.core_rl.tiny import word_tokenizer
+
+    tok = word_tokenizer([f"w{i}" for i in range(vocab - 5)])
+    tok.padding_side = "left"
+    if len(tok) != vocab:
+        raise RuntimeError(f"tokenizer has {len(tok)} ids, wanted {vocab}")
+    return tok
+
+
+def build_model(shape: Shape, tok: Any, device: Any, dtype: Any, *, seed: int = 0) -> Any:
+    """A randomly initialised Qwen2ForCausalLM of `shape`, made directly on `device` (fast on a GPU)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
+    model.to(dtype)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
+def make_batch(vocab: int, rows: int, prompt: int, response: int, *, seed: int = 0) -> Any:
+    """Rollout-like rows: prompts of 1/2 to full `prompt` length, responses of 1/8 to full `response` length (so
+    padding matters), uniform advantages; ids avoid the special tokens."""
+    import torch
+
+    from rlloom.core_rl.batch import TrajectoryBatch
+    from rlloom.core_rl.trajectory import Trajectory
+
+    gen = torch.Generator().manual_seed(seed)
+    trajs = []
+    for i in range(rows):
+        p = int(torch.randint(max(1, prompt // 2), prompt + 1, (1,), generator=gen))
+        r = int(torch.randint(max(1, response // 8), response + 1, (1,), generator=gen))
+        ids = torch.randint(5, vocab, (p + r,), generator=gen).tolist()
+        trajs.append(Trajectory(prompt_ids=ids[:p], response_ids=ids[p:], loss_mask=[1] * r, group_id=str(i // 4)))
+    batch = TrajectoryBatch.from_trajectories(trajs, pad_token_id=3)
+    batch["advantages"] = torch.randn(batch.loss_mask.shape, generator=gen) * batch.loss_mask
+    return batch
+
+
+def actor_kwargs(ctx: Context, rows: int, response: int, *, padding_free: bool, micro_tokens: int) -> dict[str, Any]:
+    from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
+
+    actor = ActorConfig(
+        lr=1e-5, max_tokens_per_micro_batch=micro_tokens, padding_free=padding_free, shuffle=False, grad_clip=1.0
+    )
+    return {
+        "actor": actor,
+        "algorithm": AlgorithmConfig(),
+        "total_steps": 100,
+        "mini_batch_rows": rows,  # one optimizer step per update: no old log-probs needed
+        "max_response_length": response,
+        "device": ctx.device,
+        "bf16": True,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_process_group(ctx: Context) -> None:
+    """World size 1 over TCP on the loopback: NCCL on a GPU, gloo on a CPU (what `RankWorker.setup` does)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = "nccl" if ctx.cuda else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+
+
+def release_memory() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+
+def check_env(ctx: Context) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    figures: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": str(ctx.device),
+    }
+    if ctx.cuda:
+        name = torch.cuda.get_device_name(ctx.device)
+        figures["gpu"] = name
+        figures["gpu_memory_gib"] = round(torch.cuda.get_device_properties(ctx.device).total_memory / 2**30, 1)
+        figures["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        figures["bf16_dense_peak_tflops"] = (peak_flops(name) or 0) / 1e12 or None
+    return figures
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The bf16 dense peak of a known GPU, None for anything else (no MFU claimed then)."""
+    for key, value in BF16_DENSE_PEAK.items():  # "H100 PCIe" is tried before "H100"
+        if all(part in device_name for part in key.split()):
+            return value
+    return None
+
+
+FSDP2_CALLS = [
+    ("torch.distributed.fsdp", "fully_shard"),
+    ("torch.distributed.fsdp", "MixedPrecisionPolicy"),
+    ("torch.distributed.fsdp", "FSDPModule.set_gradient_divide_factor"),
+    ("torch.distributed.fsdp", "FSDPModule.set_force_sum_reduction_for_comms"),
+    ("torch.distributed.fsdp", "FSDPModule.set_reduce_scatter_unused_params"),
+    ("torch.distributed.fsdp", "FSDPModule.reshard"),
+    ("torch.distributed.checkpoint.state_dict", "get_model_state_dict"),
+    ("torch.distributed.checkpoint.state_dict", "StateDictOptions"),
+    ("torch.distributed.tensor", "DTensor.full_tensor"),
+    ("torch.distributed.tensor", "DTensor.to_local"),
+    ("torch.distributed.tensor", "distribute_tensor"),
+]
+
+
+def check_fsdp2_api(ctx: Context) -> dict[str, Any]:
+    import importlib
+
+    missing = []
+    for module_name, attr in FSDP2_CALLS:
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            missing.append(f"{module_name}.{attr}")
+    if missing:
+        raise CheckFailedError(f"missing on this torch: {', '.join(missing)}")
+    return {"calls_found": len(FSDP2_CALLS)}
+
+
+def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from rlloom.core_rl.actor import PolicyActor
+    from rlloom.core_rl.batch import scatter_rows
+    from rlloom.core_rl.distributed.fsdp import shard_model
+    from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
+    from rlloom.core_rl.precision import Precision, fsdp_mixed_precision
+
+    s = ctx.sizes
+    start_process_group(ctx)
+    tok = tokenizer_for(s.small.vocab)
+    base = build_model(s.small, tok, ctx.device, torch.float32)
+    copy_model = copy.deepcopy(base)
+    initial = {k: v.detach().clone() for k, v in base.state_dict().items()}
+    budget = s.rows * (s.prompt + s.response)  # one micro-batch: the same forward on both sides
+    kwargs = actor_kwargs(ctx, s.rows, s.response, padding_free=False, micro_tokens=budget)
+    inproc = PolicyActor(base, **kwargs)
+    precision = Precision(params=torch.float32, compute=torch.bfloat16)
+    sharded_model = shard_model(copy_model, fsdp_mixed_precision(precision))
+    sharded = ShardedPolicyActor(sharded_model, RankContext(0, 1, ctx.device), **kwargs)
+    batch = make_batch(s.small.vocab, s.rows, s.prompt, s.response, seed=1)
+    mask = batch.loss_mask.bool()
+
+    lp_a, _ = inproc.compute_logprobs(batch, temperature=1.0)
+    rows_b, lp_b_rows, _ = sharded.rank_logprobs(batch, temperature=1.0)
+    lp_b = scatter_rows([(rows_b, lp_b_rows)], batch.batch_size, batch.response_width)
+    diff = (lp_a - lp_b).abs()[mask]
+    ctx.sync()
+    t0 = time.perf_counter()
+    m_a = inproc.update_policy(batch)
+    ctx.sync()
+    t1 = time.perf_counter()
+    m_b = sharded.update_policy(batch)
+    ctx.sync()
+    t2 = time.perf_counter()
+
+    after_b = sharded.named_weights()  # full state at rank 0, on CPU
+    dot = norm_a = norm_b = 0.0
+    worst_rel = 0.0
+    for name, w_a in inproc.model.state_dict().items():
+        delta_a = (w_a.detach().float() - initial[name].float()).flatten()
+        delta_b = (after_b[name].to(ctx.device).float() - initial[name].float()).flatten()
+        dot += float(delta_a @ delta_b)
+        norm_a += float(delta_a @ delta_a)
+        norm_b += float(delta_b @ delta_b)
+        scale = float(delta_a.abs().max())
+        if scale > 0:
+            worst_rel = max(worst_rel, float((delta_a - delta_b).abs().max()) / scale)
+    cosine = dot / max((norm_a * norm_b) ** 0.5, 1e-30)
+    figures = {
+        "model": s.small.name,
+        "attention": str(inproc.model.config._attn_implementation),
+        "params_M": round(sum(p.numel() for p in inproc.model.parameters()) / 1e6, 1),
+        "tokens": int(batch["attention_mask"].sum()),
+        "logprob_mean": float(lp_a[mask].mean()),
+        "logprob_absdiff_mean": float(diff.mean()),
+        "logprob_absdiff_max": float(diff.max()),
+        "grad_norm_inproc": m_a["actor/grad_norm"],
+        "grad_norm_fsdp": m_b["actor/grad_norm"],
+        "grad_norm_ratio_fsdp_over_inproc": m_b["actor/grad_norm"] / max(m_a["actor/grad_norm"], 1e-30),
+        "update_delta_cosine": cosine,
+        "update_delta_maxdiff_over_maxdelta": worst_rel,
+        "update_s_inproc": t1 - t0,
+        "update_s_fsdp": t2 - t1,
+    }
+    ctx.shared.update(tok=tok, inproc=inproc, sharded=sharded, initial=initial, batch=batch)
+    problems = []
+    if not diff.mean() <= 1e-2 or not diff.max() <= 0.1:
+        problems.append("log-probs differ beyond bf16 rounding (mean <= 0.01, max <= 0.1)")
+    if not abs(figures["grad_norm_ratio_fsdp_over_inproc"] - 1) <= 0.05:
+        problems.append("grad norms differ by more than 5%")
+    if not cosine >= 0.9:
+        problems.append("update directions differ (cosine < 0.9)")
+    if problems:
+        raise CheckFailedError("; ".join(problems), figures)
+    return figures
+
+
+def check_bf16_fp32_masters(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    if "inproc" not in ctx.shared:
+        raise SkipCheckError("needs nccl_vs_inprocess, which did not finish")
+    inproc, sharded, initial, batch = (ctx.shared[k] for k in ("inproc", "sharded", "initial", "batch"))
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    figures: dict[str, Any] = {}
+    for label, actor in (("inproc", inproc), ("fsdp", sharded)):
+        param_dtypes = {str(local(p).dtype) for p in actor.model.parameters()}
+        moment_dtypes = {
+            str(local(v).dtype) for st in actor.optimizer.state.values() for k, v in st.items() if k != "step"
+        }
+        seen: list[str] = []
+        layer = actor.model.model.layers[0].mlp.down_proj
+        handle = layer.register_forward_hook(lambda _m, _i, out, seen=seen: seen.append(str(out.dtype)))
+        try:
+            actor.compute_logprobs(batch.select([0]), temperature=1.0)
+        finally:
+            handle.remove()
+        figures[f"{label}_param_dtypes"] = ",".join(sorted(param_dtypes))
+        figures[f"{label}_adam_moment_dtypes"] = ",".join(sorted(moment_dtypes))
+        figures[f"{label}_matmul_out_dtype"] = ",".join(sorted(set(seen)))
+    moved_fp32 = moved_bf16 = total = 0
+    for name, w in inproc.model.state_dict().items():
+        before = initial[name].float()
+        after = w.detach().float()
+        moved_fp32 += int((after != before).sum())
+        # what the same step would leave in bf16 storage: the bf16 weight plus the same delta, rounded to bf16
+        stored = before.bfloat16()
+        moved_bf16 += int(((stored.float() + (after - before)).bfloat16() != stored).sum())
+        total += before.numel()
+    figures["share_moved_fp32_masters"] = moved_fp32 / total
+    figures["share_moved_if_bf16_storage"] = moved_bf16 / total
+    expected = {"param_dtypes": "torch.float32", "adam_moment_dtypes": "torch.float32", "matmul_out_dtype": ""}
+    wrong = [
+        f"{label}_{key}={figures[f'{label}_{key}']}"
+        for label in ("inproc", "fsdp")
+        for key, want in expected.items()
+        if (figures[f"{label}_{key}"] != want if want else figures[f"{label}_{key}"] != "torch.bfloat16")
+    ]
+    if wrong:
+        raise CheckFailedError("want fp32 parameters and moments, bf16 matmuls: " + ", ".join(wrong), figures)
+    return figures
+
+
+def check_weight_sync(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from rlloom.core_rl.weight_sync import sync_weights
+    from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+
+    if "sharded" not in ctx.shared:
+        raise SkipCheckError("needs nccl_vs_inprocess, which did not finish")
+    sharded, inproc, tok = ctx.shared["sharded"], ctx.shared["inproc"], ctx.shared["tok"]
+    engine_model = build_model(ctx.sizes.small, tok, ctx.device, torch.bfloat16, seed=7).eval()
+    engine = HFEngine(engine_model, tok, HFEngineConfig(max_batch_rows=max(ctx.sizes.decode_rows)))
+    bucket_bytes = 256 << 20
+    nbytes = sum(v.numel() * v.element_size() for v in engine_model.state_dict().values())
+
+    ctx.sync()
+    t0 = time.perf_counter()
+    buckets = sharded.weight_bucket_plan(bucket_bytes)
+    for names in buckets:
+        engine.update_weights(sharded.gather_weights(names))
+    ctx.sync()
+    fsdp_s = time.perf_counter() - t0
+    full = sharded.named_weights()
+    fsdp_err = max(
+        float((v.float() - full[k].to(ctx.device).to(torch.bfloat16).float()).abs().max())
+        for k, v in engine_model.state_dict().items()
+    )
+    ctx.sync()
+    t0 = time.perf_counter()
+    calls = sync_weights(inproc, engine, bucket_bytes=bucket_bytes)
+    ctx.sync()
+    inproc_s = time.perf_counter() - t0
+    inproc_state = inproc.model.state_dict()
+    inproc_err = max(
+        float((v.float() - inproc_state[k].to(torch.bfloat16).float()).abs().max())
+        for k, v in engine_model.state_dict().items()
+    )
+    ctx.shared["engine"] = engine
+    figures = {
+        "engine_weights_GB_bf16": nbytes / 1e9,
+        "fsdp_buckets": len(buckets),
+        "fsdp_sync_s": fsdp_s,
+        "fsdp_sync_GB_per_s": nbytes / 1e9 / fsdp_s,
+        "fsdp_max_abs_err_vs_bf16_of_actor": fsdp_err,
+        "inproc_update_weights_calls": calls,
+        "inproc_sync_s": inproc_s,
+        "inproc_sync_GB_per_s": nbytes / 1e9 / inproc_s,
+        "inproc_max_abs_err_vs_bf16_of_actor": inproc_err,
+    }
+    if fsdp_err != 0.0 or inproc_err != 0.0:
+        raise CheckFailedError("engine weights are not the actor's weights rounded to bf16", figures)
+    return figures
+
+
+def check_engine_decode(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+
+    if "engine" not in ctx.shared:
+        raise SkipCheckError("needs weight_sync, which did not finish")
+    # the actors are done with: free their memory for the decode batches and the 3B update
+    for key in ("inproc", "sharded", "initial"):
+        ctx.shared.pop(key, None)
+    release_memory()
+    engine, tok, s = ctx.shared["engine"], ctx.shared["tok"], ctx.sizes
+    model = engine.model
+    gen = torch.Generator().manual_seed(3)
+
+    def run_generate(prompts: list[list[int]]) -> float:
+        padded = tok.pad({"input_ids": prompts}, return_tensors="pt").to(ctx.device)
+        ctx.sync()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                **padded,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=s.decode_tokens,
+                min_new_tokens=s.decode_tokens,
+                pad_token_id=tok.pad_token_id,
+            )
+        ctx.sync()
+        return (out.shape[1] - padded["input_ids"].shape[1]) * out.shape[0] / (time.perf_counter() - t0)
+
+    def run_engine(prompts: list[list[int]]) -> float:
+        params = SamplingParams(temperature=1.0, max_tokens=s.decode_tokens, ignore_eos=True)
+        requests = [GenerationRequest(prompt_ids=p, sampling=params) for p in prompts]
+        ctx.sync()
+        t0 = time.perf_counter()
+        out = engine.generate(requests)
+        ctx.sync()
+        return sum(len(c[0].token_ids) for c in out) / (time.perf_counter() - t0)
+
+    figures: dict[str, Any] = {"model": s.small.name, "prompt_tokens": s.decode_prompt, "new_tokens": s.decode_tokens}
+    slow = []
+    for rows in s.decode_rows:
+        lengths = [max(4, s.decode_prompt - (i % 4) * (s.decode_prompt // 8)) for i in range(rows)]
+        prompts = [torch.randint(5, s.small.vocab, (n,), generator=gen).tolist() for n in lengths]
+        run_generate(prompts)  # warm-up both paths (allocator, kernels)
+        run_engine(prompts)
+        g: list[float] = []
+        e: list[float] = []
+        for r in range(s.decode_repeats):
+            for which in (0, 1) if r % 2 == 0 else (1, 0):
+                (g if which == 0 else e).append(run_generate(prompts) if which == 0 else run_engine(prompts))
+        g_med, e_med = statistics.median(g), statistics.median(e)
+        figures[f"rows{rows}_generate_tok_s"] = g_med
+        figures[f"rows{rows}_engine_tok_s"] = e_med
+        figures[f"rows{rows}_engine_over_generate"] = e_med / g_med
+        if e_med < 0.9 * g_med:
+            slow.append(rows)
+    engine.close()
+    ctx.shared.pop("engine", None)
+    release_memory()
+    if slow and not ctx.tiny:
+        raise CheckFailedError(f"engine below 0.9x transformers.generate at {slow} rows", figures)
+    return figures
+
+
+def check_update_3b(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from rlloom.core_rl.actor import PolicyActor
+
+    for key in list(ctx.shared):
+        if key not in ("tok",):
+            ctx.shared.pop(key)
+    release_memory()
+    s = ctx.sizes
+    tok = tokenizer_for(s.large.vocab) if s.large.vocab != s.small.vocab else ctx.shared["tok"]
+    model = build_model(s.large, tok, ctx.device, torch.float32, seed=11)
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    batch = make_batch(s.large.vocab, s.big_rows, s.big_prompt, s.big_response, seed=5)
+    real = int(batch["attention_mask"].sum())
+    lengths = batch["attention_mask"].sum(-1).tolist()
+    figures: dict[str, Any] = {
+        "model": s.large.name,
+        "params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
+        "rows": s.big_rows,
+        "real_tokens": real,
+        "padded_tokens": int(batch["attention_mask"].numel()),
+        "micro_batch_token_budget": s.big_micro_tokens,
+    }
+    modes: dict[str, float] = {}
+    for mode, packed in (("padded", False), ("packed", True)):
+        kwargs = actor_kwargs(ctx, s.big_rows, s.big_response, padding_free=packed, micro_tokens=s.big_micro_tokens)
+        actor = PolicyActor(model, **kwargs)
+        try:
+            actor.update_policy(batch)  # warm-up: allocates AdamW state and the kernels' workspaces
+            ctx.sync()
+            if ctx.cuda:
+                torch.cuda.reset_peak_memory_stats(ctx.device)
+            times = []
+            for _ in range(s.big_steps):
+                t0 = time.perf_counter()
+                actor.update_policy(batch)
+                ctx.sync()
+                times.append(time.perf_counter() - t0)
+            modes[mode] = statistics.median(times)
+            figures[f"{mode}_update_s"] = modes[mode]
+            if ctx.cuda:
+                figures[f"{mode}_peak_GiB"] = torch.cuda.max_memory_allocated(ctx.device) / 2**30
+        except torch.cuda.OutOfMemoryError as err:
+            figures[f"{mode}_error"] = f"out of memory: {str(err).splitlines()[0][:160]}"
+        finally:
+            actor.optimizer.zero_grad(set_to_none=True)
+            del actor
+            release_memory()
+    ctx.shared["update"] = {
+        "seconds": modes,
+        "params": sum(p.numel() for p in model.parameters()),
+        "real_tokens": real,
+        "sum_sq_lengths": sum(int(n) ** 2 for n in lengths),
+        "layers": s.large.layers,
+        "hidden": s.large.hidden,
+    }
+    del model
+    release_memory()
+    if len(modes) < 2:
+        raise CheckFailedError("a mode did not finish", figures)
+    figures["packed_over_padded_time"] = modes["packed"] / modes["padded"]
+    if ctx.cuda:
+        figures["packed_over_padded_peak"] = figures["packed_peak_GiB"] / figures["padded_peak_GiB"]
+        if figures["packed_over_padded_peak"] > 1.05 or figures["packed_over_padded_time"] > 1.05:
+            raise CheckFailedError("packed micro-batches should cost no more than padded ones", figures)
+    return figures
+
+
+def check_mfu_update(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    up = ctx.shared.get("update")
+    if not up or "packed" not in up["seconds"]:
+        raise SkipCheckError("needs update_3b's packed timing, which did not finish")
+    # FLOPs of one update: 6 x params x real tokens (forward 2, backward 4; gradient checkpointing's recompute is
+    # not counted: this is MFU, not hardware FLOPs utilisation) plus causal attention, 6 x layers x hidden x
+    # sum(T_i^2) over rows (PaLM's 12 L H Q T per token, halved for the causal mask).
+    flops = 6 * up["params"] * up["real_tokens"] + 6 * up["layers"] * up["hidden"] * up["sum_sq_lengths"]
+    figures: dict[str, Any] = {"update_TFLOPs": flops / 1e12, "flops_formula": "6*N*tokens + 6*L*d*sum(T^2)"}
+    for mode, seconds in up["seconds"].items():
+        figures[f"{mode}_achieved_TFLOP_s"] = flops / seconds / 1e12
+    peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.cuda else None
+    if peak is None:
+        raise SkipCheckError("no bf16 dense peak known for this device: achieved TFLOP/s only", figures)
+    figures["peak_TFLOP_s"] = peak / 1e12
+    for mode, seconds in up["seconds"].items():
+        figures[f"{mode}_mfu"] = flops / seconds / peak
+    figures["goal_mfu"] = MFU_GOAL
+    if figures["packed_mfu"] < MFU_GOAL:
+        raise CheckFailedError(f"packed MFU {figures['packed_mfu']:.1%} below the {MFU_GOAL:.0%} goal", figures)
+    return figures
+
+
+CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
+    ("env", check_env),
+    ("fsdp2_api", check_fsdp2_api),
+    ("nccl_vs_inprocess", check_nccl_vs_inprocess),
+    ("bf16_fp32_masters", check_bf16_fp32_masters),
+    ("weight_sync", check_weight_sync),
+    ("engine_decode", check_engine_decode),
+    ("update_3b", check_update_3b),
+    ("mfu_update", check_mfu_update),
+]
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+def run_check(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]]) -> Result:
+    budget = BUDGET_S[name] / (10 if ctx.tiny else 1)
+    left = ctx.deadline - time.monotonic()
+    if left < budget:
+        return Result(name, "SKIP", note=f"deadline: {left:.0f}s left, the check is budgeted {budget:.0f}s")
+    t0 = time.perf_counter()
+    try:
+        figures = fn(ctx)
+        return Result(name, "PASS", time.perf_counter() - t0, figures)
+    except SkipCheckError as err:
+        extra = err.args[1] if len(err.args) > 1 else {}
+        return Result(name, "SKIP", time.perf_counter() - t0, extra, note=str(err.args[0]))
+    except CheckFailedError as err:
+        extra = err.args[1] if len(err.args) > 1 else {}
+        return Result(name, "FAIL", time.perf_counter() - t0, extra, note=str(err.args[0]))
+    except Exception as err:  # a crash in one check must not stop the others
+        tb = traceback.format_exc(limit=6).strip().splitlines()
+        return Result(name, "FAIL", time.perf_counter() - t0, {"traceback": tb[-6:]}, note=repr(err)[:300])
+
+
+def default_out() -> Path:
+    folder = os.environ.get("OUT")
+    return Path(folder) / "gpu_check.json" if folder else Path("gpu_check.json")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="auto", help="auto (cuda when present), cuda or cpu")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes (code paths only; figures meaningless)")
+    parser.add_argument("--dry-run", action="store_true", help="the same as --device cpu --tiny")
+    parser.add_argument("--out", type=Path, default=None, help="JSON report path (default $OUT/gpu_check.json)")
+    parser.add_argument("--deadline-s", type=float, default=510.0, help="skip checks that would end past this")
+    parser.add_argument("--only", default="", help="comma-separated check names (default: all)")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        args.device, args.tiny = "cpu", True
+    return args
+
+
+def write_report(path: Path, results: list[Result], meta: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}
+    report = {**meta, "counts": counts, "checks": [asdict(r) for r in results]}
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def _process_group_torn_down() -> Iterator[None]:
+    try:
+        yield
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
+    args = parse_args(argv)
+    out = args.out or default_out()
+    try:
+        import pydantic  # noqa: F401  # rlloom's configs are pydantic models
+    except ImportError:
+        print(MISSING_PYDANTIC, flush=True)
+        write_report(out, [Result("env", "FAIL", note=MISSING_PYDANTIC)], {"error": "pydantic missing"})
+        return EXIT_MISSING_DEPENDENCY
+    try:
+        import importlib
+
+        for module in ("rlloom.core_rl", "rlloom.rollout"):
+            importlib.import_module(module)
+    except ImportError as err:
+        print(f"{MISSING_RLLOOM} ({err})", flush=True)
+        write_report(out, [Result("env", "FAIL", note=MISSING_RLLOOM)], {"error": str(err)})
+        return EXIT_MISSING_DEPENDENCY
+    import torch
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: --device cuda but torch sees no GPU; use --dry-run on a CPU", flush=True)
+        return EXIT_MISSING_DEPENDENCY
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    ctx = Context(device, TINY_SIZES if args.tiny else FULL, args.tiny, started + args.deadline_s)
+    wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+    unknown = wanted - {name for name, _ in CHECKS}
+    if unknown:
+        print(f"gpu_check: --only names unknown checks {sorted(unknown)}; known: {[n for n, _ in CHECKS]}")
+        return EXIT_MISSING_DEPENDENCY
+    meta = {"argv": sys.argv[1:] if argv is None else argv, "device": str(device), "tiny": args.tiny}
+    results: list[Result] = []
+    with _process_group_torn_down():
+        for name, fn in CHECKS:
+            if wanted and name not in wanted:
+                continue
+            result = run_check(ctx, name, fn)
+            results.append(result)
+            print(result.line(), flush=True)
+            write_report(out, results, {**meta, "elapsed_s": time.monotonic() - started})
+    elapsed = time.monotonic() - started
+    write_report(out, results, {**meta, "elapsed_s": elapsed})
+    counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}
+    print(f"gpu_check: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped in {elapsed:.0f}s")
+    print(f"gpu_check: report {out}")
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""bench/gpu_check.py on a CPU: its dry run goes through every check's code (FSDP2 on a 1-rank gloo group, the
+in-process actor, weight sync into HFEngine, decode against transformers.generate, padded and packed updates),
+so a GPU session finds a script that runs; plus its deadline, missing-pydantic and MFU arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+CHECK_NAMES = [
+    "env",
+    "fsdp2_api",
+    "nccl_vs_inprocess",
+    "bf16_fp32_masters",
+    "weight_sync",
+    "engine_decode",
+    "update_3b",
+    "mfu_update",
+]
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(*args: str, prelude: str = "", timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    code = f"{prelude}import runpy, sys; sys.argv = {[str(SCRIPT), *args]!r}; "
+    code += f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def checks(report_path: Path) -> dict[str, dict[str, object]]:
+    report = json.loads(report_path.read_text())
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = run("--dry-run", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = checks(out)
+    assert list(found) == CHECK_NAMES
+    statuses = {name: c["status"] for name, c in found.items()}
+    assert statuses == {**dict.fromkeys(CHECK_NAMES, "PASS"), "mfu_update": "SKIP"}, proc.stdout
+    for name in CHECK_NAMES:
+        assert any(line.startswith(f"{statuses[name]} {name} ") for line in proc.stdout.splitlines())
+
+    actors = found["nccl_vs_inprocess"]["figures"]
+    assert isinstance(actors, dict)
+    # one rank sums nothing across ranks: the FSDP2 step is the in-process step up to bf16 rounding
+    assert actors["logprob_absdiff_max"] <= 0.1
+    assert abs(actors["grad_norm_ratio_fsdp_over_inproc"] - 1) <= 0.05
+    masters = found["bf16_fp32_masters"]["figures"]
+    assert isinstance(masters, dict)
+    assert masters["inproc_param_dtypes"] == masters["fsdp_param_dtypes"] == "torch.float32"
+    assert masters["inproc_matmul_out_dtype"] == masters["fsdp_matmul_out_dtype"] == "torch.bfloat16"
+    # an lr-1e-5 AdamW step on ~0.02-sized weights is below half a bf16 step for most of them
+    assert masters["share_moved_fp32_masters"] > masters["share_moved_if_bf16_storage"]
+    sync = found["weight_sync"]["figures"]
+    assert isinstance(sync, dict)
+    assert sync["fsdp_max_abs_err_vs_bf16_of_actor"] == sync["inproc_max_abs_err_vs_bf16_of_actor"] == 0.0
+    decode = found["engine_decode"]["figures"]
+    assert isinstance(decode, dict)
+    assert {"rows8_engine_over_generate", "rows16_engine_over_generate"} <= set(decode)
+    update = found["update_3b"]["figures"]
+    assert isinstance(update, dict)
+    assert update["real_tokens"] < update["padded_tokens"]
+    assert "no bf16 dense peak" in str(found["mfu_update"]["note"])
+
+
+def test_past_the_deadline_every_check_is_skipped_not_run(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = run("--dry-run", "--deadline-s", "0", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = checks(out)
+    assert list(found) == CHECK_NAMES
+    assert all(c["status"] == "SKIP" and "deadline" in str(c["note"]) for c in found.values())
+
+
+def test_missing_pydantic_names_the_wheels_to_carry(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    proc = run("--dry-run", "--out", str(out), prelude="import sys; sys.modules['pydantic'] = None; ")
+    assert proc.returncode == 2
+    lines = [line for line in proc.stdout.splitlines() if "pydantic" in line]
+    assert len(lines) == 1
+    for wheel in ("pydantic-core", "typing-inspection", "annotated-types", "docs/gpu_check.md"):
+        assert wheel in lines[0]
+    assert checks(out)["env"]["status"] == "FAIL"
+
+
+def test_bf16_peaks_by_device_name() -> None:
+    script = load_script()
+    assert script.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert script.peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert script.peak_flops("NVIDIA H200") == 989e12
+    assert script.peak_flops("NVIDIA A100-SXM4-80GB") is None
+
+
+def test_mfu_flops_follow_the_stated_formula() -> None:
+    import torch
+
+    script = load_script()
+    ctx = script.Context(torch.device("cpu"), script.TINY_SIZES, True, deadline=0.0)
+    ctx.shared["update"] = {
+        "seconds": {"packed": 2.0, "padded": 4.0},
+        "params": 10,
+        "real_tokens": 4,
+        "sum_sq_lengths": 8,
+        "layers": 2,
+        "hidden": 3,
+    }
+    with pytest.raises(script.SkipCheckError) as caught:  # a CPU has no stated peak: figures come with the skip
+        script.check_mfu_update(ctx)
+    figures = caught.value.args[1]
+    flops = 6 * 10 * 4 + 6 * 2 * 3 * 8  # 6 N T + 6 L d sum(T_i^2) = 240 + 288
+    assert figures["update_TFLOPs"] == pytest.approx(flops / 1e12)
+    assert figures["packed_achieved_TFLOP_s"] == pytest.approx(flops / 2.0 / 1e12)
+    assert figures["padded_achieved_TFLOP_s"] == pytest.approx(flops / 4.0 / 1e12)
