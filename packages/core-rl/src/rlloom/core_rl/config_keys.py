@@ -1,8 +1,9 @@
 """Config errors as a user reads them: the dotted key, what is wrong and the fix, one line per problem.
 
 Unknown keys name the nearest valid one (inside list items too), say whether they came from the YAML file or a
-command-line override, and turn veRL's names into ours (`data.max_response_length` → `rollout.max_tokens`) as a
-hint only: nothing is aliased silently. Pydantic's errors lose their input dump and URL and keep the key.
+command-line override, and turn veRL's and TRL's names into ours (`data.max_response_length` → `rollout.max_tokens`)
+as a hint (on the command line veRL's keys are aliases, `config_verl_aliases`, and log that they were).
+Pydantic's errors lose their input dump and URL and keep the key.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rlloom.core_rl.config_trl_names import TRL_NAMES
 from rlloom.core_rl.naming import closest_name
 
 
@@ -106,19 +108,26 @@ def check_keys(
     source: str,
     extra_sections: Sequence[str] = (),
 ) -> None:
-    """Raise `ConfigError` for the first key of `raw` (nested) that `model` does not have, naming the nearest one.
+    """Raise `ConfigError` for the keys of `raw` (nested) that `model` does not have, naming the nearest one.
 
     `extra_sections`: top-level keys an app adds (`search`, `vision`), valid here and listed among the valid keys.
     """
     fields = model.model_fields
+    problems: list[str] = []
     for key, value in raw.items():
         if key in extra_sections:
             continue
         if key not in fields:
             leaves = _leaf_keys(f"{prefix}{key}", value)
             message = unknown_key_message(prefix, str(key), model, extra_sections, full_keys=leaves)
-            raise ConfigError(f"{source}: {message}")
-        check_value(value, fields[key].annotation, prefix=f"{prefix}{key}", source=source)
+            problems.append(f"{source}: {message}")
+            continue
+        try:
+            check_value(value, fields[key].annotation, prefix=f"{prefix}{key}", source=source)
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:  # every unknown key of the file at once, one line each
+        raise ConfigError("\n".join(problems))
 
 
 def check_value(value: Any, annotation: Any, *, prefix: str, source: str) -> None:
@@ -158,10 +167,13 @@ def unknown_key_message(
 
 
 def verl_hint(key: str) -> str | None:
-    """The hint for a veRL key (full dotted name, or any key under a veRL-only section), else None."""
+    """The hint for a veRL key (full dotted name, or any key under a veRL-only section) or a TRL `GRPOConfig`
+    name, else None."""
     for verl, ours in VERL_NAMES.items():
         if key == verl or key.startswith(f"{verl}."):
             return f"that is veRL's name; here it is {ours}."
+    if key in TRL_NAMES:
+        return f"that is TRL's GRPOConfig name; here it is {TRL_NAMES[key]}."
     section = key.split(".", 1)[0]
     if section in _VERL_SECTIONS:
         return f"{_VERL_SECTIONS[section]}."
@@ -205,13 +217,18 @@ def hydra_prefix_error(item: str) -> ConfigError | None:
     )
 
 
-def validation_message(err: ValidationError, *, prefix: str = "", root: type[BaseModel] | None = None) -> str:
+def validation_message(
+    err: ValidationError, *, prefix: str = "", root: type[BaseModel] | None = None, skip_unknown: bool = False
+) -> str:
     """Pydantic's errors as `dotted.key: message` lines, without the input dump and the documentation URL.
 
     With `root` (the validated model), a missing section is reported by the required keys inside it
-    (`model.path: missing`, not `model: missing`)."""
+    (`model.path: missing`, not `model: missing`). `skip_unknown`: leave out unknown keys (already reported by
+    the key checks, with a better hint)."""
     lines = []
     for problem in err.errors():
+        if skip_unknown and problem["type"] == "extra_forbidden":
+            continue
         cause = (problem.get("ctx") or {}).get("error")
         if isinstance(cause, KeyedValueError):
             lines.append(f"{cause.key}: {str(cause).replace('. Did you mean', '; did you mean')}")

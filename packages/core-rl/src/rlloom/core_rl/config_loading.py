@@ -38,14 +38,14 @@ def load_config_with_section(
     error in the app section names its key and the valid ones.
     """
     loaded = _read_yaml(path)
-    _check_sources(loaded, overrides, source=str(path), extra={section: model})
-    log_aliases([t for _, t in _parse_overrides(overrides)])
-    apply_overrides(loaded, overrides)
+    errors, good = _check_sources(loaded, overrides, source=str(path), extra={section: model})
+    log_aliases([t for _, t in _parse_overrides(good)])
+    apply_overrides(loaded, good)
     try:
         extra = model.model_validate(loaded.pop(section, None) or {})
     except ValidationError as err:
-        raise ConfigError(validation_message(err, prefix=f"{section}.")) from None
-    return _validate(loaded), extra
+        errors.append(validation_message(err, prefix=f"{section}.", skip_unknown=bool(errors)))
+    return _validate(loaded, errors), extra  # raises every error found, the app section's included
 
 
 def demo_overrides(
@@ -75,10 +75,10 @@ def bundled_config(name: str, folder: Path, names: Sequence[str]) -> Path:
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RLConfig:
     """Read YAML (optional), apply `a.b.c=value` overrides (values parsed as YAML), validate."""
     raw = _read_yaml(path) if path is not None else {}
-    _check_sources(raw, overrides, source=str(path) if path is not None else "config")
-    log_aliases([t for _, t in _parse_overrides(overrides)])
-    apply_overrides(raw, overrides)
-    return _validate(raw)
+    errors, good = _check_sources(raw, overrides, source=str(path) if path is not None else "config")
+    log_aliases([t for _, t in _parse_overrides(good)])
+    apply_overrides(raw, good)
+    return _validate(raw, errors)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -121,15 +121,36 @@ def _check_sources(
     *,
     source: str,
     extra: Mapping[str, type[BaseModel]] | None = None,
-) -> None:
-    """Unknown keys, blamed on where they were typed: the YAML file, or the command-line override."""
+) -> tuple[list[str], list[str]]:
+    """Unknown keys, blamed on where they were typed: the YAML file, or the command-line override.
+
+    Returns every problem found (one line each, so one run reports them all) and the overrides without one."""
     extra = extra or {}
-    check_keys(_migrated(file_raw), RLConfig, prefix="", source=source, extra_sections=tuple(extra))
+    errors: list[str] = []
+    try:
+        check_keys(_migrated(file_raw), RLConfig, prefix="", source=source, extra_sections=tuple(extra))
+    except ConfigError as err:
+        errors.append(str(err))
     strict = {name: model for name, model in extra.items() if model.model_config.get("extra") == "forbid"}
     for name, model in strict.items():
         if isinstance(file_raw.get(name), Mapping):
-            check_keys(file_raw[name], model, prefix=f"{name}.", source=source)
-    for item, override in _parse_overrides(overrides):
+            try:
+                check_keys(file_raw[name], model, prefix=f"{name}.", source=source)
+            except ConfigError as err:
+                errors.append(str(err))
+    good: list[str] = []
+    for item in overrides:
+        try:
+            _check_override(item, extra, strict)
+        except ConfigError as err:
+            errors.append(str(err))
+        else:
+            good.append(item)
+    return errors, good
+
+
+def _check_override(item: str, extra: Mapping[str, type[BaseModel]], strict: Mapping[str, type[BaseModel]]) -> None:
+    for _, override in _parse_overrides([item]):
         key, value = override.key, override.value
         head, _, rest = key.partition(".")
         where = f"command-line override {item!r}"
@@ -184,11 +205,15 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
-def _validate(raw: Mapping[str, Any]) -> RLConfig:
+def _validate(raw: Mapping[str, Any], errors: Sequence[str] = ()) -> RLConfig:
+    """`RLConfig` from `raw`; `errors` found before (unknown keys) are raised with pydantic's, all at once."""
     try:
         config = RLConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(validation_message(err, root=RLConfig)) from None
+        lines = [*errors, validation_message(err, root=RLConfig, skip_unknown=bool(errors))]
+        raise ConfigError("\n".join(line for line in lines if line)) from None
+    if errors:
+        raise ConfigError("\n".join(errors))
     # user code is imported here, not in a validator: Ray workers re-validate the config where the file may not be
     check_sampler_config(config.data.sampler.class_path, config.data.sampler.kwargs)
     return config

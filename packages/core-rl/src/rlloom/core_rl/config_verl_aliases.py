@@ -33,10 +33,12 @@ def _never_is_zero(value: Any) -> Any:
 
 
 def _top_k(value: Any) -> Any:
+    """veRL's -1 (off) is our 0."""
     return 0 if isinstance(value, int) and value < 0 else value
 
 
 def _resume_mode(value: Any) -> Any:
+    """auto is auto, disable is never; resume_path is refused."""
     modes = {"auto": "auto", "disable": "never"}
     if value not in modes:
         raise ValueError(
@@ -47,14 +49,17 @@ def _resume_mode(value: Any) -> Any:
 
 
 def _kl_type(value: Any) -> Any:
+    """kl is k1, mse is k2; the others are the same names."""
     return {"kl": "k1", "mse": "k2"}.get(value, value) if isinstance(value, str) else value
 
 
 def _loss_mode(value: Any) -> Any:
+    """vanilla is ppo; veRL's vanilla always dual-clips (c = 3): add algorithm.dual_clip=3 for that."""
     return "ppo" if value == "vanilla" else value
 
 
 def _max_rounds(value: Any) -> Any:
+    """veRL's <= 0 (unlimited) is refused: the rounds are capped here."""
     if isinstance(value, int) and value <= 0:
         raise ValueError(
             "veRL's max_num_gen_batches <= 0 means unlimited; here the rounds are capped: set "
@@ -64,6 +69,7 @@ def _max_rounds(value: Any) -> Any:
 
 
 def _on_off(value: Any) -> Any:
+    """true turns the section on (keeping what the file set in it), false off."""
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
     return {} if value else None
