@@ -150,7 +150,7 @@ def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -
 
 
 def _train_parser(commands: Any) -> None:
-    from rlloom_apps.reasoning.train import ALGORITHMS
+    from rlloom_apps.reasoning.bundled import ALGORITHMS
 
     fit = commands.add_parser(
         "train",

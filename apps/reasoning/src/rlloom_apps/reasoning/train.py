@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS  # there, the CLI's help reads them without torch
 from torch import nn
 
 from rlloom.core_rl.config import ConfigError, RLConfig
@@ -20,9 +21,6 @@ from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.hf_engine import HFEngine
-
-CONFIGS = Path(__file__).parent / "configs"
-ALGORITHMS = ("grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "skywork_or1")
 
 
 def config_file(name: str) -> Path:

@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom_apps.vlm_geo3k.data import DataError, prepare
-
 from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
 from rlloom.core_rl.demo_cli import add_demo_command
 
@@ -70,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "demo":
         _demo(parser, args)
         return
+    from rlloom_apps.vlm_geo3k.data import DataError, prepare  # here: the multimodal package imports torch
+
     if not args.input.is_dir():
         parser.error(f"--input {args.input} is not a folder; give the folder of Geometry3K problem folders")
     if args.out.is_dir():

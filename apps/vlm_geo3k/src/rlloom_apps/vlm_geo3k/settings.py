@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.config_loading import load_config_with_section
-from rlloom.multimodal import QwenVLProcessing
+if TYPE_CHECKING:  # imported where used: `vlm-geo3k --help` reads VisionSettings' defaults without torch
+    from rlloom.core_rl.config import RLConfig
+    from rlloom.multimodal import QwenVLProcessing
 
 
 class VisionSettings(BaseModel):
@@ -47,6 +47,8 @@ class VisionSettings(BaseModel):
     def processing(self, vision_config: Any, chat_template_kwargs: dict[str, Any] | None = None) -> QwenVLProcessing:
         """`QwenVLProcessing` with this budget, the model's patch, merge and temporal patch sizes, and the chat
         template variables prompts are rendered with (`data.apply_chat_template_kwargs`)."""
+        from rlloom.multimodal import QwenVLProcessing
+
         return QwenVLProcessing(
             min_pixels=self.min_pixels,
             max_pixels=self.max_pixels,
@@ -60,4 +62,6 @@ class VisionSettings(BaseModel):
 
 def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
     """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
+    from rlloom.core_rl.config_loading import load_config_with_section
+
     return load_config_with_section(path, "vision", VisionSettings, overrides)

@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import torch
-
 from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.tokenizer_loading import has_tokenizer_files
 
 EngineKind = Literal["hf", "vllm"]
 
@@ -71,6 +68,8 @@ class PolicySpec:
     def check_loadable(self) -> None:
         """Refuse, before loading anything, a folder that is not a model, a missing tokenizer, or a runtime
         this machine lacks (no vLLM, no CUDA), naming the flag that fixes it."""
+        from rlloom.core_rl.tokenizer_loading import has_tokenizer_files  # imports transformers: not at --help
+
         if self.model is not None and not (self.model / "config.json").is_file():
             raise ValueError(f"--model {self.model} has no config.json; give a saved HF model folder")
         if self.tokenizer is not None and not has_tokenizer_files(self.tokenizer):
@@ -90,6 +89,8 @@ class PolicySpec:
 
 def check_device(device: str) -> None:
     """Refuse a `--device` torch cannot use on this machine."""
+    import torch  # here, not at the top: the apps' `--help` builds its flags from this module without torch
+
     try:
         dev = torch.device(device)
     except RuntimeError:
@@ -165,6 +166,8 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
             gpu_memory_utilization=spec.gpu_memory_utilization,
         )
         return VLLMEngine(vllm_config), tokenizer
+    import torch
+
     from rlloom.core_rl.actor import model_class
     from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
 
