@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom_apps.search_agent.data import DataError, prepare
-
 from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
@@ -69,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from rlloom_apps.search_agent.data import DataError, prepare  # here: the agent package imports torch
+
     check_file_arguments(parser, args.input, args.out, f"{args.data_source}.jsonl")
     try:
         n = prepare(args.data_source, args.input, args.out, split=args.split, limit=args.limit)
@@ -304,7 +304,7 @@ def _infer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def _eval_rows(parser: argparse.ArgumentParser, files: list[Path], limit: int | None) -> list[dict[str, Any]]:
     """Every file's rows (checked as train checks them), the first `limit` of each data source when given."""
-    from rlloom_apps.search_agent.data import read_rows
+    from rlloom_apps.search_agent.data import DataError, read_rows
     from rlloom_apps.search_agent.evaluate import row_question
 
     rows: list[dict[str, Any]] = []
