@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,8 +160,26 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+WANDB_ID_FILE = "wandb_run_id"
+"""The run folder's record of its W&B run id: a resumed run logs into the same W&B run, not a new one."""
+
+
+def wandb_run_id(output_dir: str | Path) -> str:
+    """The id this run folder's W&B run has, made and written on first use (8 lowercase letters and digits,
+    the form W&B's own ids take)."""
+    path = Path(output_dir) / WANDB_ID_FILE
+    if path.is_file() and (saved := path.read_text(encoding="utf-8").strip()):
+        return saved
+    alphabet = string.ascii_lowercase + string.digits
+    made = "".join(secrets.choice(alphabet) for _ in range(8))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(made + "\n", encoding="utf-8")
+    return made
+
+
 class WandbTracker:
-    """Weights & Biases (extra `wandb`); honours WANDB_MODE=offline for machines without network."""
+    """Weights & Biases (extra `wandb`); honours WANDB_MODE=offline for machines without network. The W&B run id
+    lives in the run folder, so resuming the folder continues the same W&B run (`resume="allow"`)."""
 
     def __init__(self, project: str, run_name: str, output_dir: str | Path, config: Mapping[str, Any]) -> None:
         try:
@@ -172,6 +192,8 @@ class WandbTracker:
             dir=str(output_dir),
             config=dict(config),
             mode=os.environ.get("WANDB_MODE", "online"),  # type: ignore[arg-type]
+            id=wandb_run_id(output_dir),
+            resume="allow",
         )
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
