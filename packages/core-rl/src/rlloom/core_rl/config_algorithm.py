@@ -77,11 +77,13 @@ class OverlongConfig(Section):
 class AdaptiveEntropyConfig(Section):
     """Skywork-OR1's adaptive entropy control (He et al. 2025, arXiv 2505.22312): the bonus applies only while the
     policy entropy is below `target`, and its coefficient moves by `step` after every step (up while entropy <
-    target, down otherwise), clipped to [0, max_coef]; `entropy.coef` is its starting value."""
+    target, down otherwise), clipped to [0, max_coef]; `entropy.coef` is its starting value. The defaults are those
+    of every released training script (or1_scripts/train/{7b,32b}_{8k,16k,32k}.sh: init 0, target 0.2, max 0.005,
+    delta 1e-4); before issue 29 they were step 0.001 and max_coef 0.5."""
 
     target: float = Field(default=0.2, ge=0.0, description="Target entropy, nats per token (Skywork-OR1: 0.2).")
-    step: float = Field(default=0.001, gt=0.0, description="Coefficient change per step (Skywork-OR1: 0.001).")
-    max_coef: float = Field(default=0.5, ge=0.0, description="Ceiling of the coefficient (Skywork-OR1: 0.5).")
+    step: float = Field(default=1e-4, gt=0.0, description="Coefficient change per step (Skywork-OR1: 1e-4).")
+    max_coef: float = Field(default=0.005, ge=0.0, description="Ceiling of the coefficient (Skywork-OR1: 0.005).")
 
 
 class EntropyConfig(Section):
