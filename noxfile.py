@@ -325,6 +325,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+def gpu(session: nox.Session) -> None:
+    """The GPU check (bench/gpu_check.py, docs/gpu_check.md) in the current interpreter's environment, which on a
+    lent GPU machine has the CUDA torch (nothing is installed: that machine has no network). Without a GPU it is
+    the CPU dry run. Arguments pass through: `nox -s gpu -- --out report.json`."""
+    session.run(sys.executable, str(ROOT / "bench" / "gpu_check.py"), *session.posargs, external=True)
+
+
+@nox.session(python=False, default=False)
 def release(session: nox.Session) -> None:
     """Bump one package's version and date its changelog: `nox -s release -- rewards 0.2.0`."""
     if len(session.posargs) != 2:

@@ -20,7 +20,8 @@ Models are built from `Qwen2Config` with random weights (nothing is downloaded).
 from start) turns the checks that would not fit into SKIP lines instead of overrunning.
 
 Run on a GPU machine:   python bench/gpu_check.py [--out report.json]   (or `nox -s gpu`)
-Prove the code paths on a CPU:   python bench/gpu_check.py --dry-run   (= --device cpu --tiny; about 20 s)
+Prove the code paths on a CPU:   python bench/gpu_check.py --dry-run   (= --device cpu --tiny; what a plain run does
+without a GPU; about 30 s on 2 idle cores)
 How to run it on a lent machine (wheels to carry, the exact command): docs/gpu_check.md.
 """
 
@@ -48,8 +49,9 @@ MISSING_PYDANTIC = (
     f"with --no-deps before running: {PYDANTIC_WHEELS}. See docs/gpu_check.md."
 )
 MISSING_RLLOOM = (
-    "gpu_check: rlloom is not importable; install the working tree's packages without fetching anything: "
-    "pip install --no-deps -e packages/core-rl -e packages/rollout. See docs/gpu_check.md."
+    "gpu_check: rlloom is not importable, neither installed nor from packages/*/src of this working tree; run "
+    "the script from the repository (or pip install --no-deps -e packages/core-rl -e packages/rollout). "
+    "See docs/gpu_check.md."
 )
 EXIT_MISSING_DEPENDENCY = 2
 
@@ -701,6 +703,28 @@ def run_check(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]]) 
         return Result(name, "FAIL", time.perf_counter() - t0, {"traceback": tb[-6:]}, note=repr(err)[:300])
 
 
+REPO = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = [REPO / "packages" / "core-rl" / "src", REPO / "packages" / "rollout" / "src"]
+
+
+def import_rlloom() -> None:
+    """Import rlloom's core-rl and rollout packages; when they are not installed, from this working tree's sources
+    (`rlloom` is a namespace package, so the two src folders on sys.path are enough: nothing to build or fetch)."""
+    import importlib
+
+    try:
+        for module in ("rlloom.core_rl", "rlloom.rollout"):
+            importlib.import_module(module)
+    except ImportError:
+        if not all(folder.is_dir() for folder in SOURCE_DIRS):
+            raise
+        sys.path[:0] = [str(folder) for folder in SOURCE_DIRS]
+        for name in [m for m in sys.modules if m == "rlloom" or m.startswith("rlloom.")]:
+            del sys.modules[name]
+        for module in ("rlloom.core_rl", "rlloom.rollout"):
+            importlib.import_module(module)
+
+
 def default_out() -> Path:
     folder = os.environ.get("OUT")
     return Path(folder) / "gpu_check.json" if folder else Path("gpu_check.json")
@@ -708,7 +732,9 @@ def default_out() -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="auto", help="auto (cuda when present), cuda or cpu")
+    parser.add_argument(
+        "--device", default="auto", help="auto (cuda when present, else the CPU dry run), cuda, or cpu (full shapes)"
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (code paths only; figures meaningless)")
     parser.add_argument("--dry-run", action="store_true", help="the same as --device cpu --tiny")
     parser.add_argument("--out", type=Path, default=None, help="JSON report path (default $OUT/gpu_check.json)")
@@ -743,24 +769,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or default_out()
     try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as err:
+        print(f"gpu_check: {err}; run it with the Python that has torch and transformers", flush=True)
+        write_report(out, [Result("env", "FAIL", note=str(err))], {"error": str(err)})
+        return EXIT_MISSING_DEPENDENCY
+    try:
         import pydantic  # noqa: F401  # rlloom's configs are pydantic models
     except ImportError:
         print(MISSING_PYDANTIC, flush=True)
         write_report(out, [Result("env", "FAIL", note=MISSING_PYDANTIC)], {"error": "pydantic missing"})
         return EXIT_MISSING_DEPENDENCY
     try:
-        import importlib
-
-        for module in ("rlloom.core_rl", "rlloom.rollout"):
-            importlib.import_module(module)
+        import_rlloom()
     except ImportError as err:
         print(f"{MISSING_RLLOOM} ({err})", flush=True)
         write_report(out, [Result("env", "FAIL", note=MISSING_RLLOOM)], {"error": str(err)})
         return EXIT_MISSING_DEPENDENCY
     import torch
 
+    if args.device == "auto" and not torch.cuda.is_available():
+        # full shapes on a CPU would take hours: without a GPU, auto means the dry run (`nox -s bench` runs this)
+        print("gpu_check: torch sees no GPU; running the CPU dry run (tiny shapes, code paths only)", flush=True)
+        args.device, args.tiny = "cpu", True
     if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        args.device = "cuda"
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda but torch sees no GPU; use --dry-run on a CPU", flush=True)
         return EXIT_MISSING_DEPENDENCY
@@ -773,7 +807,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu_check: --only names unknown checks {sorted(unknown)}; known: {[n for n, _ in CHECKS]}")
         return EXIT_MISSING_DEPENDENCY
-    meta = {"argv": sys.argv[1:] if argv is None else argv, "device": str(device), "tiny": args.tiny}
+    import rlloom.core_rl
+
+    meta = {
+        "argv": sys.argv[1:] if argv is None else argv,
+        "device": str(device),
+        "tiny": args.tiny,
+        "rlloom_core_rl_from": str(Path(rlloom.core_rl.__file__).parent),
+    }
     results: list[Result] = []
     with _process_group_torn_down():
         for name, fn in CHECKS:

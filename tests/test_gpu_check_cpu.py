@@ -138,3 +138,12 @@ def test_mfu_flops_follow_the_stated_formula() -> None:
     assert figures["update_TFLOPs"] == pytest.approx(flops / 1e12)
     assert figures["packed_achieved_TFLOP_s"] == pytest.approx(flops / 2.0 / 1e12)
     assert figures["padded_achieved_TFLOP_s"] == pytest.approx(flops / 4.0 / 1e12)
+
+
+def test_runs_from_the_working_tree_sources_when_rlloom_is_not_installed(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    hide = "import sys; sys.path[:] = [p for p in sys.path if '/packages/' not in p]; "
+    proc = run("--dry-run", "--only", "env", "--out", str(out), prelude=hide)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["rlloom_core_rl_from"] == str(ROOT / "packages" / "core-rl" / "src" / "rlloom" / "core_rl")
