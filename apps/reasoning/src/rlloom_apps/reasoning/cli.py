@@ -9,7 +9,7 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse
+from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse, run_interruptible
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -194,12 +194,15 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
     try:
-        metrics = run_train(
-            config,
-            train_data=args.train_data,
-            val_data=args.val_data,
-            score_workers=args.score_workers,
-            score_timeout=args.score_timeout,
+        metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
+            lambda: run_train(
+                config,
+                train_data=args.train_data,
+                val_data=args.val_data,
+                score_workers=args.score_workers,
+                score_timeout=args.score_timeout,
+            ),
+            config.trainer.output_dir,
         )
     except (ConfigError, ValidationError, DataError) as err:
         parser.error(str(err))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse
+from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse, run_interruptible
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -101,13 +101,16 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
     try:
-        metrics = run_train(
-            config,
-            vision,
-            train_data=args.train_data,
-            val_data=args.val_data,
-            score_workers=args.score_workers,
-            score_timeout=args.score_timeout,
+        metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
+            lambda: run_train(
+                config,
+                vision,
+                train_data=args.train_data,
+                val_data=args.val_data,
+                score_workers=args.score_workers,
+                score_timeout=args.score_timeout,
+            ),
+            config.trainer.output_dir,
         )
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))

@@ -4,8 +4,18 @@ the options, and a YAML --config checked before anything reads it."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shlex
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+INTERRUPTED_EXIT = 130
+"""A run stopped by Ctrl-C exits as shells report SIGINT (128 + 2)."""
 
 OVERRIDE = re.compile(r"^[A-Za-z_][\w.\-]*=")
 """A dotted config override on the command line (`actor.lr=1e-6`)."""
@@ -57,3 +67,49 @@ def check_file_arguments(parser: argparse.ArgumentParser, source: Path, out: Pat
         parser.error(f"--out {out} is a folder; give a file path, e.g. {out / out_name}")
     if out.resolve() == source.resolve():
         parser.error(f"--out {out} is the --input file; it would be overwritten: give another path")
+
+
+def last_logged_step(output_dir: Path) -> int:
+    """The highest `step` in the run folder's metrics.jsonl (0 when none was logged yet)."""
+    path = output_dir / "metrics.jsonl"
+    step = 0
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by the interrupt itself
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                step = max(step, record["step"])
+    return step
+
+
+def last_checkpoint_step(output_dir: Path) -> int | None:
+    """The step of the checkpoint `checkpoints/latest` names (what a resume starts from), None without one."""
+    pointer = output_dir / "checkpoints" / "latest"
+    name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    match = re.fullmatch(r"step_(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def interrupted_message(output_dir: Path, argv: list[str]) -> str:
+    """One line: the step reached, where a resume starts and the command that resumes."""
+    saved = last_checkpoint_step(output_dir)
+    start = f"resumes from the step {saved} checkpoint" if saved is not None else "starts over: no checkpoint yet"
+    return (
+        f"interrupted at step {last_logged_step(output_dir)} ({output_dir}); "
+        f"the same command {start}: {shlex.join([Path(argv[0]).name, *argv[1:]])}"
+    )
+
+
+def run_interruptible(run: Callable[[], T], output_dir: str | Path, argv: list[str] | None = None) -> T:
+    """`run()`, but Ctrl-C ends it with one line on stderr (no traceback) and exit status 130.
+
+    The trainer writes checkpoints atomically, so whatever was interrupted, `trainer.resume=auto` (the default)
+    continues from the last complete checkpoint when the same command runs again.
+    """
+    try:
+        return run()
+    except KeyboardInterrupt:
+        print(interrupted_message(Path(output_dir), argv if argv is not None else sys.argv), file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT) from None
