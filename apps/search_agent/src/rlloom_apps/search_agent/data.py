@@ -15,7 +15,7 @@ from typing import Any
 
 from rlloom.agent.environment import Sample
 from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv itself uses
-from rlloom.core_rl.rows_io import PARQUET_HINT, DataError, open_text, write_jsonl
+from rlloom.core_rl.rows_io import PARQUET_HINT, DataError, open_text, read_parquet, write_jsonl
 
 
 def search_r1_question(question: str) -> str:
@@ -98,13 +98,15 @@ def to_row(data_source: str, record: dict[str, Any], index: int, split: str) -> 
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """JSONL (NQ-open; `.gz` too) or a JSON list (HotpotQA's simplified dev file).
+    """JSONL (NQ-open; `.gz` too), a JSON list (HotpotQA's simplified dev file), or parquet (Search-R1's
+    train.parquet/test.parquet, FlashRAG's files; needs pyarrow).
 
-    Search-R1 ships its rows as parquet: that, or any file that is not UTF-8 text, raises a `DataError` naming the
-    file and the conversion (it was a bare decoder error, or a traceback in `eval`).
+    A file that is not UTF-8 text and not named *.parquet raises a `DataError` naming the file and what to give
+    (it was a bare decoder error, or a traceback in `eval`).
     """
     if path.suffix == ".parquet":
-        raise DataError(f"{path}: a parquet file; {PARQUET_HINT}")
+        yield from read_parquet(path)
+        return
     try:
         with open_text(path) as handle:
             text = handle.read()
@@ -156,7 +158,8 @@ def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
 
 
 def prepare(data_source: str, source: Path, out: Path, *, split: str = "test", limit: int | None = None) -> int:
-    """Write `out` (JSONL) from `source`; a temporary file renamed at the end, so a failure leaves no `out`."""
+    """Write `out` (JSONL, or parquet when it is named *.parquet, as Search-R1 ships its rows) from `source`; a
+    temporary file renamed at the end, so a failure leaves no `out`."""
     if limit is not None and limit < 0:
         raise DataError(f"--limit must be 0 or more, got {limit}")
     rows: list[dict[str, Any]] = []
