@@ -6,6 +6,7 @@ valid key; an app's own section (`search:`, `vision:`) is read and checked besid
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from rlloom.core_rl.config_keys import (
     check_keys,
     check_override_key,
     hydra_prefix_error,
+    section_model,
     validation_message,
 )
 from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config, set_flat_override
@@ -96,7 +98,9 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         key, value = override.key, override.value
         if override.section_switch and value == {} and isinstance(_get_dotted(raw, key), dict):
             continue  # veRL's `enable=true` turns the section on; what the file set inside it stays
-        if not set_flat_override(raw, key, value):
+        if value is None and _clears_to_default(key):
+            _delete_dotted(raw, key)  # `key=null` on a key that cannot be null: back to its default
+        elif not set_flat_override(raw, key, value):
             _set_dotted(raw, key, value)
     return raw
 
@@ -179,6 +183,34 @@ def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Translated]]:
     for item, pair in zip(items, parsed, strict=True):
         out.extend((item, t) for t in translate([pair]))
     return sorted(out, key=lambda pair: not pair[1].fan_out)  # veRL's clip_ratio before clip_ratio_low/high
+
+
+def _clears_to_default(key: str) -> bool:
+    """Whether `key` names an `RLConfig` field with a default that does not take None (`rollout.top_k`): there
+    `key=null` clears what the file set. Fields that take None (`algorithm.tis`, `trainer.total_steps`) get None."""
+    node: type[BaseModel] | None = RLConfig
+    field = None
+    for part in key.split("."):
+        if node is None or part not in node.model_fields:
+            return False
+        field = node.model_fields[part]
+        node = section_model(field.annotation)
+    if field is None or field.is_required():
+        return False
+    return not _accepts_none(field.annotation)
+
+
+def _accepts_none(annotation: Any) -> bool:
+    return annotation is None or annotation is type(None) or type(None) in typing.get_args(annotation)
+
+
+def _delete_dotted(raw: dict[str, Any], key: str) -> None:
+    *parents, leaf = key.split(".")
+    node: Any = raw
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(leaf, None)
 
 
 def _get_dotted(raw: Mapping[str, Any], key: str) -> Any:
