@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from rlloom.core_rl.app_cli import interrupted_message, last_checkpoint_step, last_logged_step
+import pytest
+
+from rlloom.core_rl.app_cli import interrupted_message, last_checkpoint_step, last_logged_step, quiet_interrupt
 
 SCRIPT = """
 import sys
@@ -66,3 +68,14 @@ def test_interrupted_message_before_any_checkpoint(tmp_path: Path) -> None:
         f"interrupted at step 2 ({tmp_path}); the same command starts over: no checkpoint yet: "
         "reasoning train --train-data 'a b.jsonl'"
     )
+
+
+def test_quiet_interrupt_ends_a_command_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    @quiet_interrupt
+    def main(argv: list[str]) -> int:
+        raise KeyboardInterrupt  # as Ctrl-C while a model or torch loads
+
+    with pytest.raises(SystemExit) as ended:
+        main([])
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"

@@ -42,6 +42,8 @@ def test_verl_keys_set_our_keys_and_one_info_line_lists_them(caplog: pytest.LogC
     assert len(lines) == 1
     assert "actor_rollout_ref.actor.optim.lr -> actor.lr" in lines[0]
     assert "data.max_response_length -> rollout.max_tokens" in lines[0]
+    assert "algorithm.dual_clip=3" in lines[0]  # veRL's default dual clip is named, since it is not ours
+    assert cfg.algorithm.dual_clip is None
 
 
 def test_values_are_translated_where_verl_spells_them_differently() -> None:

@@ -9,7 +9,14 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse, run_interruptible
+from rlloom.core_rl.app_cli import (
+    HelpFormatter,
+    check_file_arguments,
+    check_yaml,
+    parse,
+    quiet_interrupt,
+    run_interruptible,
+)
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -48,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_interrupt
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse, run_interruptible
+from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse, quiet_interrupt, run_interruptible
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_interrupt
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)

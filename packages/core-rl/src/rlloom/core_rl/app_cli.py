@@ -4,15 +4,17 @@ the options, and a YAML --config checked before anything reads it."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 INTERRUPTED_EXIT = 130
 """A run stopped by Ctrl-C exits as shells report SIGINT (128 + 2)."""
@@ -113,3 +115,18 @@ def run_interruptible(run: Callable[[], T], output_dir: str | Path, argv: list[s
     except KeyboardInterrupt:
         print(interrupted_message(Path(output_dir), argv if argv is not None else sys.argv), file=sys.stderr)
         raise SystemExit(INTERRUPTED_EXIT) from None
+
+
+def quiet_interrupt(main: Callable[P, T]) -> Callable[P, T]:
+    """A console script's `main` that Ctrl-C ends with one line and exit 130 wherever it lands (loading torch, a
+    model, an eval); `run_interruptible` words the line for training, whose step and resume matter."""
+
+    @functools.wraps(main)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise SystemExit(INTERRUPTED_EXIT) from None
+
+    return wrapped

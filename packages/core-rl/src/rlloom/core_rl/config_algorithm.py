@@ -171,7 +171,10 @@ class AlgorithmConfig(Section):
         default=0.2, ge=0.0, description="PPO ratio clip above 1; 0.28 is DAPO's clip-higher (Yu et al. 2025)."
     )
     dual_clip: float | None = Field(
-        default=None, gt=1.0, description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off."
+        default=None,
+        gt=1.0,
+        description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off (the default). veRL's "
+        "vanilla loss always dual-clips with c = 3 (clip_ratio_c): set 3 for veRL's behaviour.",
     )
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
         Field(

@@ -167,4 +167,12 @@ def log_aliases(translated: Sequence[Translated]) -> None:
     """One info line naming every alias applied (none: nothing logged)."""
     pairs = dict.fromkeys(f"{t.verl_key} -> {t.key}" for t in translated if t.verl_key is not None)
     if pairs:
-        logger.info("config: read veRL's keys as ours: %s", ", ".join(pairs))
+        dual = any(t.key == "algorithm.dual_clip" for t in translated)
+        note = "" if dual else DUAL_CLIP_NOTE
+        logger.info("config: read veRL's keys as ours: %s%s", ", ".join(pairs), note)
+
+
+DUAL_CLIP_NOTE = (
+    "; note: veRL's vanilla loss always dual-clips (clip_ratio_c=3) and rlloom's does not unless "
+    "algorithm.dual_clip=3 is set"
+)
