@@ -35,3 +35,13 @@ def test_grpo_sampling_and_schedule_match_the_published_run() -> None:
     assert (cfg.trainer.total_steps, cfg.trainer.val_every, cfg.trainer.save_every) == (1005, 100, 100)
     assert cfg.actor.lr == 1e-6 and cfg.actor.warmup_ratio == 0.285
     assert (search.top_k, search.max_turns) == (3, 5)  # max_turns=4 searches + the answer turn
+
+
+def test_the_8_gpu_config_is_grpo_on_8_ranks() -> None:
+    one, search_one = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/models/x"])
+    eight, search_eight = load_train_config(CONFIGS / "grpo_8gpu.yaml", ["model.path=/models/x"])
+    assert eight.distributed.num_ranks == 8 and one.distributed.num_ranks == 1
+    assert search_eight == search_one
+    skip = {"distributed", "trainer"}
+    assert eight.model_dump(exclude=skip) == one.model_dump(exclude=skip)
+    assert eight.trainer.model_dump(exclude={"output_dir"}) == one.trainer.model_dump(exclude={"output_dir"})

@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model.path=/models/Qwen2.5-3B search.max_turns=2 actor.lr=5e-7.",
         formatter_class=HelpFormatter,
     )
-    fit.add_argument("--config", default="grpo", help="grpo, ppo (Search-R1's setups) or a YAML file")
+    fit.add_argument(
+        "--config", default="grpo", help="grpo, ppo (Search-R1's setups), grpo_8gpu (grpo on 8 GPUs) or a YAML file"
+    )
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM; default: none)")
     _retrieval_args(fit, required=True)
@@ -209,7 +211,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom.core_rl.config_loading import bundled_config
 
     try:
-        config = bundled_config(args.config, CONFIGS, ("grpo", "ppo"))
+        config = bundled_config(args.config, CONFIGS, ("grpo", "ppo", "grpo_8gpu"))
     except ConfigError as err:
         parser.error(str(err))
     check_yaml(parser, str(config))
