@@ -176,6 +176,14 @@ def tokenizer_for(vocab: int) -> Any:
     return tok
 
 
+def cached_tokenizer(ctx: Context, vocab: int) -> Any:
+    """One tokenizer per vocabulary size for the whole run (a 151,936-word one takes seconds to build)."""
+    key = f"tokenizer_{vocab}"
+    if key not in ctx.shared:
+        ctx.shared[key] = tokenizer_for(vocab)
+    return ctx.shared[key]
+
+
 def build_model(shape: Shape, tok: Any, device: Any, dtype: Any, *, seed: int = 0) -> Any:
     """A randomly initialised Qwen2ForCausalLM of `shape`, made directly on `device` (fast on a GPU)."""
     import torch
@@ -335,7 +343,7 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
 
     s = ctx.sizes
     start_process_group(ctx)
-    tok = tokenizer_for(s.small.vocab)
+    tok = cached_tokenizer(ctx, s.small.vocab)
     base = build_model(s.small, tok, ctx.device, torch.float32)
     copy_model = copy.deepcopy(base)
     initial = {k: v.detach().clone() for k, v in base.state_dict().items()}
@@ -579,11 +587,11 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
     from rlloom.core_rl.actor import PolicyActor
 
     for key in list(ctx.shared):
-        if key not in ("tok",):
+        if not key.startswith("tokenizer_"):
             ctx.shared.pop(key)
     release_memory()
     s = ctx.sizes
-    tok = tokenizer_for(s.large.vocab) if s.large.vocab != s.small.vocab else ctx.shared["tok"]
+    tok = cached_tokenizer(ctx, s.large.vocab)
     model = build_model(s.large, tok, ctx.device, torch.float32, seed=11)
     model.config.use_cache = False
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
