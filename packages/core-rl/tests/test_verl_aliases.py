@@ -65,6 +65,13 @@ def test_values_are_translated_where_verl_spells_them_differently() -> None:
     assert cfg.trainer.resume == "never"
 
 
+def test_ppo_mini_batch_size_is_prompts_as_in_verl_and_trajectories_with_search_r1s_n_agent() -> None:
+    verl = load_config(None, [MODEL, "actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=8"])
+    assert verl.actor.mini_batch_size == 8  # veRL multiplies it by rollout.n: prompts, as here
+    fork = ["actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.rollout.n_agent=5"]
+    assert load_config(None, [MODEL, *fork]).actor.mini_batch_size == 52
+
+
 def test_clip_ratio_sets_both_bounds_and_the_specific_one_wins_in_any_order() -> None:
     for order in (1, -1):
         items = ["actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio=0.1"]
@@ -201,7 +208,8 @@ def test_search_r1_command_line_loads_with_the_search_agents_grpo_config() -> No
     assert cfg.model.path == "/models/qwen"
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.rollout.max_tokens) == (512, 4096, 500)
     assert (cfg.rollout.n, cfg.rollout.temperature) == (5, 1.0)
-    assert (cfg.actor.lr, cfg.actor.warmup_ratio, cfg.actor.mini_batch_size) == (1e-6, 0.285, 256)
+    # Search-R1's fork counts ppo_mini_batch_size in trajectories: 256 of n_agent 5 is 52 prompts (ceil)
+    assert (cfg.actor.lr, cfg.actor.warmup_ratio, cfg.actor.mini_batch_size) == (1e-6, 0.285, 52)
     assert cfg.algorithm.use_kl_loss and cfg.algorithm.kl_loss_coef == 0.001
     assert cfg.algorithm.kl_loss_type == "low_var_kl"
     assert (cfg.trainer.save_every, cfg.trainer.val_every, cfg.trainer.total_steps) == (100, 50, 1005)

@@ -25,7 +25,7 @@ from rlloom.core_rl.config_keys import (
     validation_message,
 )
 from rlloom.core_rl.config_migration import LEGACY_KEYS, migrate_config, set_flat_override
-from rlloom.core_rl.config_verl_aliases import Translated, log_aliases, translate
+from rlloom.core_rl.config_verl_aliases import Translated, log_aliases, search_r1_mini_batch, translate
 from rlloom.core_rl.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -178,7 +178,7 @@ def _migrated(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Translated]]:
     """Each override as typed, with our key and value (veRL's keys translated)."""
     items = list(overrides)
-    parsed = [_parse_override(item) for item in items]
+    parsed = search_r1_mini_batch([_parse_override(item) for item in items])
     out: list[tuple[str, Translated]] = []
     for item, pair in zip(items, parsed, strict=True):
         out.extend((item, t) for t in translate([pair]))

@@ -104,7 +104,7 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.actor.optim.lr": Alias(("actor.lr",)),
     f"{_ARF}.actor.optim.lr_warmup_steps_ratio": Alias(("actor.warmup_ratio",)),
     f"{_ARF}.actor.optim.weight_decay": Alias(("actor.weight_decay",)),
-    f"{_ARF}.actor.ppo_mini_batch_size": Alias(("actor.mini_batch_size",)),  # prompts in both
+    f"{_ARF}.actor.ppo_mini_batch_size": Alias(("actor.mini_batch_size",)),  # prompts in both (not Search-R1's)
     f"{_ARF}.actor.ppo_max_token_len_per_gpu": Alias(("actor.max_tokens_per_micro_batch",)),
     f"{_ARF}.actor.ppo_epochs": Alias(("actor.ppo_epochs",)),
     f"{_ARF}.actor.grad_clip": Alias(("actor.grad_clip",)),
@@ -149,7 +149,7 @@ def translate(pairs: Sequence[tuple[str, Any]]) -> list[Translated]:
     whatever the order typed, so the specific one wins as in veRL. Raises `ConfigError` for a value veRL allows
     and we do not, naming the veRL key and the fix."""
     out: list[Translated] = []
-    for key, value in pairs:
+    for key, value in search_r1_mini_batch(pairs):
         alias = VERL_ALIASES.get(key)
         if alias is None:
             out.append(Translated(key, value))
@@ -161,6 +161,20 @@ def translate(pairs: Sequence[tuple[str, Any]]) -> list[Translated]:
         fan_out = len(alias.targets) > 1
         out.extend(Translated(target, ours, key, alias.section_switch, fan_out) for target in alias.targets)
     return sorted(out, key=lambda t: not t.fan_out)
+
+
+_N_AGENT = f"{_ARF}.rollout.n_agent"
+_MINI_BATCH = f"{_ARF}.actor.ppo_mini_batch_size"
+
+
+def search_r1_mini_batch(pairs: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Search-R1's veRL fork (the one with `rollout.n_agent`) counts `ppo_mini_batch_size` in trajectories; veRL
+    since multiplies it by `rollout.n`, so it counts prompts, as `actor.mini_batch_size` does. With `n_agent` on the
+    same command line the value becomes prompts: ceil(trajectories / n_agent) (Search-R1's 256 of n_agent 5: 52)."""
+    n_agent = next((v for k, v in pairs if k == _N_AGENT), None)
+    if not isinstance(n_agent, int) or n_agent < 1:
+        return list(pairs)
+    return [(k, -(-v // n_agent) if k == _MINI_BATCH and isinstance(v, int) else v) for k, v in pairs]
 
 
 def log_aliases(translated: Sequence[Translated]) -> None:
