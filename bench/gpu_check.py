@@ -40,6 +40,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -260,7 +261,9 @@ def start_process_group(ctx: Context) -> None:
     if dist.is_initialized():
         return
     backend = "nccl" if ctx.cuda else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    address = f"tcp://127.0.0.1:{free_port()}"
+    # a hung collective fails after 2 minutes instead of NCCL's default 10, which would outlast the run's deadline
+    dist.init_process_group(backend, init_method=address, rank=0, world_size=1, timeout=timedelta(seconds=120))
 
 
 def release_memory() -> None:
@@ -613,6 +616,8 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
         try:
             actor.update_policy(batch)  # warm-up: allocates AdamW state and the kernels' workspaces
             ctx.sync()
+            held = actor.state_bytes()  # parameters and AdamW moments kept between steps
+            figures[f"{mode}_params_and_adam_GiB"] = (held["parameters"] + held["optimizer"]) / 2**30
             if ctx.cuda:
                 torch.cuda.reset_peak_memory_stats(ctx.device)
             times = []
