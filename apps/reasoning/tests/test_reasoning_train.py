@@ -15,7 +15,7 @@ import yaml
 from rlloom_apps.reasoning.cli import main
 from rlloom_apps.reasoning.train import ALGORITHMS, config_file, load_train_config
 
-from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.config import AlgorithmConfig, ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def small(tiny: dict[str, Path], out: Path, algorithm: str) -> list[str]:
     """Overrides that shrink a GPU config to a CPU step (the algorithm's own settings stay as the config has them)."""
     n = 1 if algorithm == "ppo" else 2
     published = yaml.safe_load(config_file(algorithm).read_text())["algorithm"]
-    buffer = ["algorithm.overlong_buffer=3"] if published.get("overlong_buffer") else []  # within 6 tokens
+    buffer = ["algorithm.overlong.buffer=3"] if published.get("overlong") else []  # within 6 tokens
     return [
         *buffer,
         "actor.warmup_steps=0",  # a published warm-up (DAPO's 10 steps) is longer than this one-step run
@@ -72,8 +72,12 @@ def test_each_config_trains_a_step(algorithm: str, tiny: dict[str, Path], tmp_pa
     argv = ["train", "--config", algorithm, "--train-data", str(tiny["rows"]), "--score-workers", "1"]
     main([*argv, *small(tiny, out, algorithm)])
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    shrunk = {"overlong_buffer": 3} if algorithm == "dapo" else {}
-    assert saved["algorithm"] == {**saved["algorithm"], **published["algorithm"], **shrunk}  # the config's algorithm
+    shrunk = {"overlong": {**published["algorithm"]["overlong"], "buffer": 3}} if algorithm == "dapo" else {}
+    # the config's algorithm, as validated (a section given in part holds its defaults for the rest)
+    expected = AlgorithmConfig.model_validate({**published["algorithm"], **shrunk}).model_dump(mode="json")
+    assert {key: saved["algorithm"][key] for key in published["algorithm"]} == {
+        key: expected[key] for key in published["algorithm"]
+    }
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = metrics[-1]
     # every sample was scored by the gsm8k scorer: a random tiny model answers nothing, so rewards are 0, not errors

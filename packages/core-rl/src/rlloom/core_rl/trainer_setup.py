@@ -82,7 +82,10 @@ def prepare_data(
     `data.max_prompt_length` applied (before the loader: the limit decides the steps per epoch)."""
     check_rows(train_data, split="train", agent_rows=own_collector)
     check_rows(val_data or [], split="validation", agent_rows=own_collector)
-    train, val, tokenizer = list(train_data), list(val_data or []), None
+    # measured as given, so a JsonlRows' errors name file:line
+    train: Sequence[Row] = train_data
+    val: Sequence[Row] = val_data or []
+    tokenizer = None
     data = config.data
     if data.max_prompt_length is not None:
         tokenizer, limit, drop = load_tokenizer(config), data.max_prompt_length, data.filter_overlong_prompts
@@ -95,7 +98,7 @@ def prepare_data(
             f"trainer.val_only: there are no validation rows to validate on{dropped}; pass val_data= (the apps' "
             "--val-data) or set trainer.val_only=false"
         )
-    return RunData(train, val, tokenizer)
+    return RunData(list(train), list(val), tokenizer)
 
 
 def prompt_loader(config: RLConfig, rows: Sequence[Row]) -> PromptLoader:
