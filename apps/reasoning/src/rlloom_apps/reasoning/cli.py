@@ -17,6 +17,7 @@ from rlloom.core_rl.app_cli import (
     quiet_interrupt,
     run_interruptible,
 )
+from rlloom.core_rl.curves import add_plot_command, run_plot_command
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.formatter_class = HelpFormatter
     _eval_parser(commands)
     _train_parser(commands)
+    add_plot_command(commands, "reasoning")
     return parser
 
 
@@ -59,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    if args.command == "plot":
+        run_plot_command(parser, args)
+        return
     if args.command == "demo":
         _demo(parser, args)
         return

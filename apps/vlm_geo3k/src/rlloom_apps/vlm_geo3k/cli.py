@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse, quiet_interrupt, run_interruptible
+from rlloom.core_rl.curves import add_plot_command, run_plot_command
 from rlloom.core_rl.demo_cli import add_demo_command
 
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.formatter_class = HelpFormatter
     _eval_parser(commands)
+    add_plot_command(commands, "vlm-geo3k")
     return parser
 
 
@@ -60,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    if args.command == "plot":
+        run_plot_command(parser, args)
+        return
     if args.command == "eval":
         _eval(parser, args)
         return
