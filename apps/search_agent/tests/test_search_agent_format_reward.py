@@ -11,16 +11,22 @@ A valid sequence is think -> (search -> information -> think)* -> answer with on
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from rlloom_apps.search_agent.cli import main
+from rlloom_apps.search_agent.data import prepare
 from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv, FormatRewardSettings, score_transcript
 from rlloom_apps.search_agent.settings import load_train_config
 from rlloom_apps.search_agent.train import CONFIGS
 
 from rlloom.agent import Sample
-from rlloom.retrieval import Hit
+from rlloom.agent.envs.search import SEARCH_R1_INVALID_ACTION
+from rlloom.core_rl.tiny import save_tiny_model
+from rlloom.retrieval import Hit, build_index
 
 GOLD = {"target": ["Paris"]}
 INFO = '\n\n<information>Doc 1(Title: "Paris") Paris is the capital of France.</information>\n\n'
@@ -40,6 +46,7 @@ PUBLISHED = FormatRewardSettings()
         (f"{VALID_SEARCH}<answer> Lyon </answer>", 0.2),  # wrong, valid (retrieval_score 0)
         ("<think> hm </think><answer> Lyon </answer> and more", 0.1),  # wrong, invalid
         ("<think> hm </think><search> x </search><think> y </think><answer> Lyon", 0.0),  # no answer, invalid
+        (f"blah{SEARCH_R1_INVALID_ACTION}blah", 0.1),  # the corrective text's "<answer> and </answer>" is wrong
     ],
 )
 def test_published_scores_on_hand_worked_cases(text: str, expected: float) -> None:
@@ -82,3 +89,36 @@ def test_config_section_selects_it_and_rejects_unknown_keys() -> None:
     assert plain.format_reward is None
     with pytest.raises((ValidationError, ValueError), match="structure_score"):
         load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m", "search.format_reward={structure_score: 0.3}"])
+
+
+@pytest.mark.slow
+def test_tiny_run_trains_on_the_format_reward(tmp_path: Path) -> None:
+    """`search.format_reward={}` reaches the rollouts: the logged reward parts are the format reward's."""
+    passages = [("Paris", "Paris is the capital of France."), ("Berlin", "Berlin is the capital of Germany.")]
+    (tmp_path / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(passages))
+    )
+    index = build_index(tmp_path / "corpus.jsonl", tmp_path / "index", "bm25")
+    questions = [{"question": "what is the capital of france", "answer": ["Paris"]}]
+    (tmp_path / "nq.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions * 2))
+    prepare("nq", tmp_path / "nq.jsonl", tmp_path / "train.jsonl", split="train")
+    save_tiny_model(tmp_path, max_position_embeddings=2048)
+    out = tmp_path / "run"
+    main(
+        [
+            "train", "--config", "grpo", "--train-data", str(tmp_path / "train.jsonl"), "--index", str(index),
+            f"model.path={tmp_path / 'model'}", f"model.tokenizer_path={tmp_path / 'tokenizer'}",
+            "model.dtype=float32", "model.gradient_checkpointing=false", "data.train_batch_size=2", "rollout.n=2",
+            "rollout.max_tokens=8", "actor.mini_batch_size=2", "actor.warmup_steps=0", "trainer.total_steps=1",
+            "trainer.save_every=0", "trainer.val_before_train=false", "trainer.device=cpu",
+            "trainer.trackers=[jsonl]", f"trainer.output_dir={out}", "search.max_turns=2",
+            "search.max_obs_tokens=32", "search.max_total_tokens=2048", "search.format_reward={}",
+        ]
+    )  # fmt: skip
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(line for line in steps if "reward/mean" in line)
+    # a random model writes no action, so each turn but the last gets Search-R1's corrective text, which holds
+    # "<answer> and </answer>": Search-R1 reads that as a wrong answer in an invalid sequence too, 0.1 every time
+    assert step["reward/mean"] == pytest.approx(0.1) and step["reward/std"] == 0.0
+    assert step["reward_components/em"] == 0.0 and step["reward_components/format_valid"] == 0.0
+    assert "reward_components/outcome" not in step
