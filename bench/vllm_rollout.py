@@ -2,9 +2,8 @@
 
 A tiny Qwen2 (head_dim 64, the smallest vLLM's CPU attention runs) is saved once; vLLM loads the folder, HFEngine
 the same weights in process. Both sample the same batch (temperature 1, `ignore_eos`, 128 new tokens, per-token
-logprobs on) at 64 and 256 rows; we print median tokens/s and the ratio vLLM / HF measured in this run. HF runs
-before vLLM starts and after it is closed (medians over both), because vLLM's idle engine processes keep taking
-CPU: the last column is HF measured while they live. Engine start and weight sync are timed once.
+logprobs on) at 64 and 256 rows, alternating which goes first, `--repeats` times; we print median tokens/s and
+the ratio vLLM / HF measured in this run. Engine start and weight sync are timed once and printed apart.
 
 Needs vLLM in the running interpreter (`nox -s tests-vllm` builds such a venv; see packages/rollout/README.md):
 
@@ -73,17 +72,6 @@ def main() -> None:
     low = len(tok.all_special_ids) + 1
     batches = {rows: requests_for(rows, args.new_tokens, len(tok), low) for rows in args.rows}
     hf_engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=max(args.rows)))
-    hf: dict[int, list[float]] = {rows: [] for rows in args.rows}
-    vl: dict[int, list[float]] = {rows: [] for rows in args.rows}
-    hf_beside: dict[int, float] = {}
-
-    def measure_hf(runs: int) -> None:
-        for rows, requests in batches.items():
-            tokens_per_s(hf_engine, requests[:8])  # warm-up
-            hf[rows] += [tokens_per_s(hf_engine, requests) for _ in range(runs)]
-
-    # HF alone before and after vLLM's processes live: an idle vLLM engine still takes CPU (see below)
-    measure_hf(args.repeats // 2 + 1)
     started = time.perf_counter()
     config = VLLMEngineConfig(
         model=str(folder / "model"),
@@ -99,20 +87,21 @@ def main() -> None:
     vllm_engine.update_weights(dict(model.state_dict()))  # same weights, pushed the way the trainer does
     vllm_engine.finish_weight_sync()
     sync_s = time.perf_counter() - started
-    for rows, requests in batches.items():
-        tokens_per_s(vllm_engine, requests[:8])  # warm-up
-        vl[rows] = [tokens_per_s(vllm_engine, requests) for _ in range(args.repeats)]
-        hf_beside[rows] = tokens_per_s(hf_engine, requests)
-    vllm_engine.close()
-    time.sleep(5)
-    measure_hf(args.repeats // 2 + 1)
-    hf_engine.close()
     print(f"tiny Qwen2 {params / 1e6:.2f}M params, fp32, torch threads {torch.get_num_threads()}")
     print(f"vLLM engine start {start_s:.1f} s, weight sync {sync_s * 1000:.0f} ms")
-    print(f"{'rows':>5} {'new':>4} {'HF tok/s':>10} {'vLLM tok/s':>11} {'vLLM/HF':>8} {'HF beside idle vLLM':>20}")
-    for rows in args.rows:
-        h, v = statistics.median(hf[rows]), statistics.median(vl[rows])
-        print(f"{rows:>5} {args.new_tokens:>4} {h:>10.0f} {v:>11.0f} {v / h:>7.2f}x {hf_beside[rows]:>20.0f}")
+    print(f"{'rows':>5} {'new':>4} {'HF tok/s':>10} {'vLLM tok/s':>11} {'vLLM/HF':>8}")
+    for rows, requests in batches.items():
+        tokens_per_s(vllm_engine, requests[:8])  # warm-up
+        tokens_per_s(hf_engine, requests[:8])
+        hf, vl = [], []
+        for r in range(args.repeats):  # alternating which goes first, so load drift hits both alike
+            pair = [(hf, hf_engine), (vl, vllm_engine)]
+            for out, engine in pair if r % 2 == 0 else pair[::-1]:
+                out.append(tokens_per_s(engine, requests))
+        h, v = statistics.median(hf), statistics.median(vl)
+        print(f"{rows:>5} {args.new_tokens:>4} {h:>10.0f} {v:>11.0f} {v / h:>7.2f}x", flush=True)
+    hf_engine.close()
+    vllm_engine.close()
 
 
 if __name__ == "__main__":  # vLLM spawns its engine-core process: keep the work behind this guard
