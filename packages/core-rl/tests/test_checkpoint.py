@@ -85,3 +85,22 @@ def test_saving_after_a_resume_from_an_earlier_step_keeps_the_new_checkpoint(tmp
     assert sorted(p.name for p in tmp_path.glob("step_*")) == expected
     (tmp_path / "latest").unlink()  # the highest-step fallback finds the same one
     assert latest_checkpoint(tmp_path) == tmp_path / "step_5"
+
+
+def test_a_crash_during_a_resave_leaves_no_checkpoint_behind(tmp_path: Path) -> None:
+    """A re-save moves step_N aside as .old_step_N_<pid> first; pruning never looked at those, so each crash there
+    left a whole checkpoint on disk. Now the next save or resume deletes it, or puts it back when the new step_N
+    never arrived."""
+    save(tmp_path, 1)
+    save(tmp_path, 2)
+    # a crash after the new step_2 was in place, before the old one was deleted
+    (tmp_path / "step_2").rename(tmp_path / ".old_step_2_999999")
+    save(tmp_path, 2)
+    # a crash after step_1 was moved aside, before its new copy arrived
+    (tmp_path / "step_1").rename(tmp_path / ".old_step_1_999998")
+    save(tmp_path, 3)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".old", "step_"))) == ["step_2", "step_3"]
+    (tmp_path / "step_3").rename(tmp_path / ".old_step_3_999997")  # the only copy of the latest step
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_3"
+    assert load_trainer_state(tmp_path / "step_3")["step"] == 3
+    assert not list(tmp_path.glob(".old_step_*"))

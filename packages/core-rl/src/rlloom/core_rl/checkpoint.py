@@ -101,6 +101,8 @@ def save_checkpoint(
 def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     """The checkpoint `latest` names, or the highest complete `step_N/` if the pointer is missing."""
     root = Path(checkpoint_dir)
+    if root.is_dir():
+        recover_interrupted_resaves(root)
     pointer = root / LATEST
     if pointer.exists():
         target = root / pointer.read_text().strip()
@@ -137,6 +139,7 @@ def _prune(root: Path, keep_last: int, newest: int) -> None:
     count as the oldest, so they never crowd out the new one, and `latest_checkpoint`'s highest-step fallback
     cannot pick one of them once they are gone (their `metrics.jsonl` lines were dropped on resume too).
     """
+    recover_interrupted_resaves(root)  # first: a checkpoint put back in place counts among the kept ones
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name))]
     # abandoned ones (past `newest`) first, then by step
     steps = sorted(found, key=lambda item: (item[0] <= newest, item[0]))
@@ -145,6 +148,24 @@ def _prune(root: Path, keep_last: int, newest: int) -> None:
     for stale in root.glob(".tmp_step_*"):  # left by a crash mid-save
         if not stale.name.endswith(f"_{os.getpid()}"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+_OLD_STEP_DIR = re.compile(r"^\.old_step_(\d+)_(\d+)$")
+
+
+def recover_interrupted_resaves(root: Path) -> None:
+    """A crash while re-saving a step leaves `.old_step_N_<pid>`: the previous `step_N`, moved aside. If the new
+    `step_N` never arrived, the old one is the checkpoint and goes back in place; otherwise it is deleted (pruning
+    never looked at these, so each crash left a whole checkpoint behind)."""
+    for old in root.glob(".old_step_*"):
+        match = _OLD_STEP_DIR.match(old.name)
+        if match is None or int(match.group(2)) == os.getpid():
+            continue  # this process's own re-save in progress
+        final = root / f"step_{match.group(1)}"
+        if not final.exists() and (old / STATE_FILE).exists():
+            old.rename(final)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _fsync_tree(path: Path) -> None:
