@@ -420,3 +420,21 @@ def test_gae_gives_wrong_answers_a_negative_advantage_from_a_fresh_critic() -> N
     torch.testing.assert_close(returns, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
     one_token = AdvantageInputs(torch.tensor([[2.0, 0.0]]), torch.tensor([[1, 0]]), values=torch.zeros(1, 2))
     torch.testing.assert_close(get_advantage_estimator("gae")(one_token)[0], torch.tensor([[2.0, 0.0]]))  # no var
+
+
+def test_adv_epsilon_reaches_grpo_through_the_config() -> None:
+    """algorithm.adv_epsilon (TRL's 1e-4, veRL's 1e-6) is the divisor's epsilon the advantage phase uses."""
+    from rlloom.core_rl.algorithms.kl_control import FixedKLController
+    from rlloom.core_rl.batch import TrajectoryBatch
+    from rlloom.core_rl.config import AlgorithmConfig
+    from rlloom.core_rl.phases.advantages import compute_advantages
+    from rlloom.core_rl.trajectory import Trajectory
+
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    trajs = [Trajectory(prompt_ids=[1], response_ids=[2], loss_mask=[1], group_id="g", reward=r) for r in rewards]
+    for eps in (1e-6, 1e-4, 0.5):
+        batch = TrajectoryBatch.from_trajectories(trajs, pad_token_id=0)
+        compute_advantages(batch, trajs, AlgorithmConfig(adv_epsilon=eps), FixedKLController(0.0))
+        std = torch.tensor(rewards).std().item()  # torch's unbiased std, as GRPO here
+        expected = [(r - 0.25) / (std + eps) for r in rewards]
+        torch.testing.assert_close(batch["advantages"][:, 0], torch.tensor(expected))

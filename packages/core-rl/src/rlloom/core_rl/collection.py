@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlloom.core_rl.data import DataError, Row, generation_request, ground_truth
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.protocols import RewardFn, RolloutEngine
+from rlloom.core_rl.protocols import RewardFn, RewardLike, RewardOutput, RolloutEngine
 from rlloom.core_rl.trajectory import Trajectory
 
 CollectFn = Callable[[Sequence[Row], SamplingParams, str], list[Trajectory]]
@@ -70,6 +71,46 @@ def sample_trajectories(
                 )
             )
     return trajectories
+
+
+class GuardedReward:
+    """A reward function that can neither stop nor stall the run: each call runs on a daemon thread with a deadline
+    (`trainer.reward_timeout_s`); a call that raises or runs past it scores its batch 0, each with the reason, as
+    `RegistryReward` does for one scorer. The trainer reports such errors once each and stops only if every reward
+    of the first step failed. A call past its deadline keeps its thread (Python cannot stop one); the error says so.
+    """
+
+    def __init__(self, reward_fn: RewardFn, timeout_s: float) -> None:
+        self.reward_fn = reward_fn
+        self.timeout_s = timeout_s
+
+    def __call__(self, trajectories: Sequence[Trajectory]) -> Sequence[RewardLike]:
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["rewards"] = self.reward_fn(trajectories)
+            except Exception as exc:
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=run, name="rlloom-reward", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            return self._failed(
+                trajectories,
+                f"the reward function did not return within trainer.reward_timeout_s={self.timeout_s:g} s (its call "
+                "is left running); scored 0. Raise the limit if scoring is this slow, or find what hangs",
+            )
+        if "error" in outcome:
+            exc = outcome["error"]
+            return self._failed(trajectories, f"the reward function raised {type(exc).__name__}: {exc}; scored 0")
+        rewards: Sequence[RewardLike] = outcome["rewards"]
+        return rewards
+
+    @staticmethod
+    def _failed(trajectories: Sequence[Trajectory], error: str) -> list[RewardLike]:
+        return [RewardOutput(0.0, {}, error) for _ in trajectories]
 
 
 def score(trajectories: Sequence[Trajectory], reward_fn: RewardFn) -> list[str | None]:

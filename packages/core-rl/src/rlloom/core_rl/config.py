@@ -362,6 +362,12 @@ class TrainerConfig(_Section):
         description="Keep an exponential moving average of the policy's weights, ema = beta * ema + (1 - beta) * "
         "policy after every step, saved as <checkpoint>/ema (OpenRLHF's --ema_beta, e.g. 0.992). None = off.",
     )
+    reward_timeout_s: float = Field(
+        default=600.0,
+        gt=0.0,
+        description="Longest wait for one call of the reward function (a batch): past it, or when it raises, the "
+        "batch scores 0 with the reason, reported once per message, and the run goes on.",
+    )
     log_val_generations: int = Field(
         default=0,
         ge=0,

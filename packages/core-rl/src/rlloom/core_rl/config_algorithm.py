@@ -148,6 +148,11 @@ class AlgorithmConfig(Section):
         "2023), reinforce_plus_plus, reinforce_plus_plus_baseline (Hu 2025).",
     )
     norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
+    adv_epsilon: float = Field(
+        default=1e-6,
+        gt=0.0,
+        description="GRPO's std divisor is std + adv_epsilon (veRL: 1e-6; TRL: 1e-4), so an all-equal group gives 0.",
+    )
     adv_std_scope: Literal["group", "batch"] = Field(
         default="group",
         description="grpo with norm_adv_by_std: divide by the std of the prompt's group, or of the whole batch's "

@@ -22,7 +22,7 @@ from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.algorithms import mask_truncated_responses
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
-from rlloom.core_rl.collection import CollectFactory, CollectFn, RewardErrorReport, score
+from rlloom.core_rl.collection import CollectFactory, CollectFn, GuardedReward, RewardErrorReport, score
 from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.ema import WeightEMA
@@ -70,7 +70,7 @@ class Trainer:
         trackers: Sequence[Tracker] | None = None,
     ) -> None:
         self.cfg = cfg = setup.checked_config(config, engine, engine_factory, collect, collect_factory)
-        self.reward_fn = reward_fn
+        self.reward_fn = GuardedReward(reward_fn, cfg.trainer.reward_timeout_s)
         own_collector = collect is not None or collect_factory is not None
         data = setup.prepare_data(cfg, train_data, val_data, own_collector=own_collector)
         self.val_data = data.val
@@ -98,7 +98,7 @@ class Trainer:
         self.rollout_dump, self.validation_dump = setup.generation_dumps(cfg.trainer, self.step)
         self.engine = setup.build_engine(cfg, self.parts, engine, engine_factory, self.resume_from)
         collector = setup.build_collector(cfg, self.engine, collect, collect_factory)
-        self.rounds = RoundRunner(collector, reward_fn, cfg.algorithm)
+        self.rounds = RoundRunner(collector, self.reward_fn, cfg.algorithm)
         self.kl_ctrl = kl_controller(cfg.algorithm)
         self.entropy = EntropyBonus(cfg.algorithm)
         self.sampling = setup.sampling_params(cfg, self.step)

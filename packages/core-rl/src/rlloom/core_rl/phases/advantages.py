@@ -43,6 +43,7 @@ def compute_advantages(
         lam=algo.lam,
         norm_by_std=algo.norm_adv_by_std,
         std_scope=algo.adv_std_scope,
+        eps=algo.adv_epsilon,
     )
     batch["advantages"], batch["returns"] = get_advantage_estimator(algo.adv_estimator)(inputs)
     return out
