@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_file_arguments, check_yaml, parse
+from rlloom.core_rl.app_cli import (
+    HelpFormatter,
+    check_file_arguments,
+    check_yaml,
+    parse,
+    quiet_interrupt,
+    run_interruptible,
+)
+from rlloom.core_rl.curves import add_plot_command, run_plot_command
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 
@@ -50,12 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_parser(commands)
     _infer_parser(commands)
     _demo_parser(commands)
+    add_plot_command(commands, "search-agent")
     return parser
 
 
+@quiet_interrupt
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    if args.command == "plot":
+        run_plot_command(parser, args)
+        return
     if args.command == "demo":
         _demo(parser, args)
     elif args.command == "train":
@@ -216,7 +229,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     check_yaml(parser, str(config))
     try:
-        _, search = load_train_config(config, args.overrides)  # a bad config fails before anything loads
+        rl, search = load_train_config(config, args.overrides)  # a bad config fails before anything loads
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
@@ -232,13 +245,16 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except ValueError as err:
         parser.error(str(err))
     try:
-        metrics = run_train(
-            config,
-            train_data=args.train_data,
-            val_data=args.val_data,
-            index=args.index,
-            retrieval_url=args.retrieval_url,
-            overrides=args.overrides,
+        metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
+            lambda: run_train(
+                config,
+                train_data=args.train_data,
+                val_data=args.val_data,
+                index=args.index,
+                retrieval_url=args.retrieval_url,
+                overrides=args.overrides,
+            ),
+            rl.trainer.output_dir,
         )
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
