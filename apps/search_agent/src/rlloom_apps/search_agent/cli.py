@@ -103,7 +103,7 @@ def _retrieval_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 def _policy_args(parser: argparse.ArgumentParser) -> None:
     """The policy, retrieval and Search-R1's limits, shared by `eval` and `infer`."""
-    from rlloom_apps.search_agent.evaluate import EvalSettings
+    from rlloom_apps.search_agent.eval_settings import EvalSettings
 
     from rlloom.rollout.policy_spec import add_policy_arguments
 
@@ -352,7 +352,7 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
     from contextlib import nullcontext
 
     from pydantic import ValidationError
-    from rlloom_apps.search_agent.evaluate import EvalSettings
+    from rlloom_apps.search_agent.eval_settings import EvalSettings
     from rlloom_apps.search_agent.retrieval import check_retrieval, open_retriever
 
     from rlloom.rewards.eval_runner import flag_errors
