@@ -26,6 +26,11 @@ def echo_length(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
     return len(response) / 100
 
 
+def slow(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
+    time.sleep(2.0)
+    return 1.0
+
+
 def hang(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> float:
     time.sleep(3600)
     return 1.0
@@ -205,3 +210,17 @@ def test_workers_die_with_the_scoring_process(tmp_path: Any) -> None:
             return  # exited; a zombie until its (dead) parent's reaper collects it
         time.sleep(0.2)
     pytest.fail(f"worker {worker} outlived its killed parent")
+
+
+def test_an_item_that_declares_a_time_budget_gets_it_from_the_pool() -> None:
+    """The pool's deadline follows the items' own `time_budget` (code tests' per-case limits add up to it), so a
+    slow program becomes failed tests inside the scorer, not a scorer timeout (issue 28)."""
+    with ScoringPool(1, timeout=0.5) as pool:
+        rushed, budgeted = pool.score(
+            [
+                {"response": "x", "scorer": f"{HERE}:slow"},
+                {"response": "x", "scorer": f"{HERE}:slow", "extra_info": {"time_budget": 3}},
+            ]
+        )
+    assert rushed.error is not None and "timed out" in rushed.error
+    assert budgeted.error is None and budgeted.score == 1.0

@@ -135,6 +135,7 @@ class ScoringPool:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.timeout, self.memory_limit_mb, self.progress = timeout, memory_limit_mb, progress
         self.load_timeout = load_timeout
+        self._deadlines: dict[int, float] = {}  # the current call's per-item deadlines, by item index
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
         self.respawns = 0
@@ -164,6 +165,9 @@ class ScoringPool:
         """Score every item (see `as_item` for accepted shapes); results in input order, never raises per item."""
         parsed = [as_item(x, i, scorer) for i, x in enumerate(items)]
         per_item = timeout if timeout is not None else self.timeout
+        # an item that declares its own budget (code tests' `time_budget`) gets it, plus room to start its sandbox:
+        # a slow program then fails its tests inside the scorer instead of the pool killing the scorer
+        self._deadlines = {i: max(per_item, declared_seconds(item)) for i, item in enumerate(parsed)}
         with self._lock:
             self._ensure_started()
             return self._run(parsed, per_item)
@@ -183,9 +187,9 @@ class ScoringPool:
     def _start_clock(self, worker: _Worker, per_item: float) -> None:
         """The head of a worker's queue is the item it is scoring now: its deadline runs from here. Until the
         worker has imported that item's scorer, the deadline also covers start-up and import time."""
-        worker.per_item = per_item
+        worker.per_item = self._deadlines.get(worker.queue[0], per_item)
         cold = worker.specs[worker.queue[0]] not in worker.loaded
-        worker.deadline = time.monotonic() + per_item + (self.load_timeout if cold else 0.0)
+        worker.deadline = time.monotonic() + worker.per_item + (self.load_timeout if cold else 0.0)
 
     def _fill(self, worker: _Worker, pending: deque[int], items: list[ScoreItem], per_item: float) -> _Worker:
         # Up to PREFETCH items wait in a worker's socket so it never idles between items; big items are sent
@@ -242,7 +246,10 @@ class ScoringPool:
                     if worker.conn in ready or died:
                         self._collect(worker, finish, pending)
                     elif now >= worker.deadline:
-                        finish(worker, error_result("timeout", f"scorer timed out after {per_item:g} s; worker killed"))
+                        finish(
+                            worker,
+                            error_result("timeout", f"scorer timed out after {worker.per_item:g} s; worker killed"),
+                        )
                         self._replace(worker, pending)
         finally:
             bar.close()
@@ -305,6 +312,19 @@ class ScoringPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+SANDBOX_GRACE_S = 10.0
+"""What a scorer with a declared budget gets beyond it: a sandbox's start and teardown."""
+
+
+def declared_seconds(item: ScoreItem) -> float:
+    """The deadline an item asks for: its `extra_info["time_budget"]` (seconds, as the code scorers read it) plus
+    `SANDBOX_GRACE_S`; 0 when it declares none."""
+    budget = (item.extra_info or {}).get("time_budget")
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+        return 0.0
+    return float(budget) + SANDBOX_GRACE_S
 
 
 def score_batch(
