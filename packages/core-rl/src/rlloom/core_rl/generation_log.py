@@ -129,3 +129,24 @@ class GenerationDump:
 
 def _json_number(value: float | None) -> float | str | None:
     return None if value is None else json_number(value)
+
+
+def record_validation(
+    trajectories: Sequence[Trajectory],
+    tokenizer: PreTrainedTokenizerBase,
+    step: int,
+    *,
+    dump: GenerationDump | None,
+    tracker: Any,
+    shown: int,
+) -> None:
+    """A validation's generations: all of them to `trainer.validation_data_dir`, and the first `shown`
+    (`trainer.log_val_generations`) as a table on the trackers; the same validation rows come first every time,
+    so the table shows how answers change."""
+    if dump is None and not shown:
+        return
+    records = generation_records(trajectories, tokenizer, step=step, split="validation")
+    if dump is not None:
+        dump.write(step, records)
+    if shown:
+        tracker.log_generations(records[:shown], step, title="val/generations")

@@ -26,7 +26,7 @@ from rlloom.core_rl.collection import CollectFactory, CollectFn, GuardedReward, 
 from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.data import PromptLoader, Row
 from rlloom.core_rl.ema import WeightEMA
-from rlloom.core_rl.generation_log import generation_records
+from rlloom.core_rl.generation_log import generation_records, record_validation
 from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, mean_advantages, validation_metrics
 from rlloom.core_rl.optim import single_optimizer_step
 from rlloom.core_rl.phases.advantages import compute_advantages
@@ -305,14 +305,8 @@ class Trainer:
             trajectories = self.rounds.collect(self.val_data, sampling, f"val{self.step}")
             errors = score(trajectories, self.reward_fn)
         self.reward_errors.report(errors, step=self.step, split="validation")
-        shown = self.cfg.trainer.log_val_generations
-        if self.validation_dump is not None or shown:
-            records = generation_records(trajectories, self.parts.tokenizer, step=self.step, split="validation")
-            if self.validation_dump is not None:
-                self.validation_dump.write(self.step, records)
-            if shown:
-                # the first samples: the same validation rows every time, so the table shows how answers change
-                self.parts.tracker.log_generations(records[:shown], self.step, title="val/generations")
+        shown, dump, tracker = self.cfg.trainer.log_val_generations, self.validation_dump, self.parts.tracker
+        record_validation(trajectories, self.parts.tokenizer, self.step, dump=dump, tracker=tracker, shown=shown)
         return validation_metrics(trajectories)
 
     # ------------------------------------------------------------------ checkpoints
