@@ -201,6 +201,8 @@ class Trainer:
         if not warming:
             # only with PPO-ptx on, so a PolicyWorker written before `ptx_batch` existed still fits
             ptx = {"ptx_batch": self._next_ptx_batch} if self.ptx_loader is not None else {}
+            if self.rollouts is None:  # colocated: an engine with sleep mode frees its memory for the update
+                self.weights.release_memory()
             with timer("update_actor"):
                 metrics.update(actor.update_policy(batch, temperature=temperature, entropy_coef=entropy_coef, **ptx))
             self.weights.actor_step = self.step

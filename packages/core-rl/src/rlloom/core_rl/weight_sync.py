@@ -56,7 +56,13 @@ def sync_weights(actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: in
 class EngineWeights:
     """Which training step's weights the actor and the rollout engine hold, and the sync that brings the engine up
     to date. They differ off-policy, where the engine may take new weights only between batches: `wait_idle`
-    (set by the off-policy rollouts) waits until no batch is being generated."""
+    (set by the off-policy rollouts) waits until no batch is being generated.
+
+    Engines with more to do around a sync get it through optional methods, called when present: `sleep(level)` /
+    `wake_up(tags)` (vLLM's sleep mode: the engine frees accelerator memory while the actor updates, takes its
+    weights back first, the KV cache after the push, as veRL and TRL colocate) and `begin_weight_sync(step)` /
+    `finish_weight_sync()` (so a failed push names its step and surfaces at the sync, not at the next generation).
+    """
 
     def __init__(self, actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: int, step: int) -> None:
         self.actor = actor
@@ -64,16 +70,36 @@ class EngineWeights:
         self.bucket_bytes = bucket_bytes
         self.actor_step = self.engine_step = step
         self.wait_idle: Callable[[], None] = lambda: None
+        self.asleep = False
+
+    def release_memory(self) -> None:
+        """Before the actor's update (colocated, on-policy): an engine with sleep mode frees its memory."""
+        sleep = getattr(self.engine, "sleep", None)
+        if sleep is not None:
+            sleep(level=1)
+            self.asleep = True
 
     def sync(self) -> None:
-        """Push the actor's weights now (the engine must be idle)."""
-        sync_weights(self.actor, self.engine, bucket_bytes=self.bucket_bytes)
+        """Push the actor's weights now (the engine must be idle), waking a sleeping engine around the push."""
+        engine = self.engine
+        if self.asleep:
+            engine.wake_up(tags=["weights"])  # type: ignore[attr-defined]
+        begin = getattr(engine, "begin_weight_sync", None)
+        if begin is not None:
+            begin(self.actor_step)
+        sync_weights(self.actor, engine, bucket_bytes=self.bucket_bytes)
+        finish = getattr(engine, "finish_weight_sync", None)
+        if finish is not None:
+            finish()
+        if self.asleep:
+            engine.wake_up(tags=["kv_cache"])  # type: ignore[attr-defined]
+            self.asleep = False
         self.engine_step = self.actor_step
 
     def refresh(self) -> None:
         """Give the engine the actor's current weights if it lacks them, once no batch is being generated."""
         self.wait_idle()
-        if self.engine_step != self.actor_step:
+        if self.engine_step != self.actor_step or self.asleep:
             self.sync()
 
 
