@@ -36,6 +36,7 @@ NOT_INSTALLED_HERE = {
     "ray": {"ray"},
     "matplotlib": {"matplotlib"},
     "verifiers": {"verifiers"},
+    "pyarrow": {"pyarrow"},
 }
 # declared on purpose though never imported: uvicorn runs on httptools/uvloop; the agent's loop and search
 # environment take any engine and retriever, and the README's examples drive them with rlloom's own
@@ -46,7 +47,8 @@ DECLARED_FOR_ANOTHER = {
 
 
 def _imports(src: Path) -> set[str]:
-    """Top-level modules (and `rlloom.<module>`) imported anywhere under src, relative imports excluded."""
+    """Top-level modules (and `rlloom.<module>`) imported anywhere under src, relative imports and sibling files
+    imported top-level excluded."""
     found: set[str] = set()
     for path in src.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -57,6 +59,8 @@ def _imports(src: Path) -> set[str]:
                 names = [node.module]
             for name in names:
                 parts = name.split(".")
+                if (path.parent / f"{parts[0]}.py").exists():
+                    continue  # a sibling module imported top-level (the code sandbox loads its own files that way)
                 found.add(".".join(parts[:2]) if parts[0] == "rlloom" and len(parts) > 1 else parts[0])
     return found
 
