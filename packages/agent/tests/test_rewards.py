@@ -104,3 +104,25 @@ def test_scoring_errors_reach_the_trainer_in_one_place(tokenizer: Any, replay_en
         "RuntimeError: scorer broke",
         "ValueError: hook broke",
     ]
+
+
+def test_progress_counts_model_turns_as_they_happen(
+    tokenizer: Any, replay_engine: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The progress bar moves with every model turn, not only when a whole conversation ends (search-agent eval's
+    first conversation can take minutes): `rollout(on_turn=...)` is called per turn, and the bar shows the count."""
+    import asyncio
+
+    from rlloom.agent.environment import Sample
+    from rlloom.agent.envs.single_turn import SingleTurnEnv
+    from rlloom.agent.loop import AgentLoop, AgentLoopConfig
+
+    engine = replay_engine(tokenizer, lambda context: "5")
+    rubric = AgentRubric(lambda r, g, extra_info=None: 1.0)
+    loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric), AgentLoopConfig(progress=True))
+    seen: list[int] = []
+    sample = Sample.from_row({"question": "2+3?", "answer": "5"})
+    traj = asyncio.run(loop.rollout(sample, on_turn=lambda: seen.append(len(seen) + 1)))
+    assert seen == [1] and traj.metrics["turns"] == 1.0
+    loop.run([{"question": "2+3?", "answer": "5"}], n=3)
+    assert "3 turns" in capsys.readouterr().err

@@ -67,7 +67,11 @@ class AgentLoopConfig(BaseModel):
         "false} for Qwen3 (data.apply_chat_template_kwargs in single-turn training).",
     )
     compute_reward: bool = Field(default=True, description="Call the environment's reward hook on each trajectory.")
-    progress: bool = Field(default=False, description="Show a progress bar over finished conversations.")
+    progress: bool = Field(
+        default=False,
+        description="Show a progress bar over finished conversations, with the model turns taken so far beside it "
+        "(so it moves before the first conversation ends).",
+    )
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -129,12 +133,19 @@ class AgentLoop:
         limit = asyncio.Semaphore(self.config.max_concurrency)
         bar = tqdm(total=len(parsed) * n, desc="agent rollouts", disable=not self.config.progress)
         results: list[Trajectory | None] = [None] * (len(parsed) * n)
+        turns = [0]
+
+        def turn_taken() -> None:
+            turns[0] += 1
+            bar.set_postfix_str(f"{turns[0]} turns", refresh=True)
 
         async def one(index: int, sample: Sample, group_id: str) -> None:
             where = f"AgentLoop: in conversation {index} (sample {index // n}: {_describe(sample)})"
             try:
                 async with limit:
-                    results[index] = await self.rollout(sample, group_id=group_id, seed_offset=index)
+                    results[index] = await self.rollout(
+                        sample, group_id=group_id, seed_offset=index, on_turn=turn_taken
+                    )
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
@@ -167,8 +178,15 @@ class AgentLoop:
             bar.close()
         return [t for t in results if t is not None]
 
-    async def rollout(self, sample: Sample, *, group_id: str = "", seed_offset: int = 0) -> Trajectory:
-        """One conversation from reset to finish (and reward)."""
+    async def rollout(
+        self,
+        sample: Sample,
+        *,
+        group_id: str = "",
+        seed_offset: int = 0,
+        on_turn: Callable[[], None] | None = None,
+    ) -> Trajectory:
+        """One conversation from reset to finish (and reward); `on_turn` is called after each model turn."""
         cfg = self.config
         start = time.perf_counter()
         env = self.make_env()
@@ -205,6 +223,8 @@ class AgentLoop:
                 )
             conv.add_model_turn(completion.token_ids, completion.logprobs)
             metrics["turns"] += 1
+            if on_turn is not None:
+                on_turn()
             cut = completion.finish_reason == "length"
             # no observation can follow this turn: tell the env, so it does not run tools nobody will see
             last_turn = turn == cfg.max_turns - 1 or conv.remaining <= 0
