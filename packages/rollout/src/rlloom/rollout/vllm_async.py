@@ -26,9 +26,7 @@ from rlloom.core_rl.prompts import render_prompt
 from rlloom.rollout.vllm_engine import (
     VLLMEngineConfig,
     _completion,
-    _cpu_head_sizes,
-    _import_vllm,
-    check_cpu_head_size,
+    prepare_platform,
     scheduler_kwargs,
     vllm_sampling_kwargs,
 )
@@ -41,20 +39,9 @@ class VLLMAsyncEngine:
     """`AsyncLLM` on a loop of its own; implements core-rl's `RolloutEngine` (start it under `__main__`)."""
 
     def __init__(self, config: VLLMEngineConfig) -> None:
-        vllm = _import_vllm()
-        import os
-
-        from vllm.platforms import current_platform
-
+        vllm, self.on_cpu, self.supports_sleep = prepare_platform(config)
         self.config = config
         self._vllm = vllm
-        self.on_cpu = bool(current_platform.is_cpu())
-        if self.on_cpu:
-            check_cpu_head_size(config.model, _cpu_head_sizes())
-            if config.cpu_kvcache_space_gib is not None:
-                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
-        available = bool(current_platform.is_sleep_mode_available())
-        self.supports_sleep = available if config.enable_sleep_mode is None else config.enable_sleep_mode
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlloom-vllm-async", daemon=True)
         self._thread.start()

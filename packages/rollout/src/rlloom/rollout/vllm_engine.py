@@ -142,6 +142,27 @@ def scheduler_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any
     return {"enable_chunked_prefill": chunked, "max_num_batched_tokens": budget}
 
 
+def prepare_platform(config: VLLMEngineConfig) -> tuple[Any, bool, bool]:
+    """(the vllm module, whether it runs on CPU, whether to use sleep mode), checked before any engine starts: a
+    head size the CPU attention refuses, an asked-for sleep mode the platform lacks; on CPU the KV-cache space."""
+    vllm = _import_vllm()
+    from vllm.platforms import current_platform
+
+    on_cpu = bool(current_platform.is_cpu())
+    if on_cpu:
+        check_cpu_head_size(config.model, _cpu_head_sizes())
+        if config.cpu_kvcache_space_gib is not None:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
+    available = bool(current_platform.is_sleep_mode_available())
+    sleep_mode = available if config.enable_sleep_mode is None else config.enable_sleep_mode
+    if sleep_mode and not available:
+        raise ValueError(
+            f"enable_sleep_mode=True but vLLM has no sleep mode on {current_platform.device_name}; "
+            "leave it unset (None) to use it only where available"
+        )
+    return vllm, on_cpu, sleep_mode
+
+
 def _cpu_head_sizes() -> Sequence[int]:
     try:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
@@ -184,23 +205,9 @@ class VLLMEngine:
     """
 
     def __init__(self, config: VLLMEngineConfig) -> None:
-        vllm = _import_vllm()
-        from vllm.platforms import current_platform
-
+        vllm, self.on_cpu, sleep_mode = prepare_platform(config)
         self.config = config
         self._vllm = vllm
-        self.on_cpu = bool(current_platform.is_cpu())
-        if self.on_cpu:
-            check_cpu_head_size(config.model, _cpu_head_sizes())
-            if config.cpu_kvcache_space_gib is not None:
-                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
-        available = bool(current_platform.is_sleep_mode_available())
-        sleep_mode = available if config.enable_sleep_mode is None else config.enable_sleep_mode
-        if sleep_mode and not available:
-            raise ValueError(
-                f"enable_sleep_mode=True but vLLM has no sleep mode on {current_platform.device_name}; "
-                "leave it unset (None) to use it only where available"
-            )
         self.supports_sleep = sleep_mode
         self.llm = vllm.LLM(
             model=config.model,
