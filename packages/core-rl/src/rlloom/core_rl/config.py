@@ -27,6 +27,7 @@ from rlloom.core_rl.config_algorithm import (
     TISConfig,
     check_policy_loss,
 )
+from rlloom.core_rl.config_distributed import DistributedConfig
 from rlloom.core_rl.config_keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config_migration import migrate_config
 from rlloom.core_rl.config_section import Section
@@ -403,38 +404,6 @@ class TrainerConfig(_Section):
     trackers: list[TrackerName] = Field(default_factory=_default_trackers, description="Where metrics go.")
     project: str = Field(default="rlloom", description="Project name for W&B.")
     run_name: str | None = Field(default=None, description="Run name for W&B/TensorBoard; default output_dir's name.")
-
-
-class DistributedConfig(_Section):
-    runtime_env: dict[str, Any] | None = Field(
-        default=None,
-        description="Extra Ray runtime_env for the rank processes (env_vars, pip, ...), merged with the driver's "
-        "working folder, which ranks always get (docs/multinode.md).",
-    )
-    num_ranks: int = Field(
-        default=1,
-        ge=1,
-        description="Data-parallel ranks of the actor and reference (FSDP2 shards in Ray actors); 1 = in-process.",
-    )
-    backend: Literal["auto", "gloo", "nccl"] = Field(
-        default="auto", description="torch.distributed backend: auto = nccl on GPUs, gloo on CPU."
-    )
-    ray_address: str | None = Field(
-        default=None,
-        description="Ray cluster to join (`auto` after `ray start`); None starts or reuses a local Ray.",
-    )
-    cpus_per_rank: float = Field(default=1.0, gt=0.0, description="Ray CPUs reserved per rank (fractions allowed).")
-    gpus_per_rank: float | None = Field(
-        default=None, ge=0.0, description="Ray GPUs per rank; None = 1 when trainer.device is a GPU, else 0."
-    )
-    weight_bucket_mb: float = Field(
-        default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."
-    )
-    timeout_s: float = Field(
-        default=1800.0,
-        gt=0.0,
-        description="Longest wait for a rank's answer or a collective before failing with an error (no hang).",
-    )
 
 
 class RLConfig(_Section):

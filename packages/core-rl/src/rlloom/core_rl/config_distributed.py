@@ -1,0 +1,45 @@
+"""The `distributed` section: FSDP2 ranks in Ray actors, where rollout engines live, and the limits that keep a
+scaled-out run from hanging (its own module, so config.py stays small)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rlloom.core_rl.config_section import Section
+
+
+class DistributedConfig(Section):
+    runtime_env: dict[str, Any] | None = Field(
+        default=None,
+        description="Extra Ray runtime_env for the rank processes (env_vars, pip, ...), merged with the driver's "
+        "working folder, which ranks always get (docs/multinode.md).",
+    )
+    num_ranks: int = Field(
+        default=1,
+        ge=1,
+        description="Data-parallel ranks of the actor and reference (FSDP2 shards in Ray actors); 1 = in-process.",
+    )
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="torch.distributed backend: auto = nccl on GPUs, gloo on CPU."
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster to join (`auto` after `ray start`); None starts or reuses a local Ray.",
+    )
+    cpus_per_rank: float = Field(default=1.0, gt=0.0, description="Ray CPUs reserved per rank (fractions allowed).")
+    gpus_per_rank: float | None = Field(
+        default=None, ge=0.0, description="Ray GPUs per rank; None = 1 when trainer.device is a GPU, else 0."
+    )
+    weight_bucket_mb: float = Field(
+        default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."
+    )
+    timeout_s: float = Field(
+        default=1800.0,
+        gt=0.0,
+        description="Longest wait for a rank's answer or a collective before failing with an error (no hang).",
+    )
+
+
+__all__ = ["DistributedConfig"]
