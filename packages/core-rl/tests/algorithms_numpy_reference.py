@@ -108,7 +108,7 @@ def reinforce_pp_baseline(scores, group_ids, mask):
 def aggregate(loss, mask, mode: str, norm_length: float | None = None) -> float:
     loss, mask = np.asarray(loss, float), np.asarray(mask)
     rows = [b for b in range(loss.shape[0]) if mask[b].sum() > 0]
-    if mode == "token-mean":
+    if mode in ("token-mean", "bnpo"):  # one micro-batch: TRL's bnpo is its token mean
         total = sum(loss[b, t] for b in range(loss.shape[0]) for t in range(loss.shape[1]) if mask[b, t])
         return total / max(1, int(mask.sum()))
     per_seq = []

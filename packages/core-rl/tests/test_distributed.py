@@ -310,3 +310,41 @@ def test_lora_on_two_ranks_matches_one_process(tiny_model_dir: Path, tmp_path: P
     resumed = tmp_path / "resumed"
     run(tiny_model_dir, resumed, [*steps, f"trainer.resume={step1}"])
     assert_metrics_close(read_metrics(resumed)[-1], expected[1])
+
+
+def test_bnpo_on_two_ranks_averages_the_token_means_of_every_ranks_micro_batches(tiny_model_dir: Path) -> None:
+    """TRL's bnpo on data-parallel ranks: each rank's micro-batches' token means, divided by the number of
+    micro-batches on ALL ranks (TRL: accumulation steps x DDP's device average). The expectation is computed
+    here in one process from the same row split and micro-batch budget; the ranks report the gradient norm."""
+    from rlloom.core_rl.algorithms import ppo_policy_loss
+    from rlloom.core_rl.distributed.partition import balance_rows
+    from rlloom.core_rl.model_forward import response_logprobs
+
+    cfg = worker_config(tiny_model_dir, ranks=2)
+    cfg.algorithm.loss_agg_mode = "bnpo"
+    cfg.algorithm.entropy.coef = 0.0
+    cfg.actor.ppo_epochs, cfg.actor.mini_batch_size, cfg.actor.shuffle = 1, 8, False
+    single = in_process_actor(cfg, tiny_model_dir)
+    batch = random_batch(single.model.config.vocab_size)
+    old, _ = single.compute_logprobs(batch, temperature=1.0)
+    batch["old_logprobs"] = old - 0.05 * batch.loss_mask
+
+    budget = cfg.actor.max_tokens_per_micro_batch
+    split = balance_rows([int(n) for n in batch["attention_mask"].sum(-1).tolist()], 2)
+    micro_batches = [micro for rows in split for _, micro in batch.select(rows).micro_batches(budget, padded=True)]
+    assert len(micro_batches) > 2
+    for micro in micro_batches:
+        logprobs, _ = response_logprobs(single.model, micro, temperature=1.0)
+        loss, _ = ppo_policy_loss(
+            logprobs, micro["old_logprobs"], micro["advantages"], micro.loss_mask, clip_low=0.2, clip_high=0.28
+        )
+        (loss / len(micro_batches)).backward()  # type: ignore[no-untyped-call]
+    grads = [p.grad for p in single.model.parameters() if p.grad is not None]
+    expected_norm = float(torch.nn.utils.get_total_norm(grads))
+
+    group = RayActorGroup(cfg, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False)
+    try:
+        metrics = group.update_policy(batch, temperature=1.0)
+    finally:
+        group.close()
+    assert metrics["actor/grad_norm"] == pytest.approx(expected_norm, rel=1e-4)

@@ -115,6 +115,47 @@ def test_update_is_independent_of_micro_batching_and_packing(tiny_model_dir: Pat
     assert m_whole["actor/pg_clipfrac"] > 0
 
 
+def test_bnpo_gradient_is_the_mean_of_micro_batch_token_means(tiny_model_dir: Path) -> None:
+    """The actor's bnpo update against TRL's formula written out here: for each micro-batch the actor forms, the
+    PPO loss's token mean over that micro-batch divided by the number of micro-batches; the actor reports the
+    gradient norm it stepped with, and with a whole-batch budget bnpo is plain token-mean."""
+    from rlloom.core_rl.algorithms import ppo_policy_loss
+    from rlloom.core_rl.model_forward import response_logprobs
+
+    def bnpo_actor(budget: int, mode: str = "bnpo") -> PolicyActor:
+        model = load_causal_lm(ModelConfig(path=str(tiny_model_dir)), str(tiny_model_dir), CPU)
+        algo = AlgorithmConfig(loss_agg_mode=mode, clip_high=0.28)
+        cfg = ActorConfig(lr=1e-3, ppo_epochs=1, mini_batch_size=8, shuffle=False, max_tokens_per_micro_batch=budget)
+        return PolicyActor(
+            model, actor=cfg, algorithm=algo, total_steps=10, mini_batch_rows=8, max_response_length=9, device=CPU
+        )
+
+    actor = bnpo_actor(budget=20)
+    batch = random_batch(actor.model.config.vocab_size)
+    old, _ = actor.compute_logprobs(batch, temperature=1.0)
+    batch["old_logprobs"] = old - 0.05 * batch.loss_mask
+    micro_batches = [micro for _, micro in batch.micro_batches(20, padded=True)]
+    assert len(micro_batches) > 1
+    for micro in micro_batches:  # TRL's bnpo, by hand, on a fresh copy of the same weights
+        logprobs, _ = response_logprobs(actor.model, micro, temperature=1.0)
+        loss, _ = ppo_policy_loss(
+            logprobs, micro["old_logprobs"], micro["advantages"], micro.loss_mask, clip_low=0.2, clip_high=0.28
+        )
+        (loss / len(micro_batches)).backward()  # type: ignore[no-untyped-call]
+    expected_norm = float(
+        torch.nn.utils.get_total_norm([p.grad for p in actor.model.parameters() if p.grad is not None])
+    )
+    actor.model.zero_grad(set_to_none=True)
+
+    metrics = actor.update_policy(batch)
+    assert metrics["actor/grad_norm"] == pytest.approx(expected_norm, rel=1e-5)
+    token_mean = bnpo_actor(budget=20, mode="token-mean").update_policy(batch)
+    assert abs(token_mean["actor/grad_norm"] - expected_norm) > 1e-3 * expected_norm  # the modes differ here
+    whole_bnpo = bnpo_actor(budget=10_000).update_policy(batch)
+    whole_token_mean = bnpo_actor(budget=10_000, mode="token-mean").update_policy(batch)
+    assert whole_bnpo["actor/grad_norm"] == pytest.approx(whole_token_mean["actor/grad_norm"], rel=1e-6)
+
+
 def on_policy_actor(model_dir: Path, **actor_kwargs: object) -> PolicyActor:
     """One epoch, one mini-batch for random_batch's 7 rows: a single optimizer step, as GRPO configs often take."""
     model = load_causal_lm(ModelConfig(path=str(model_dir)), str(model_dir), CPU)

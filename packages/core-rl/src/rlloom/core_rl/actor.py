@@ -30,6 +30,7 @@ from rlloom.core_rl.algorithms import (
     mismatch_metrics,
     token_and_seq_counts,
 )
+from rlloom.core_rl.attention import model_attn_implementation
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig
 from rlloom.core_rl.dropout import disable_dropout
@@ -75,7 +76,7 @@ def load_causal_lm(
     dtype = load_dtype(cfg, trained=trained and cfg.lora_rank == 0)
     base_path = cfg.path if cfg.lora_rank > 0 else path
     model: PreTrainedModel = model_class(base_path).from_pretrained(
-        base_path, dtype=dtype, attn_implementation=cfg.attn_implementation
+        base_path, dtype=dtype, attn_implementation=model_attn_implementation(cfg, device)
     )
     if cfg.disable_dropout:
         disable_dropout(model)
@@ -274,14 +275,18 @@ class PolicyActor:
         ptx_batch: Callable[[], TrajectoryBatch] | None = None,
     ) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
+        micro_batches = self._training_micro_batches(mini)
         agg = LossAggregation(
             self.algo.loss_agg_mode,
             global_token_count=float(tokens.clamp(min=1)),
             global_seq_count=float(seqs.clamp(min=1)),
             norm_length=float(self.max_response_length),
+            global_micro_batch_count=self._micro_batch_count(micro_batches)
+            if self.algo.loss_agg_mode == "bnpo"
+            else None,
         )
         totals: dict[str, torch.Tensor] = {}
-        for micro, weight in self._training_micro_batches(mini):
+        for micro, weight in micro_batches:
             micro = micro.to(self.device)
             for key, value in self._micro_loss(micro, agg, temperature, entropy_coef, weight).items():
                 totals[key] = combine_metric(key, totals[key], value) if key in totals else value
@@ -321,6 +326,10 @@ class PolicyActor:
     def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Metric totals of the whole mini-batch: here this process saw all of it."""
         return totals
+
+    def _micro_batch_count(self, micro_batches: list[tuple[TrajectoryBatch, float]]) -> float:
+        """Micro-batches of the mini-batch that carry rows (`bnpo`'s divisor): here all of them ran in this process."""
+        return float(sum(1 for _, weight in micro_batches if weight > 0))
 
     def _micro_loss(
         self,

@@ -181,12 +181,13 @@ class AlgorithmConfig(Section):
         description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off (the default). veRL's "
         "vanilla loss always dual-clips with c = 3 (clip_ratio_c): set 3 for veRL's behaviour.",
     )
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        Field(
-            default="token-mean",
-            description="How token losses become a scalar: token-mean (DAPO), seq-mean-token-mean (GRPO), "
-            "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum.",
-        )
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "bnpo"
+    ] = Field(
+        default="token-mean",
+        description="How token losses become a scalar: token-mean (DAPO), seq-mean-token-mean (GRPO), "
+        "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum, bnpo (TRL: each micro-batch's token mean, "
+        "averaged over the micro-batches of all ranks; depends on actor.max_tokens_per_micro_batch).",
     )
     use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
     kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")

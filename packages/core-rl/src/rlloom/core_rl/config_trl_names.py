@@ -26,8 +26,7 @@ TRL_NAMES: dict[str, str] = {
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
     "loss_type": "algorithm.loss_agg_mode (TRL grpo = seq-mean-token-mean, dapo = token-mean, dr_grpo = "
-    "seq-mean-token-sum-norm; TRL bnpo, a token mean per device micro-batch averaged over the accumulation steps, "
-    "has no exact counterpart: token-mean here divides by the mini-batch's tokens, as TRL's dapo)",
+    "seq-mean-token-sum-norm, bnpo = bnpo)",
     "scale_rewards": "algorithm.norm_adv_by_std (TRL 'batch' = algorithm.adv_std_scope=batch)",
     "importance_sampling_level": "algorithm.policy_loss (TRL 'sequence' = gspo)",
     "mask_truncated_completions": "algorithm.overlong_filter",

@@ -17,6 +17,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
 from rlloom.core_rl.algorithms import LossAggregation, token_and_seq_counts, value_loss
+from rlloom.core_rl.attention import model_attn_implementation
 from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.config import CriticConfig, ModelConfig
 from rlloom.core_rl.dropout import disable_dropout
@@ -44,10 +45,13 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_pretrained(cls, cfg: ModelConfig, path: str) -> ValueModel:
+    def from_pretrained(cls, cfg: ModelConfig, path: str, device: torch.device | None = None) -> ValueModel:
+        """`device`: where the model will run, which decides `model.attn_implementation: auto` (None: CPU); the
+        model loads on the CPU either way."""
         # trained: fp32 master weights under bf16 compute, as the actor (model.param_dtype)
         dtype = load_dtype(cfg, trained=True)
-        backbone = AutoModel.from_pretrained(path, dtype=dtype, attn_implementation=cfg.attn_implementation)
+        attn = model_attn_implementation(cfg, device if device is not None else torch.device("cpu"))
+        backbone = AutoModel.from_pretrained(path, dtype=dtype, attn_implementation=attn)
         if cfg.disable_dropout:
             disable_dropout(backbone)
         if cfg.gradient_checkpointing:
@@ -134,11 +138,15 @@ class ValueCritic:
 
     def _update_minibatch(self, mini: TrajectoryBatch) -> dict[str, float]:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
+        micro_batches = self._training_micro_batches(mini)
         agg = LossAggregation(
-            self.loss_agg_mode, global_token_count=float(tokens.clamp(min=1)), global_seq_count=float(seqs.clamp(min=1))
+            self.loss_agg_mode,
+            global_token_count=float(tokens.clamp(min=1)),
+            global_seq_count=float(seqs.clamp(min=1)),
+            global_micro_batch_count=self._micro_batch_count(micro_batches) if self.loss_agg_mode == "bnpo" else None,
         )
         totals: dict[str, torch.Tensor] = {}
-        for micro, weight in self._training_micro_batches(mini):
+        for micro, weight in micro_batches:
             micro = micro.to(self.device)
             with compute_autocast(self.device, self.bf16):
                 values = self.model(micro, packed=self.cfg.padding_free)
@@ -162,6 +170,10 @@ class ValueCritic:
 
     def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return totals
+
+    def _micro_batch_count(self, micro_batches: list[tuple[TrajectoryBatch, float]]) -> float:
+        """Micro-batches of the mini-batch that carry rows (`bnpo`'s divisor): all of them ran in this process."""
+        return float(sum(1 for _, weight in micro_batches if weight > 0))
 
     def save_pretrained(self, path: str) -> None:
         self.model.save_pretrained(path)

@@ -59,6 +59,11 @@ class RankContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return int(tensor.item())
 
+    def sum_over_ranks(self, value: float) -> float:
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return float(tensor.item())
+
     def reduce_over_ranks(self, totals: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each named scalar across ranks: the max for `*_max` names (`actor.combine_metric`), else the sum; one
         all-reduce per kind, in the same order on every rank (every rank has the same keys)."""
@@ -177,6 +182,11 @@ class _TrainsOnRanks:
 
     def _reduce_over_ranks(self, totals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.ctx.reduce_over_ranks(totals)
+
+    def _micro_batch_count(self, micro_batches: list[tuple[TrajectoryBatch, float]]) -> float:
+        """Micro-batches with rows on every rank together (weight-0 fillers excluded): TRL's bnpo divides by the
+        accumulation steps and DDP averages over devices, i.e. by all micro-batches of all ranks."""
+        return self.ctx.sum_over_ranks(float(sum(1 for _, weight in micro_batches if weight > 0)))
 
 
 class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
