@@ -83,8 +83,11 @@ class ModelConfig(_Section):
         "forwards in `dtype` (veRL's and torchtune's mixed precision); bfloat16 (needs dtype=bfloat16) = pure bf16, "
         "which loses AdamW updates smaller than half a bf16 step (most of them at lr 1e-6).",
     )
-    attn_implementation: str = Field(
-        default="sdpa", description="HF attention backend: sdpa, eager, or flash_attention_2 (needs flash-attn)."
+    attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
+        default="auto",
+        description="Attention kernel of the trained models: auto = flash_attention_2 with flash-attn on a GPU and "
+        "bf16 compute (packed micro-batches then run its varlen kernel), else sdpa (packing builds a dense "
+        "block-diagonal mask, logged once; see rlloom.core_rl.attention).",
     )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward: less memory, about 30% more compute."

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
+from rlloom.core_rl.attention import packed_attention_kwargs
 from rlloom.core_rl.batch import TrajectoryBatch
 from rlloom.core_rl.packing import pack, unpack
 
@@ -157,7 +158,8 @@ def _batched_logprobs(
         column = seqs.indices % seqs.padded_shape[1]
         scoring = ((column >= width_p - 1) & (column < seqs.padded_shape[1] - 1)).nonzero().squeeze(-1)
         kept = keep_logits(model, scoring)
-        out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **kept)
+        varlen = packed_attention_kwargs(model, seqs.cu_seqlens, seqs.max_seqlen)
+        out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **kept, **varlen)
         logits = (out.logits[0] if kept else out.logits[0][scoring]) / temperature
         # Next token in the stream; at a sequence's last token this is the next sequence's first token, a junk
         # value that lands on the response column after the last real token, which is padding.
@@ -208,7 +210,8 @@ def _batched_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packe
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
-        hidden = backbone(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False)
+        varlen = packed_attention_kwargs(backbone, seqs.cu_seqlens, seqs.max_seqlen)
+        hidden = backbone(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **varlen)
         return unpack(hidden.last_hidden_state[0], seqs)[:, width_p - 1 : -1]
     hidden = backbone(
         input_ids=batch["input_ids"],

@@ -2,8 +2,9 @@
 
 Packing concatenates the real tokens of every row into one `[1, nnz]` stream whose `position_ids` restart at 0
 for each sequence. Hugging Face models detect that layout when `attention_mask` is None and attend within each
-sequence only (flash-attention's varlen kernel on GPU, a block-diagonal mask elsewhere), so no compute is spent
-on padding. `unpack` is the exact inverse for any per-token output.
+sequence only: flash-attention's varlen kernel on the boundaries `cu_seqlens` (which the forwards pass, see
+`attention.packed_attention_kwargs`), a dense block-diagonal mask with sdpa or eager. `unpack` is the exact
+inverse for any per-token output.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def build_run(
         actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=resume_from)
     if cfg.uses_critic and critic is None:
         critic = ValueCritic(
-            ValueModel.from_pretrained(cfg.model, critic_path), **critic_settings(cfg, total_steps, device)
+            ValueModel.from_pretrained(cfg.model, critic_path, device), **critic_settings(cfg, total_steps, device)
         )
     tracker = MultiTracker(
         list(trackers) if trackers is not None else default_trackers(cfg, output_dir, total_steps, start_step)
