@@ -175,7 +175,6 @@ REFUSED_PREFIXES = (
     "data.max_start_length",
     "data.max_obs_length",
     "data.shuffle_train_dataloader",
-    "actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.actor.ppo_micro_batch_size",
     "actor_rollout_ref.actor.fsdp_config.",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size",
@@ -208,6 +207,7 @@ def test_search_r1_command_line_loads_with_the_search_agents_grpo_config() -> No
     assert cfg.model.path == "/models/qwen"
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.rollout.max_tokens) == (512, 4096, 500)
     assert (cfg.rollout.n, cfg.rollout.temperature) == (5, 1.0)
+    assert cfg.actor.padding_free  # use_remove_padding: packed micro-batches (varlen attention on a GPU)
     # Search-R1's fork counts ppo_mini_batch_size in trajectories: 256 of n_agent 5 is 52 prompts (ceil)
     assert (cfg.actor.lr, cfg.actor.warmup_ratio, cfg.actor.mini_batch_size) == (1e-6, 0.285, 52)
     assert cfg.algorithm.use_kl_loss and cfg.algorithm.kl_loss_coef == 0.001

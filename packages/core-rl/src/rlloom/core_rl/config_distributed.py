@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rlloom.core_rl.config_section import Section
+from rlloom.core_rl.config_fsdp import FsdpOptions
 
 
-class DistributedConfig(Section):
+class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: config_fsdp.py
     runtime_env: dict[str, Any] | None = Field(
         default=None,
         description="Extra Ray runtime_env for the rank processes (env_vars, pip, ...), merged with the driver's "

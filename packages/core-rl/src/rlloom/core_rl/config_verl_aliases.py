@@ -1,7 +1,7 @@
 """veRL's Hydra keys as aliases of ours on the command line, so a veRL (or Search-R1) command line runs as is.
 
 Only keys whose value means the same here are aliased (a few values are translated: veRL's `-1` for "never" is our
-`0`, its `vanilla` loss is our `ppo`). veRL keys with no meaning here (GPU counts, FSDP offload, micro-batch
+`0`, its `vanilla` loss is our `ppo`). veRL keys with no meaning here (GPU counts, micro-batch
 sizes, vLLM memory) stay unknown-key errors with a hint (`config_keys.VERL_NAMES`). The loader logs one info line
 listing the aliases it applied.
 """
@@ -68,6 +68,22 @@ def _max_rounds(value: Any) -> Any:
     return value
 
 
+def _fsdp_size(value: Any) -> Any:
+    """veRL's -1 (all ranks in one shard group) is our None."""
+    return None if isinstance(value, int) and value < 0 else value
+
+
+def _phase_offload(value: Any) -> Any:
+    """false: nothing to set; true: refused (veRL's between-phase offload), see distributed.cpu_offload."""
+    if value is True or str(value).lower() == "true":
+        raise ValueError(
+            "rlloom offloads with FSDP2's CPUOffloadPolicy only (parameters, gradients and optimizer state in CPU "
+            "memory, the optimizer step on the CPU), not one of them between phases: set distributed.cpu_offload=true "
+            "(veRL's fsdp_config.offload_policy=true), or drop this key"
+        )
+    return value
+
+
 def _on_off(value: Any) -> Any:
     """true turns the section on (keeping what the file set in it), false off."""
     if not isinstance(value, bool):
@@ -100,6 +116,13 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.model.path": Alias(("model.path",)),
     f"{_ARF}.model.enable_gradient_checkpointing": Alias(("model.gradient_checkpointing",)),
     f"{_ARF}.model.lora_rank": Alias(("model.lora_rank",)),
+    f"{_ARF}.model.override_config.attn_implementation": Alias(("model.attn_implementation",)),
+    f"{_ARF}.model.use_remove_padding": Alias(("actor.padding_free",)),
+    f"{_ARF}.actor.fsdp_config.offload_policy": Alias(("distributed.cpu_offload",)),
+    f"{_ARF}.actor.fsdp_config.fsdp_size": Alias(("distributed.shard_size",), _fsdp_size),
+    f"{_ARF}.actor.fsdp_config.param_offload": Alias((), _phase_offload),
+    f"{_ARF}.actor.fsdp_config.optimizer_offload": Alias((), _phase_offload),
+    f"{_ARF}.ref.fsdp_config.param_offload": Alias((), _phase_offload),
     f"{_ARF}.model.lora_alpha": Alias(("model.lora_alpha",)),
     f"{_ARF}.actor.optim.lr": Alias(("actor.lr",)),
     f"{_ARF}.actor.optim.lr_warmup_steps_ratio": Alias(("actor.warmup_ratio",)),

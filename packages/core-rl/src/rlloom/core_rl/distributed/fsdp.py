@@ -4,6 +4,8 @@ weights and optimizer state for engines and checkpoints.
 Each decoder layer is its own FSDP unit (parameters gathered just before the layer runs, freed after), the
 embeddings and head go with the root. Checkpoints hold full tensors in the layout of a single-process
 `PolicyActor`, so a run saved on N ranks resumes on M ranks, or on one process, and the other way round.
+`distributed.shard_size` turns the flat mesh into a hybrid one (shard within a node, replicate across nodes) and
+`distributed.cpu_offload` keeps the shards and optimizer state in CPU memory (config_fsdp.py).
 """
 
 from __future__ import annotations
@@ -14,21 +16,50 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 VISION_TOWERS = ("visual", "vision_tower", "vision_model")
 """Attribute names of vision encoders in HF vision-language models (Qwen2/2.5-VL: `visual`)."""
 
 
-def shard_model(model: nn.Module, mixed_precision: MixedPrecisionPolicy | None = None) -> nn.Module:
-    """Shard `model` in place over the default process group; returns it.
+MESH_DIMS = ("replicate", "shard")
+"""The dimensions of a hybrid-sharding mesh: replicas across groups, shards within a group."""
+
+
+def fsdp_mesh(world_size: int, shard_size: int | None, device_type: str) -> DeviceMesh | None:
+    """The device mesh for `distributed.shard_size`: None (FSDP2's default 1-D mesh over all ranks) when every
+    rank is in one shard group, else a 2-D ("replicate", "shard") mesh for hybrid sharding: consecutive ranks
+    (one node's GPUs, as Ray places them) shard together, and groups hold replicas. Every rank must call it."""
+    if shard_size is None or shard_size == world_size:
+        return None
+    if shard_size < 1 or world_size % shard_size:
+        raise ValueError(
+            f"distributed.shard_size={shard_size} does not divide the {world_size} ranks; use a divisor of "
+            "distributed.num_ranks (the GPUs per node for one shard group per node)"
+        )
+    return init_device_mesh(device_type, (world_size // shard_size, shard_size), mesh_dim_names=MESH_DIMS)
+
+
+def shard_model(
+    model: nn.Module,
+    mixed_precision: MixedPrecisionPolicy | None = None,
+    *,
+    mesh: DeviceMesh | None = None,
+    cpu_offload: bool = False,
+) -> nn.Module:
+    """Shard `model` in place over the default process group (or `mesh`, see `fsdp_mesh`); returns it.
 
     Units are the classes HF lists in `_no_split_modules` (the decoder layers). Gradients are summed, not
     averaged, across ranks: each rank's loss is already divided by the whole mini-batch's token and sequence
-    counts (see `LossAggregation`), so the sum is the single-process gradient. `mixed_precision`
+    counts (see `LossAggregation`), so the sum is the single-process gradient; on a hybrid mesh they are
+    reduce-scattered in the shard group and all-reduced across replicas, the same sum. `mixed_precision`
     (`precision.fsdp_mixed_precision`): each unit's fp32 shards are gathered and computed in bf16 and its
-    gradients reduce-scattered in fp32, so the optimizer steps fp32 master weights.
+    gradients reduce-scattered in fp32, so the optimizer steps fp32 master weights. `cpu_offload`: FSDP2's
+    `CPUOffloadPolicy`, which keeps the shards, their gradients (and so the optimizer's state and step) in CPU
+    memory and copies each unit to the device only to compute; FSDP2 has no parameters-only or optimizer-only
+    variant.
     """
     unit_names = set(getattr(model, "_no_split_modules", None) or [])
     # A vision tower stays in the root unit: text-only forwards never call it, and per-block units there would
@@ -41,10 +72,15 @@ def shard_model(model: nn.Module, mixed_precision: MixedPrecisionPolicy | None =
             f"shard_model: {type(model).__name__} names no decoder-layer classes in _no_split_modules; "
             "FSDP2 needs per-layer units to keep memory bounded"
         )
-    policy = mixed_precision if mixed_precision is not None else MixedPrecisionPolicy()
+    options: dict[str, Any] = {"mp_policy": mixed_precision if mixed_precision is not None else MixedPrecisionPolicy()}
+    if mesh is not None:
+        options["mesh"] = mesh
+    if cpu_offload:
+        on_gpu = any(p.device.type == "cuda" for p in model.parameters())
+        options["offload_policy"] = CPUOffloadPolicy(pin_memory=on_gpu)  # pinned: asynchronous copies to the GPU
     for unit in units:
-        fully_shard(unit, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(unit, **options)
+    fully_shard(model, **options)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -182,6 +218,8 @@ def _shard_like(value: Any, param: torch.Tensor, key: str) -> Any:
 
 
 __all__ = [
+    "MESH_DIMS",
+    "fsdp_mesh",
     "full_model_state",
     "full_optimizer_state",
     "full_tensor_sizes",

@@ -81,7 +81,7 @@ class RankWorker:
 
         from rlloom.core_rl.actor import load_causal_lm
         from rlloom.core_rl.critic import ValueModel
-        from rlloom.core_rl.distributed.fsdp import shard_model
+        from rlloom.core_rl.distributed.fsdp import fsdp_mesh, shard_model
         from rlloom.core_rl.distributed.ranks import (
             RankContext,
             ShardedCritic,
@@ -113,17 +113,20 @@ class RankWorker:
         resume = Path(resume_from) if resume_from is not None else None
         loaded = load_causal_lm(cfg.model, weights_path, device, resume_from=resume, seed=cfg.trainer.seed)
         # fp32 master shards, bf16 gathers and compute, fp32 gradient reduction (precision.py)
-        actor_model = shard_model(loaded, fsdp_mixed_precision(model_precision(cfg.model)))
+        mesh, offload = fsdp_mesh(world_size, dcfg.shard_size, device.type), dcfg.cpu_offload  # config_fsdp.py
+        mixed = fsdp_mixed_precision(model_precision(cfg.model))
+        actor_model = shard_model(loaded, mixed, mesh=mesh, cpu_offload=offload)
         self.roles["actor"] = ShardedPolicyActor(actor_model, ctx, **actor_settings(cfg, total_steps, device))
         if with_reference:
             # with LoRA the reference is the actor's own sharded model with the adapter disabled: no second copy;
             # else a frozen copy held in the compute dtype, which computes as the actor's bf16 gathers do
             lora = cfg.model.lora_rank > 0
             frozen = None if lora else load_causal_lm(cfg.model, cfg.model.path, device, trained=False)
-            ref_model = actor_model if frozen is None else shard_model(frozen)
+            ref_model = actor_model if frozen is None else shard_model(frozen, mesh=mesh, cpu_offload=offload)
             self.roles["reference"] = ShardedReference(ref_model, ctx, **reference_settings(cfg, device))
         if critic_path is not None:
-            value_model = shard_model(ValueModel.from_pretrained(cfg.model, critic_path).to(device))
+            value = ValueModel.from_pretrained(cfg.model, critic_path, device).to(device)
+            value_model = shard_model(value, mesh=mesh, cpu_offload=offload)
             self.roles["critic"] = ShardedCritic(value_model, ctx, **critic_settings(cfg, total_steps, device))
 
     @staticmethod
