@@ -26,11 +26,14 @@ import torch
 _PADDED_LAYER_TYPES = ("VocabParallelEmbedding", "ParallelLMHead")
 
 
-def decode_bucket(payload: bytes) -> list[tuple[str, torch.Tensor]]:
-    """The tensors of one bucket encoded by `vllm_weights.encode_bucket`, in their sent order."""
+def decode_bucket(payload: bytes | str) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of one bucket encoded by `vllm_weights.encode_bucket`, in their sent order. A `str` is the
+    same bytes in base64: `vllm serve`'s dev-mode /collective_rpc carries only JSON strings (`vllm_server.py`)."""
+    import base64
+
     from safetensors.torch import load
 
-    tensors = load(payload)
+    tensors = load(base64.b64decode(payload, validate=True) if isinstance(payload, str) else payload)
     order = sorted(tensors)  # safetensors sorts by name; the loader does not care about order
     return [(name, tensors[name]) for name in order]
 
@@ -57,8 +60,9 @@ class WeightLoaderExtension:
         self._rlloom_loaded: set[str] = set()
         return stale
 
-    def rlloom_load_weights(self, payload: bytes) -> int:
-        """Load one bucket (HF names, checkpoint layout) into this worker's model; returns the tensors read."""
+    def rlloom_load_weights(self, payload: bytes | str) -> int:
+        """Load one bucket (HF names, checkpoint layout; bytes, or base64 from a server) into this worker's model;
+        returns the tensors read."""
         from vllm.config import set_current_vllm_config
 
         if not getattr(self, "_rlloom_session_open", False):

