@@ -98,7 +98,8 @@ def test_filter_groups_turn_dynamic_sampling_on_keeping_the_files_settings(tmp_p
     [
         ("trainer.n_gpus_per_node=8", "distributed.num_ranks"),
         ("data.train_files=x.parquet", "--train-data"),
-        ("actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref is split here"),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size=128", "actor_rollout_ref is split here"),
+        ("actor_rollout_ref.rollout.name=sglang", "use vllm or hf"),
         ("trainer.resume_mode=resume_path", "resume_from_path"),
     ],
 )
@@ -163,7 +164,7 @@ SEARCH_R1 = [
     "retriever.topk=3",
 ]
 
-# refused on purpose: data files are the app's flags; GPU/FSDP/vLLM/micro-batch settings have no meaning (micro-
+# refused on purpose: data files are the app's flags; GPU/FSDP/micro-batch settings have no meaning (micro-
 # batches fill actor.max_tokens_per_micro_batch); Search-R1's own keys (state masking is always on, data caps, the
 # retriever is --retrieval-url, max_turns counts differently: search.max_turns); Hydra's `+` prefix
 REFUSED_PREFIXES = (
@@ -178,9 +179,6 @@ REFUSED_PREFIXES = (
     "actor_rollout_ref.actor.ppo_micro_batch_size",
     "actor_rollout_ref.actor.fsdp_config.",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size",
-    "actor_rollout_ref.rollout.name",
-    "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.ref.",
     "actor_rollout_ref.actor.state_masking",
     "algorithm.no_think_rl",
@@ -208,6 +206,9 @@ def test_search_r1_command_line_loads_with_the_search_agents_grpo_config() -> No
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.rollout.max_tokens) == (512, 4096, 500)
     assert (cfg.rollout.n, cfg.rollout.temperature) == (5, 1.0)
     assert cfg.actor.padding_free  # use_remove_padding: packed micro-batches (varlen attention on a GPU)
+    # vLLM rollouts, as Search-R1 runs them: the engine and its memory share
+    assert (cfg.rollout.engine, cfg.rollout.vllm.gpu_memory_utilization) == ("vllm", 0.6)
+    assert cfg.rollout.vllm.tensor_parallel_size == 1
     # Search-R1's fork counts ppo_mini_batch_size in trajectories: 256 of n_agent 5 is 52 prompts (ceil)
     assert (cfg.actor.lr, cfg.actor.warmup_ratio, cfg.actor.mini_batch_size) == (1e-6, 0.285, 52)
     assert cfg.algorithm.use_kl_loss and cfg.algorithm.kl_loss_coef == 0.001

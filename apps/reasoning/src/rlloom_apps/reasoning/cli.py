@@ -165,12 +165,14 @@ def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -
 def _train_parser(commands: Any) -> None:
     from rlloom_apps.reasoning.bundled import ALGORITHMS
 
+    from rlloom.rollout.training_engine import add_engine_argument
+
     fit = commands.add_parser(
         "train",
         help="RL on prepared rows with a bundled algorithm config (or your YAML)",
-        description="Train with core-rl's Trainer: rollouts from an HF engine on the actor, each sample scored by "
-        "its row's data_source scorer. Extra arguments (anywhere among the options) are dotted config overrides, "
-        "e.g. model.path=/models/x actor.lr=5e-7 rollout.n=8.",
+        description="Train with core-rl's Trainer: rollouts from an HF engine on the actor (or vLLM: --engine vllm), "
+        "each sample scored by its row's data_source scorer. Extra arguments (anywhere among the options) are "
+        "dotted config overrides, e.g. model.path=/models/x actor.lr=5e-7 rollout.n=8.",
         formatter_class=HelpFormatter,
     )
     fit.add_argument("--config", default="grpo", help=f"{', '.join(ALGORITHMS)}, or a YAML file")
@@ -180,6 +182,7 @@ def _train_parser(commands: Any) -> None:
         "--score-workers", type=int, default=None, help="scoring processes, 1 or more (default: one per core)"
     )
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
+    add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=5e-7")
 
 
@@ -189,6 +192,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.train import load_train_config, run_train
 
     from rlloom.core_rl.config import ConfigError
+    from rlloom.rollout.training_engine import engine_override, engine_problem
 
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():
@@ -201,11 +205,13 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
     check_yaml(parser, args.config)
     try:
-        config = load_train_config(args.config, args.overrides)
+        config = load_train_config(args.config, [*args.overrides, *engine_override(args.engine)])
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
+    if problem := engine_problem(config):  # no vLLM, or a model it cannot run: before any data or model loads
+        parser.error(problem)
     try:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
             lambda: run_train(

@@ -2,8 +2,9 @@
 
 Rows come from `reasoning prepare-data` (or any veRL-shaped JSONL): the prompt is rendered with the model's chat
 template, every sample is scored by its row's `data_source` scorer (`rlloom.rewards.trainer_reward`, in worker
-processes, code in the sandbox), and core-rl's `Trainer` runs the algorithm the config names, sampling from an
-`HFEngine` built on the actor's own module (no weight copy).
+processes, code in the sandbox), and core-rl's `Trainer` runs the algorithm the config names, sampling from the
+engine `rollout.engine` names (`--engine`): an `HFEngine` on the actor's own module (no weight copy), or vLLM
+colocated with the actor and synced after every update (`rlloom.rollout.training_engine`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS  # there, the CLI's help reads them without torch
-from torch import nn
 
 from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.config_loading import bundled_config, load_config
@@ -20,7 +20,7 @@ from rlloom.core_rl.rows_io import read_jsonl
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
 from rlloom.rewards.trainer_reward import RegistryReward
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.training_engine import build_training_engine
 
 
 def config_file(name: str) -> Path:
@@ -53,15 +53,8 @@ def run_train(
     if val_data is not None and not val_rows:  # else the run would quietly never validate
         raise ConfigError(f"--val-data {val_data} holds no rows; give prepared rows or leave --val-data out")
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
-    engines: list[HFEngine] = []
-
-    def engine_on(module: nn.Module) -> HFEngine:
-        engines.append(HFEngine(module, tokenizer))
-        return engines[-1]
-
-    with RegistryReward(workers=score_workers, timeout=score_timeout) as reward:
-        try:
-            return train(config, engine_factory=engine_on, reward_fn=reward, train_data=train_rows, val_data=val_rows)
-        finally:
-            for engine in engines:
-                engine.close()
+    with (
+        RegistryReward(workers=score_workers, timeout=score_timeout) as reward,
+        build_training_engine(config, tokenizer) as engine,
+    ):
+        return train(config, reward_fn=reward, train_data=train_rows, val_data=val_rows, **engine.trainer_kwargs())

@@ -19,6 +19,7 @@ from rlloom.core_rl.app_cli import (
     run_interruptible,
 )
 from rlloom.core_rl.curves import add_plot_command, run_plot_command
+from rlloom.rollout.training_engine import add_engine_argument
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM; default: none)")
     _retrieval_args(fit, required=True)
+    add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. search.max_turns=2")
     _eval_parser(commands)
     _infer_parser(commands)
@@ -222,18 +224,22 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
     from rlloom.core_rl.config import ConfigError
     from rlloom.core_rl.config_loading import bundled_config
+    from rlloom.rollout.training_engine import engine_override, engine_problem
 
     try:
         config = bundled_config(args.config, CONFIGS, ("grpo", "ppo", "grpo_8gpu"))
     except ConfigError as err:
         parser.error(str(err))
     check_yaml(parser, str(config))
+    overrides = [*args.overrides, *engine_override(args.engine)]  # the flag wins over rollout.engine
     try:
-        rl, search = load_train_config(config, args.overrides)  # a bad config fails before anything loads
+        rl, search = load_train_config(config, overrides)  # a bad config fails before anything loads
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
+    if problem := engine_problem(rl):  # no vLLM, or a model it cannot run: before any data or model loads
+        parser.error(problem)
     try:
         # rows without gold answers would train silently at reward 0: refuse them as eval does
         read_rows(args.train_data, "--train-data")
@@ -252,7 +258,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                 val_data=args.val_data,
                 index=args.index,
                 retrieval_url=args.retrieval_url,
-                overrides=args.overrides,
+                overrides=overrides,
             ),
             rl.trainer.output_dir,
         )

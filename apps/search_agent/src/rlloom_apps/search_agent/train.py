@@ -2,7 +2,9 @@
 
 Rows are `search-agent prepare-data` output (Search-R1's prompt as a chat message, `{"target": [...]}` gold).
 Rollouts: `SearchEnv` conversations (`<search>` → top-k passages in `<information>`, `<answer>` ends) through
-`rlloom.agent`'s `AgentLoop` on an `HFEngine` built on the actor's own module; reward: Search-R1's exact match
+`rlloom.agent`'s `AgentLoop` on the engine `rollout.engine` names (`--engine`): an `HFEngine` on the actor's own
+module, or vLLM's async engine next to the actor, where each conversation rejoins the running batch as its search
+returns (`rlloom.rollout.training_engine`); reward: Search-R1's exact match
 of the last `<answer>` (the env's rubric), or Search-R1 v0.3's format reward (`search.format_reward:`).
 Retrieval: an index folder (`rlloom-retrieval build-index`) loaded in-process, or a running retrieval server
 (rlloom's or Search-R1's `/retrieve`).
@@ -19,7 +21,6 @@ from rlloom_apps.search_agent.data import read_records
 from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv
 from rlloom_apps.search_agent.retrieval import open_retriever
 from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
-from torch import nn
 from transformers import AutoConfig
 
 from rlloom.agent import AgentLoopConfig, Sample, SearchEnv, SearchEnvConfig, agent_collector, env_reward
@@ -29,7 +30,8 @@ from rlloom.core_rl.config import ConfigError
 from rlloom.core_rl.data import rows_that_fit
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import train
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf_engine import HFEngineConfig
+from rlloom.rollout.training_engine import build_training_engine
 
 CONFIGS = Path(__file__).parent / "configs"
 logger = logging.getLogger(__name__)
@@ -64,31 +66,25 @@ def run_train(
         val_rows = fitting_rows(
             val_rows, tokenizer, env_config, budget, val_label, drop=drop, chat_template_kwargs=template
         )
-    engines: list[HFEngine] = []
-
-    def engine_on(module: nn.Module) -> HFEngine:
-        engines.append(HFEngine(module, tokenizer, HFEngineConfig(prefix_cache_tokens=search.prefix_cache_tokens)))
-        return engines[-1]
-
-    with open_retriever(index, retrieval_url, api=search.retrieval_api, threads=search.search_threads) as retriever:
+    hf_config = HFEngineConfig(prefix_cache_tokens=search.prefix_cache_tokens)
+    with (
+        open_retriever(index, retrieval_url, api=search.retrieval_api, threads=search.search_threads) as retriever,
+        build_training_engine(config, tokenizer, multi_turn=True, hf_config=hf_config) as engine,
+    ):
 
         def make_env() -> SearchEnv:
             if search.format_reward is not None:
                 return FormatRewardSearchEnv(retriever, None, env_config, format_reward=search.format_reward)
             return SearchEnv(retriever, None, env_config)
 
-        try:
-            return train(
-                config,
-                engine_factory=engine_on,
-                collect_factory=agent_collector(tokenizer, make_env, loop_config(search, template)),
-                reward_fn=env_reward,
-                train_data=train_rows,
-                val_data=val_rows,
-            )
-        finally:
-            for engine in engines:
-                engine.close()
+        return train(
+            config,
+            collect_factory=agent_collector(tokenizer, make_env, loop_config(search, template)),
+            reward_fn=env_reward,
+            train_data=train_rows,
+            val_data=val_rows,
+            **engine.trainer_kwargs(),
+        )
 
 
 def loop_config(search: SearchSettings, chat_template_kwargs: dict[str, Any] | None = None) -> AgentLoopConfig:

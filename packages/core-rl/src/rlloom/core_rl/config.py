@@ -28,6 +28,7 @@ from rlloom.core_rl.config_algorithm import (
     check_policy_loss,
 )
 from rlloom.core_rl.config_distributed import DistributedConfig
+from rlloom.core_rl.config_engine import RolloutEngineName, VLLMRolloutConfig
 from rlloom.core_rl.config_keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config_migration import migrate_config
 from rlloom.core_rl.config_section import Section
@@ -254,6 +255,12 @@ class RolloutConfig(_Section):
         "`step` on, rollouts (and validation) use its `max_tokens`; before the first stage, `max_tokens`. "
         "Steps strictly increase. Empty = one stage.",
     )
+    engine: RolloutEngineName = Field(
+        default="hf",
+        description="Rollout engine: hf (HF transformers on the actor's own module) or vllm (vLLM on model.path, "
+        "colocated, synced after every update; the apps' --engine flag). veRL's actor_rollout_ref.rollout.name.",
+    )
+    vllm: VLLMRolloutConfig = Field(default_factory=VLLMRolloutConfig, description="vLLM's settings (engine=vllm).")
 
     @model_validator(mode="after")
     def _check_validation_samples(self) -> RolloutConfig:

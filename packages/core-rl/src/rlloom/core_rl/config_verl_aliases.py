@@ -2,7 +2,7 @@
 
 Only keys whose value means the same here are aliased (a few values are translated: veRL's `-1` for "never" is our
 `0`, its `vanilla` loss is our `ppo`). veRL keys with no meaning here (GPU counts, micro-batch
-sizes, vLLM memory) stay unknown-key errors with a hint (`config_keys.VERL_NAMES`). The loader logs one info line
+sizes) stay unknown-key errors with a hint (`config_keys.VERL_NAMES`). The loader logs one info line
 listing the aliases it applied.
 """
 
@@ -65,6 +65,13 @@ def _max_rounds(value: Any) -> Any:
             "veRL's max_num_gen_batches <= 0 means unlimited; here the rounds are capped: set "
             "algorithm.dynamic_sampling.max_rounds to a number >= 1"
         )
+    return value
+
+
+def _rollout_name(value: Any) -> Any:
+    """vllm is vllm, hf is hf; sglang is refused."""
+    if value not in ("vllm", "hf"):
+        raise ValueError(f"rollout engine {value!r} is not one of rlloom's: use vllm or hf (rollout.engine)")
     return value
 
 
@@ -149,6 +156,12 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.rollout.val_kwargs.n": Alias(("rollout.val_n",)),
     f"{_ARF}.rollout.val_kwargs.temperature": Alias(("rollout.val_temperature",)),
     f"{_ARF}.rollout.val_kwargs.top_p": Alias(("rollout.val_top_p",)),
+    f"{_ARF}.rollout.name": Alias(("rollout.engine",), _rollout_name),
+    f"{_ARF}.rollout.gpu_memory_utilization": Alias(("rollout.vllm.gpu_memory_utilization",)),
+    f"{_ARF}.rollout.tensor_model_parallel_size": Alias(("rollout.vllm.tensor_parallel_size",)),
+    f"{_ARF}.rollout.max_model_len": Alias(("rollout.vllm.max_model_len",)),
+    f"{_ARF}.rollout.enforce_eager": Alias(("rollout.vllm.enforce_eager",)),
+    f"{_ARF}.rollout.enable_prefix_caching": Alias(("rollout.vllm.enable_prefix_caching",)),
     "algorithm.rollout_is_threshold": Alias(("algorithm.tis.cap",)),
     "algorithm.rollout_is_mode": Alias(("algorithm.tis.mode",)),
 }

