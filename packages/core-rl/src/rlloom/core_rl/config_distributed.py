@@ -32,6 +32,13 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
     gpus_per_rank: float | None = Field(
         default=None, ge=0.0, description="Ray GPUs per rank; None = 1 when trainer.device is a GPU, else 0."
     )
+    rollout_on_ranks: bool = Field(
+        default=True,
+        description="With num_ranks > 1 and the Trainer's engine_factory=, every rank builds its own rollout engine "
+        "(on its GPU, beside its shard) from a copy of the policy; prompts and agent turns go to the replica with "
+        "the least work, and each rank loads its replica's weights from its own shards. false: one engine on the "
+        "driver, synced through it. An engine= given ready-made always stays on the driver.",
+    )
     weight_bucket_mb: float = Field(
         default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."
     )

@@ -169,7 +169,8 @@ def build_engine(
     resume_from: Path | None,
 ) -> RolloutEngine:
     """The rollout engine: the one given, or `factory` called with the actor's module. A sharded actor has no
-    whole module here, so the engine gets its own copy of the policy, kept current by the weight sync every step.
+    whole module here, so the engine gets its own copy of the policy, kept current by the weight sync every step:
+    one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else one on the driver.
     The engine's tokenizer must be the run's."""
     if engine is None:
         if factory is None:
@@ -183,6 +184,14 @@ def build_engine(
                     "of engine_factory=, which here samples from the very module the update is changing"
                 )
             module: nn.Module = actor.model
+        elif config.distributed.rollout_on_ranks:
+            from rlloom.core_rl.distributed.rank_engines import start_rank_engines
+            from rlloom.core_rl.distributed.ray_group import RayActorGroup
+
+            if not isinstance(actor, RayActorGroup):
+                raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
+            # each rank checks its replica's tokenizer against the run's
+            return start_rank_engines(actor, factory, config, str(resume_from or config.model.path))
         else:
             weights = str(resume_from or config.model.path)
             # never trained here: held in the compute dtype, synced from the sharded actor every step

@@ -41,8 +41,19 @@ class BucketedWeights(Protocol):
     def iter_weight_buckets(self, bucket_bytes: int) -> Iterator[Mapping[str, torch.Tensor]]: ...
 
 
+@runtime_checkable
+class RankLoadedEngine(Protocol):
+    """An engine whose replicas live on the actor's ranks (`distributed.rank_engines.RankEngines`): each rank
+    loads its own replica from its own shards, so the sync is one call and no weights pass the driver."""
+
+    def sync_from_ranks(self, bucket_bytes: int) -> int: ...
+
+
 def sync_weights(actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: int) -> int:
-    """Push the actor's current weights into `engine`; returns how many update_weights calls it took."""
+    """Push the actor's current weights into `engine`; returns how many update_weights calls (buckets per
+    replica) it took."""
+    if isinstance(engine, RankLoadedEngine):
+        return engine.sync_from_ranks(bucket_bytes)
     if isinstance(actor, BucketedWeights):
         calls = 0
         for bucket in actor.iter_weight_buckets(bucket_bytes):
@@ -103,4 +114,4 @@ class EngineWeights:
             self.sync()
 
 
-__all__ = ["BucketedWeights", "EngineWeights", "bucket_names", "sync_weights"]
+__all__ = ["BucketedWeights", "EngineWeights", "RankLoadedEngine", "bucket_names", "sync_weights"]

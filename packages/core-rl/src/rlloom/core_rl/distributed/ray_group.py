@@ -31,6 +31,7 @@ from rlloom.core_rl.distributed.cluster import (
     rank_runtime_env,
     with_absolute_paths,
 )
+from rlloom.core_rl.distributed.rank_engines import ENGINE_CALLS
 from rlloom.core_rl.distributed.ray_start import start_ray
 
 RAY_HINT = "the distributed backend needs Ray: pip install 'rlloom-core-rl[ray]'"
@@ -150,8 +151,16 @@ class RankWorker:
                 f"{torch.version.cuda}); install a CUDA build of torch on that node or set distributed.gpus_per_rank=0"
             )
 
+    def start_engine(self, factory: Any, config_json: str, weights_path: str) -> dict[str, Any]:
+        """Build this rank's rollout engine replica beside its shard (`rank_engines`): the "engine" role."""
+        from rlloom.core_rl.distributed.rank_engines import RankEngineHost
+
+        cfg = RLConfig.model_validate_json(config_json)
+        self.roles["engine"] = host = RankEngineHost.build(factory, self.roles["actor"], cfg, weights_path)
+        return host.describe()
+
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run `method` of this rank's `role` worker (actor, reference or critic)."""
+        """Run `method` of this rank's `role` worker (actor, reference, critic or engine)."""
         if role not in self.roles:
             raise RuntimeError(f"this worker group holds no {role} (it has {sorted(self.roles)})")
         return getattr(self.roles[role], method)(*args, **kwargs)
@@ -195,10 +204,10 @@ class RayActorGroup:
         _check_resources(cluster, self.num_ranks, dcfg.cpus_per_rank, gpus)
         remote_cls = ray.remote(RankWorker)
         runtime_env = rank_runtime_env(dcfg.runtime_env)
-        self.ranks = [
-            remote_cls.options(num_cpus=dcfg.cpus_per_rank, num_gpus=gpus, runtime_env=runtime_env).remote()
-            for _ in range(self.num_ranks)
-        ]
+        # an engine on the rank serves many agent turns at once (threads); training calls still come one at a time
+        calls = ENGINE_CALLS if dcfg.rollout_on_ranks else 1
+        options = {"num_cpus": dcfg.cpus_per_rank, "num_gpus": gpus, "runtime_env": runtime_env}
+        self.ranks = [remote_cls.options(**options, max_concurrency=calls).remote() for _ in range(self.num_ranks)]
         master = self._gather([self.ranks[0].rendezvous_address.remote()], "rendezvous")[0]
         config_json = with_absolute_paths(cfg).model_dump_json()
         setups = [
@@ -257,6 +266,12 @@ class RayActorGroup:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.call("actor", "load_state_dict", self._ray.put(dict(state)))
+
+    def start_engines(self, factory: Any, cfg: RLConfig, weights_path: str) -> list[dict[str, Any]]:
+        """A rollout engine replica on every rank from `factory` (`rank_engines.start_rank_engines`)."""
+        config_json = with_absolute_paths(cfg).model_dump_json()
+        refs = [worker.start_engine.remote(factory, config_json, local_path(weights_path)) for worker in self.ranks]
+        return self._gather(refs, "start_engine")
 
     # ------------------------------------------------------------------ plumbing
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
