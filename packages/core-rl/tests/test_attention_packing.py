@@ -154,5 +154,5 @@ def test_sdpa_packing_builds_the_dense_block_mask_and_logs_its_size_once(
     assert int(masks[0].sum()) == int((lengths * (lengths + 1) // 2).sum())
     logged = [r.getMessage() for r in caplog.records if "dense block-diagonal" in r.getMessage()]
     assert len(logged) == 1 and f"[{nnz}, {nnz}]" in logged[0]
-    assert f"{attention.dense_mask_bytes('sdpa', nnz) / 2**20:.1f} MiB" in logged[0]
+    assert f"{attention.dense_mask_bytes('sdpa', nnz) / 2**20:.3g} MiB" in logged[0]
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)

@@ -107,7 +107,7 @@ def _log_dense_mask(attn_implementation: str | None, nnz: int, sum_sq: int) -> N
     mib = dense_mask_bytes(attn_implementation, nnz) / 2**20
     logger.warning(
         "padding_free with attention %s: transformers builds a dense block-diagonal [%d, %d] mask for each packed "
-        "forward (%.1f MiB here) and attention costs %d score entries per head instead of %d (the sum of squared "
+        "forward (%.3g MiB here) and attention costs %d score entries per head instead of %d (the sum of squared "
         "lengths); model.attn_implementation=flash_attention_2 (or auto with flash-attn on a GPU) runs the varlen "
         "kernel instead",
         attn_implementation,
