@@ -21,6 +21,7 @@ from tiny_run import SamplingEngine, digit_reward, run, sum_rows, tiny_config
 from transformers import AutoModelForCausalLM
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.cli import main as export_cli
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
@@ -279,7 +280,8 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
 
 def test_lora_on_two_ranks_matches_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
     """LoRA (peft) sharded: the reference is the adapter-disabled base on the same ranks, the engine receives the
-    merged weights, and the checkpoint (merged model + adapter/) resumes in one process."""
+    merged weights, and the checkpoint (each rank's DCP shard of base + adapter) resumes in one process and exports
+    to the one-process run's merged HF weights."""
     pytest.importorskip("peft")
     lora = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.use_kl_loss=true"]
     steps = ["trainer.total_steps=2", "trainer.save_every=1", *lora]
@@ -306,8 +308,12 @@ def test_lora_on_two_ranks_matches_one_process(tiny_model_dir: Path, tmp_path: P
     merged = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "checkpoints" / "step_2").state_dict())
     assert_weights_close(dict(engine.model.state_dict()), merged)
     step1 = tmp_path / "two" / "checkpoints" / "step_1"
-    assert (step1 / "adapter" / "adapter_config.json").is_file()
+    assert (step1 / "sharded" / "actor" / "adapter_config.json").is_file()
+    assert not (step1 / "model.safetensors").exists()  # ranks write shards; export-hf makes the HF folder
     group.close()
+    export_cli(["export-hf", str(step1), str(tmp_path / "hf")])
+    one_step1 = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "checkpoints" / "step_1").state_dict()
+    assert_weights_close(dict(AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()), dict(one_step1))
 
     resumed = tmp_path / "resumed"
     run(tiny_model_dir, resumed, [*steps, f"trainer.resume={step1}"])

@@ -2,7 +2,9 @@
 
 `step_N/` holds the policy in Hugging Face format with its tokenizer (so `from_pretrained(step_N)` loads it),
 `critic/` when there is one, `trainer_state.pt` (optimizer, scheduler, dataloader position and excluded prompts,
-RNG states, KL and entropy controllers, prompt-filter counts, step) and `config.yaml`. Everything is written into
+RNG states, KL and entropy controllers, prompt-filter counts, step) and `config.yaml`. A run on ranks writes no
+HF weights and no full optimizer state: each rank writes its DCP shard into `sharded/` (`sharded_checkpoint`,
+`rlloom-core-rl export-hf` makes an HF folder), and `trainer_state.pt` stays small. Everything is written into
 a hidden temporary directory that is renamed into place only when complete, and `latest` is replaced atomically
 after that, so a crash mid-save leaves the previous checkpoint and pointer untouched. Older checkpoints beyond
 `keep_last` are deleted after the new one is in place; after a resume from an earlier checkpoint, those of the

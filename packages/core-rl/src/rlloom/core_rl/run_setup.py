@@ -17,6 +17,7 @@ from rlloom.core_rl.actor import PolicyActor, ReferencePolicy, load_causal_lm
 from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.critic import ValueCritic, ValueModel
 from rlloom.core_rl.protocols import CriticWorker, PolicyWorker, ReferenceWorker, Tracker
+from rlloom.core_rl.sharded_checkpoint import is_sharded, weights_source
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker, WandbTracker
 from rlloom.core_rl.worker_settings import actor_settings, critic_settings, mini_batch_rows, reference_settings
@@ -75,21 +76,24 @@ def build_run(
     actor: PolicyWorker
     reference: ReferenceWorker | None = None
     critic: CriticWorker | None = None
-    critic_path = str(resume_from / "critic") if resume_from else (cfg.critic.path or cfg.model.path)
+    # a checkpoint of ranks holds DCP shards, not HF weights: start from the base models, the shards load after
+    sharded = is_sharded(resume_from)
+    hf_checkpoint = None if sharded else resume_from
+    critic_path = str(hf_checkpoint / "critic") if hf_checkpoint else (cfg.critic.path or cfg.model.path)
     if cfg.distributed.num_ranks > 1:
         from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
         group = RayActorGroup(
             cfg,
             total_steps=total_steps,
-            weights_path=str(resume_from or cfg.model.path),
+            weights_path=weights_source(resume_from, cfg.model.path),
             with_reference=cfg.uses_reference,
             critic_path=critic_path if cfg.uses_critic else None,
-            resume_from=str(resume_from) if resume_from is not None else None,
+            resume_from=str(hf_checkpoint) if hf_checkpoint is not None else None,
         )
         actor, reference, critic = group, group.reference, group.critic
     else:
-        actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=resume_from)
+        actor, reference = _in_process_workers(cfg, device, total_steps=total_steps, resume_from=hf_checkpoint)
     if cfg.uses_critic and critic is None:
         critic = ValueCritic(
             ValueModel.from_pretrained(cfg.model, critic_path, device), **critic_settings(cfg, total_steps, device)

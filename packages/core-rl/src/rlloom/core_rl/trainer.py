@@ -43,6 +43,7 @@ from rlloom.core_rl.run_folder import record_config, resume_checkpoint
 from rlloom.core_rl.run_setup import RunParts, build_run, mini_batch_rows
 from rlloom.core_rl.run_state import RunState
 from rlloom.core_rl.sft import next_ptx_batch
+from rlloom.core_rl.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
 from rlloom.core_rl.trainer_setup import EngineFactory, RunFinished
 from rlloom.core_rl.trajectory import Trajectory
 from rlloom.core_rl.weight_sync import EngineWeights
@@ -317,7 +318,8 @@ class Trainer:
         (the RNG streams last). A part this run does not have is saved as None."""
         state, parts, moving_reference = RunState(), self.parts, self.cfg.algorithm.ref_sync is not None
         state.register("step", lambda: self.step, lambda _saved: None)  # read by setup.start_step, before any part
-        state.register_part("actor", parts.actor)
+        actor, checkpoint = parts.actor, self.resume_from
+        state.register("actor", lambda: worker_state(actor), lambda saved: load_worker_state(actor, saved, checkpoint))
         state.register("critic", self._critic_state, self._load_critic, load_none=parts.critic is not None)
         state.register_part("ema", self.ema)
         # a reference that moves with the policy is no longer model.path's weights
@@ -334,7 +336,7 @@ class Trainer:
         return state
 
     def _critic_state(self) -> dict[str, Any] | None:
-        return self.parts.critic.state_dict() if self.parts.critic is not None else None
+        return worker_state(self.parts.critic) if self.parts.critic is not None else None
 
     def _load_critic(self, saved: Any) -> None:
         if self.parts.critic is None:
@@ -344,19 +346,25 @@ class Trainer:
                 f"{self.resume_from} has no critic state but algorithm.adv_estimator=gae trains a critic; resume "
                 "with the checkpoint's own algorithm.adv_estimator, or start a new run in a new trainer.output_dir"
             )
-        self.parts.critic.load_state_dict(saved)
+        load_worker_state(self.parts.critic, saved, self.resume_from)
 
     def save(self) -> Path:
         parts = self.parts
 
         def write_model(path: Path) -> None:
-            parts.actor.save_pretrained(str(path))
+            # ranks write their own shards (no HF weights: `export_hf` makes them); one process writes HF weights
+            if isinstance(parts.actor, ShardedWorker):
+                parts.actor.save_shards(str(shards_path(path, "actor")))
+            else:
+                parts.actor.save_pretrained(str(path))
             parts.tokenizer.save_pretrained(str(path))
             if self.ema is not None:  # the averaged policy, loadable like the model itself
                 with self.ema.applied(self._policy_module()):
                     parts.actor.save_pretrained(str(path / EMA_DIR))
                 parts.tokenizer.save_pretrained(str(path / EMA_DIR))
-            if parts.critic is not None:
+            if isinstance(parts.critic, ShardedWorker):
+                parts.critic.save_shards(str(shards_path(path, "critic")))
+            elif parts.critic is not None:
                 parts.critic.save_pretrained(str(path / "critic"))
 
         return save_checkpoint(

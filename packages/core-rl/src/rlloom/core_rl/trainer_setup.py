@@ -30,6 +30,7 @@ from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.core_rl.run_setup import RunParts, load_tokenizer
 from rlloom.core_rl.samplers import make_sampler
 from rlloom.core_rl.sft import read_ptx_rows
+from rlloom.core_rl.sharded_checkpoint import weights_source
 from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
@@ -191,9 +192,9 @@ def build_engine(
             if not isinstance(actor, RayActorGroup):
                 raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
             # each rank checks its replica's tokenizer against the run's
-            return start_rank_engines(actor, factory, config, str(resume_from or config.model.path))
+            return start_rank_engines(actor, factory, config, weights_source(resume_from, config.model.path))
         else:
-            weights = str(resume_from or config.model.path)
+            weights = weights_source(resume_from, config.model.path)
             # never trained here: held in the compute dtype, synced from the sharded actor every step
             module = load_causal_lm(
                 config.model.model_copy(update={"lora_rank": 0}), weights, parts.device, trained=False

@@ -159,11 +159,36 @@ class RankWorker:
         self.roles["engine"] = host = RankEngineHost.build(factory, self.roles["actor"], cfg, weights_path)
         return host.describe()
 
+    def _worker(self, role: str) -> Any:
+        if role not in self.roles:
+            raise RuntimeError(f"this worker group holds no {role} (it has {sorted(self.roles)})")
+        return self.roles[role]
+
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run `method` of this rank's `role` worker (actor, reference, critic or engine)."""
         if role not in self.roles:
             raise RuntimeError(f"this worker group holds no {role} (it has {sorted(self.roles)})")
         return getattr(self.roles[role], method)(*args, **kwargs)
+
+    def save_shards(self, role: str, path: str) -> None:
+        """This rank's shard of `role`'s weights and optimizer into the DCP folder `path` (sharded_checkpoint)."""
+        from rlloom.core_rl.sharded_checkpoint import save_worker_shards
+
+        save_worker_shards(self._worker(role), path, with_config=role == "actor")
+
+    def shard_state(self, role: str) -> dict[str, Any]:
+        from rlloom.core_rl.sharded_checkpoint import shard_state
+
+        return shard_state(self._worker(role), role)
+
+    def load_state(self, role: str, state: Mapping[str, Any]) -> None:
+        """`role`'s entry of a checkpoint: DCP shards (any number of ranks wrote them) or a full-size state."""
+        from rlloom.core_rl.sharded_checkpoint import SHARDS_KEY, load_worker_shards
+
+        if SHARDS_KEY in state:
+            load_worker_shards(self._worker(role), state)
+        else:
+            self.call(role, "load_state_dict", state)
 
     def shutdown(self) -> None:
         import torch.distributed as dist
@@ -262,10 +287,20 @@ class RayActorGroup:
         self.call("actor", "save_pretrained", _absolute(path))
 
     def state_dict(self) -> dict[str, Any]:
+        """The full-size optimizer state in the single-process layout, gathered on every rank (checkpoints use
+        `save_shards` and `shard_state` instead: no rank builds the whole optimizer state)."""
         return dict(self.call("actor", "state_dict")[0])
 
+    def save_shards(self, path: str) -> None:
+        """Each rank writes its own shard of the weights and optimizer into the DCP folder `path`."""
+        self.each("save_shards", "actor", _absolute(path))
+
+    def shard_state(self) -> dict[str, Any]:
+        return dict(self.each("shard_state", "actor")[0])
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.call("actor", "load_state_dict", self._ray.put(dict(state)))
+        """A full-size state, or `shard_state`'s entry with an absolute `shards` folder (sharded_checkpoint)."""
+        self.each("load_state", "actor", self._ray.put(dict(state)))
 
     def start_engines(self, factory: Any, cfg: RLConfig, weights_path: str) -> list[dict[str, Any]]:
         """A rollout engine replica on every rank from `factory` (`rank_engines.start_rank_engines`)."""
@@ -279,6 +314,13 @@ class RayActorGroup:
         if not self.ranks:
             raise RuntimeError("this RayActorGroup was closed (by close(), or after a rank failed); build a new one")
         refs = [worker.call.remote(role, method, *args, **kwargs) for worker in self.ranks]
+        return self._gather(refs, f"{role}.{method}")
+
+    def each(self, method: str, role: str, *args: Any) -> list[Any]:
+        """`RankWorker.method(role, ...)` on every rank at once; the answers in rank order."""
+        if not self.ranks:
+            raise RuntimeError("this RayActorGroup was closed (by close(), or after a rank failed); build a new one")
+        refs = [getattr(worker, method).remote(role, *args) for worker in self.ranks]
         return self._gather(refs, f"{role}.{method}")
 
     def row_logprobs(
@@ -391,8 +433,14 @@ class RayCritic:
     def state_dict(self) -> dict[str, Any]:
         return dict(self.group.call("critic", "state_dict")[0])
 
+    def save_shards(self, path: str) -> None:
+        self.group.each("save_shards", "critic", _absolute(path))
+
+    def shard_state(self) -> dict[str, Any]:
+        return dict(self.group.each("shard_state", "critic")[0])
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.group.call("critic", "load_state_dict", self.group._ray.put(dict(state)))
+        self.group.each("load_state", "critic", self.group._ray.put(dict(state)))
 
 
 def _absolute(path: str) -> str:

@@ -1,0 +1,110 @@
+"""Sharded checkpoints (DCP): 2 gloo ranks each write their shard; 3 ranks, and one process, read them back.
+
+The independent expectation is the 2-rank run itself: its weights and AdamW moments gathered to full size by
+FSDP2 (`full_tensor`, a path DCP does not use), and the metrics of the update it ran after the save. A resumed
+worker must hold exactly the saved tensors and repeat that update. The HF export is checked against transformers:
+`from_pretrained` of the exported folder gives the logits of the saved weights, with the tied head stored once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from test_distributed import assert_metrics_close, in_process_actor, worker_config
+from test_workers import random_batch
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from transformers import AutoModelForCausalLM
+
+from rlloom.core_rl.cli import main as cli
+from rlloom.core_rl.sharded_checkpoint import is_sharded, load_worker_state, resolved, shard_bytes, shards_path
+from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+
+ray = pytest.importorskip("ray")
+from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
+from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    start_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def assert_same_optimizer(got: dict, expected: dict) -> None:
+    assert got["state"].keys() == expected["state"].keys()
+    for index, moments in expected["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(got["state"][index][key], moments[key]), (index, key)
+
+
+def test_two_rank_shards_resume_on_three_ranks_and_one_process_and_export(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg2 = worker_config(tiny_model_dir, ranks=2)
+    batch = random_batch(AutoModelForCausalLM.from_pretrained(tiny_model_dir).config.vocab_size)
+    two = RayActorGroup(cfg2, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False)
+    logprobs, _ = two.compute_logprobs(batch, temperature=0.8)
+    batch["old_logprobs"] = logprobs - 0.05 * batch.loss_mask  # off-policy enough that some ratios clip
+    two.update_policy(batch, temperature=0.8)  # two epochs of 3 mini-batches: AdamW moments and step counts
+    step = tmp_path / "step_1"
+    two.save_shards(str(shards_path(step, "actor")))
+    entry = two.shard_state()
+    saved_weights = dict(two.named_weights())
+    saved_optimizer = two.state_dict()["optimizer"]
+    continued = two.update_policy(batch, temperature=0.8)  # the uninterrupted run's next update
+    two.close()
+
+    # each rank wrote its own half: weights + two AdamW moments, the tied embedding once
+    assert is_sharded(step) and "optimizer" not in entry and entry["shards"] == "sharded/actor"
+    files = shard_bytes(shards_path(step, "actor"))
+    per_rank = [files["__0_0.distcp"], files["__1_0.distcp"]]
+    params = list(AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())  # the tied one once
+    numel = sum(p.numel() for p in params)
+    # fp32 weights, exp_avg and exp_avg_sq, and a float step per parameter; nothing else, nothing twice
+    metadata = FileSystemReader(shards_path(step, "actor")).read_metadata().state_dict_metadata
+    stored = sum(m.size.numel() * m.properties.dtype.itemsize for m in metadata.values() if hasattr(m, "size"))
+    assert stored == 3 * 4 * numel + 4 * len(params)
+    assert stored <= sum(per_rank) <= stored * 1.4  # DCP writes each piece as a small record (~1.5 KB here)
+    assert max(per_rank) <= sum(per_rank) * 0.6
+
+    # resumed on 3 ranks from the base model + the shards (DCP reshards 2 -> 3): the saved tensors, bit for bit
+    three = RayActorGroup(worker_config(tiny_model_dir, ranks=3), total_steps=10,
+                          weights_path=str(tiny_model_dir), with_reference=False)  # fmt: skip
+    three.load_state_dict(resolved(entry, step))
+    got = dict(three.named_weights())
+    assert got.keys() == saved_weights.keys()
+    assert all(torch.equal(got[name], value) for name, value in saved_weights.items())
+    assert_same_optimizer(three.state_dict()["optimizer"], saved_optimizer)
+    assert_metrics_close(three.update_policy(batch, temperature=0.8), continued)
+    three.close()
+
+    # ... and in one process (no process group)
+    one = in_process_actor(cfg2, tiny_model_dir)
+    load_worker_state(one, entry, step)
+    assert all(torch.equal(one.model.state_dict()[name], value) for name, value in saved_weights.items())
+    assert_same_optimizer(one.optimizer.state_dict(), saved_optimizer)
+    assert_metrics_close(one.update_policy(batch, temperature=0.8), continued)
+
+    # HF export: from_pretrained loads it and gives the saved weights' logits; the tied head is stored once
+    load_pretrained_tokenizer(tiny_model_dir).save_pretrained(step)  # the trainer writes the run's tokenizer there
+    cli(["export-hf", str(step), str(tmp_path / "hf")])
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    expected = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    expected.load_state_dict(saved_weights)
+    ids = batch["input_ids"][:2]
+    torch.testing.assert_close(exported(ids).logits, expected(ids).logits, rtol=0, atol=0)
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as stored:
+        names = set(stored.keys())
+    assert exported.config.tie_word_embeddings and "lm_head.weight" not in names
+    assert "model.embed_tokens.weight" in names
+
+
+def test_export_refuses_a_checkpoint_of_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli(["export-hf", str(tiny_model_dir), str(tmp_path / "hf")])
+    assert raised.value.code == 2
