@@ -156,9 +156,12 @@ def _install_workspace(session: nox.Session) -> None:
 
 @nox.session(name="tests-apps", python=PYTHON)
 def tests_apps(session: nox.Session) -> None:
-    """Run the apps' tests with the whole workspace installed."""
+    """Run the apps' tests with the whole workspace installed, two test files at a time: each test runs torch
+    on one thread (apps/conftest.py), so the three demos' fixed-seed learning runs share the cores instead of
+    queueing (their results do not depend on it)."""
     _install_workspace(session)
-    session.run("pytest", *_pytest_args(session, ROOT / "apps"), env=_test_env())
+    session.install("pytest-xdist")
+    session.run("pytest", *_pytest_args(session, ROOT / "apps"), "-n", "2", "--dist", "loadfile", env=_test_env())
 
 
 @nox.session(python=PYTHON)
