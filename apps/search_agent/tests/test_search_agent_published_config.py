@@ -42,6 +42,10 @@ def test_the_8_gpu_config_is_grpo_on_8_ranks() -> None:
     eight, search_eight = load_train_config(CONFIGS / "grpo_8gpu.yaml", ["model.path=/models/x"])
     assert eight.distributed.num_ranks == 8 and one.distributed.num_ranks == 1
     assert search_eight == search_one
-    skip = {"distributed", "trainer"}
+    skip = {"distributed", "trainer", "rollout"}
     assert eight.model_dump(exclude=skip) == one.model_dump(exclude=skip)
+    vllm = {"engine", "vllm"}  # rollouts on vLLM, as Search-R1's 8-GPU run: its rollout.name and memory share
+    assert eight.rollout.model_dump(exclude=vllm) == one.rollout.model_dump(exclude=vllm)
+    assert (eight.rollout.engine, one.rollout.engine) == ("vllm", "hf")
+    assert (eight.rollout.vllm.gpu_memory_utilization, eight.rollout.vllm.tensor_parallel_size) == (0.6, 1)
     assert eight.trainer.model_dump(exclude={"output_dir"}) == one.trainer.model_dump(exclude={"output_dir"})

