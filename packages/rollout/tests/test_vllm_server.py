@@ -11,13 +11,14 @@ and is killed (its whole process group) whatever happens.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,8 @@ class VLLMServer:
     def __init__(self, folder: Path) -> None:
         self.port = _free_port()
         self.log_path = folder / "server.log"
-        command = serve_command(str(folder / "model"), sys.executable, vllm_serve_flags(port=self.port))
+        self.model_dir = folder / "model"
+        command = serve_command(str(self.model_dir), sys.executable, vllm_serve_flags(port=self.port))
         command += ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager"]
         command += ["--max-model-len", "256", "--seed", "0", "--max-num-batched-tokens", "2048"]
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
@@ -257,6 +259,42 @@ def test_a_failed_sync_names_step_and_bucket_and_keeps_everyone_off_stale_weight
     engine.update_weights(dict(good.state_dict()))
     assert _greedy(engine) == _hf_greedy(good)  # generation closes the open sync first
     assert not vllm_server.is_paused() and engine.weight_syncs == 1
+
+
+def _digit_reward(trajectories: Sequence[Any]) -> list[Any]:
+    from rlloom.core_rl.protocols import RewardOutput
+
+    return [RewardOutput(score=sum(c.isdigit() for c in t.response_text) / 8) for t in trajectories]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_trainer_samples_from_the_server_with_its_own_weights(vllm_server: VLLMServer, tmp_path: Path) -> None:
+    """Two GRPO steps with `Trainer(engine=VLLMServerEngine)`: the trainer pushes the start weights and each update,
+    labelled with its step; each step's rollout log-probs (the server's) equal the trainer's forward on the actor
+    (the logged `mismatch/*`), and the server ends on the trained weights (greedy = transformers on them)."""
+    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.trainer import Trainer
+
+    overrides = [
+        f"model.path={vllm_server.model_dir}", "model.dtype=float32", "model.gradient_checkpointing=false",
+        "data.train_batch_size=2", "rollout.n=2", "rollout.max_tokens=8", "actor.mini_batch_size=2",
+        "actor.warmup_steps=0", "actor.lr=0.01", "algorithm.entropy.coef=0.1", "trainer.total_steps=2",
+        "trainer.save_every=0", "trainer.val_every=0", "trainer.val_before_train=false", "trainer.device=cpu",
+        "trainer.trackers=[jsonl]", f"trainer.output_dir={tmp_path}",
+    ]  # fmt: skip
+    rows = [{"prompt": [{"role": "user", "content": f"{a}+{b}="}], "data_source": "toy"} for a, b in [(1, 2), (3, 4)]]
+    engine = _client(vllm_server.base_url, sync_timeout_s=120)
+    trainer = Trainer(load_config(None, overrides), engine=engine, reward_fn=_digit_reward, train_data=rows * 2)
+    trainer.fit()
+    assert engine.weight_syncs == 3  # fit's start, then after each update
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "mismatch/mismatch_abs_logprob_diff_max" in line]
+    assert [line["step"] for line in steps] == [1, 2]
+    assert all(line["mismatch/mismatch_abs_logprob_diff_max"] < 1e-3 for line in steps), steps
+    trained = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
+    trained.load_state_dict(dict(trainer.parts.actor.named_weights()), strict=False)
+    assert _greedy(engine) == _hf_greedy(trained.eval())
 
 
 @pytest.mark.vllm

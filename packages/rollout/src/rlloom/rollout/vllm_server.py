@@ -9,14 +9,15 @@ JSON body (that endpoint carries only strings), loaded with vLLM's layerwise rel
 `POST /reset_prefix_cache`, `POST /resume`: no request ever runs on half-loaded weights.
 
 Why this transport: it works with stock vLLM on every platform (CPU included, where vLLM's own weight-transfer
-backends, all CUDA, do not run), across tensor-parallel workers (collective_rpc reaches each), with no process
-group shared between trainer and server. The cost is bytes over HTTP: every weight crosses the network as
-base64 (4/3 of its size) and is copied about four times on the way (JSON, the engine core's message, the
-worker's decode, the load), so a sync of a 1.5B-parameter bf16 model moves about 4 GB per server. For large
+backends, all CUDA, do not run), reaches every tensor-parallel worker (collective_rpc calls each; TP is untested
+here), and needs no process group shared between trainer and server. The cost is bytes over HTTP: every weight
+crosses the network as base64 (4/3 of its size) and is copied about four times on the way (JSON, the engine
+core's message, the worker's decode, the load), so a sync of a 1.5B-parameter bf16 model moves about 4 GB per
+server. For large
 models on GPUs, vLLM 0.32's native RL API (`--weight-transfer-config '{"backend": "nccl"}'`, dev-mode
 `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`, with
 `vllm.distributed.weight_transfer`'s trainer engine) moves tensors over NCCL instead, as TRL's server mode
-does; it needs a GPU on both ends and is not wired here.
+does with its own communicator; it needs a GPU on both ends and is not wired here.
 
 Failures: every call has a deadline (`sync_timeout_s`) and raises `WeightSyncError` naming the training step and
 the bucket. After a failure the server is left paused (so no client samples from stale or half-loaded weights)
