@@ -10,24 +10,41 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from safetensors import safe_open
 from test_distributed import assert_metrics_close, in_process_actor, worker_config
+from test_fsdp_options import WORLD, free_port, run_config
 from test_workers import random_batch
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from transformers import AutoModelForCausalLM
 
+from rlloom.core_rl.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.cli import main as cli
-from rlloom.core_rl.sharded_checkpoint import is_sharded, load_worker_state, resolved, shard_bytes, shards_path
+from rlloom.core_rl.distributed.fsdp import fsdp_mesh, full_model_state, shard_model
+from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
+from rlloom.core_rl.sharded_checkpoint import (
+    is_sharded,
+    load_worker_state,
+    resolved,
+    save_worker_shards,
+    shard_bytes,
+    shard_state,
+    shards_path,
+)
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.worker_settings import actor_settings
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
 from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,3 +125,40 @@ def test_export_refuses_a_checkpoint_of_one_process(tiny_model_dir: Path, tmp_pa
     with pytest.raises(SystemExit) as raised:
         cli(["export-hf", str(tiny_model_dir), str(tmp_path / "hf")])
     assert raised.value.code == 2
+
+
+def layout_rank(rank: int, port: int, model_dir: str, out: str) -> None:
+    """One rank: train with CPU offload, and on a (2, 1) hybrid mesh (replicas, so DCP must write each piece
+    once), save each layout's shards, and record the gathered weights and moments as the expectation."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        cfg = run_config(Path(model_dir))
+        expected: dict[str, Any] = {}
+        for name, (shard_size, offload) in {"offload": (None, True), "replicate": (1, False)}.items():
+            model = load_causal_lm(cfg.model, model_dir, CPU)
+            shard_model(model, mesh=fsdp_mesh(WORLD, shard_size, "cpu"), cpu_offload=offload)
+            actor = ShardedPolicyActor(model, RankContext(rank, WORLD, CPU), **actor_settings(cfg, 10, CPU))
+            actor.update_policy(random_batch(model.config.vocab_size))
+            save_worker_shards(actor, Path(out) / name / "sharded" / "actor")
+            expected[name] = {"entry": shard_state(actor, "actor"), "weights": full_model_state(model),
+                              "optimizer": actor.state_dict()["optimizer"]}  # fmt: skip
+        if rank == 0:
+            torch.save(expected, Path(out) / "expected.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_offloaded_and_hybrid_shards_load_in_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    mp.spawn(layout_rank, args=(free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=WORLD)
+    expected = torch.load(tmp_path / "expected.pt", weights_only=False)
+    cfg = run_config(tiny_model_dir)
+    written = {name: sum(shard_bytes(tmp_path / name / "sharded" / "actor").values()) for name in expected}
+    assert written["replicate"] <= written["offload"] * 1.1  # both ranks hold every tensor: each is written once
+    for name, saved in expected.items():
+        one = PolicyActor(load_causal_lm(cfg.model, str(tiny_model_dir), CPU), **actor_settings(cfg, 10, CPU))
+        load_worker_state(one, saved["entry"], tmp_path / name)
+        state = one.model.state_dict()
+        assert all(torch.equal(state[key], value) for key, value in saved["weights"].items()), name
+        assert_same_optimizer(one.optimizer.state_dict(), saved["optimizer"])
