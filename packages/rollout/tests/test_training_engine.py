@@ -16,6 +16,7 @@ from rlloom.rollout.training_engine import (
     build_training_engine,
     engine_override,
     engine_problem,
+    logprobs_mode,
     vllm_engine_config,
 )
 
@@ -57,6 +58,20 @@ def test_vllm_config_is_the_runs_model_dtype_tokenizer_and_section() -> None:
     cfg.model.tokenizer_path = None
     options = vllm_engine_config(cfg, {"max_batch_rows": 8, "enforce_eager": True})
     assert (options.tokenizer, options.max_batch_rows, options.enforce_eager) == ("/models/q", 8, True)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "mode"),
+    [
+        ([], "raw_logprobs"),  # temperature 1: before any truncation, as the trainer's
+        (["rollout.top_p=0.95"], "raw_logprobs"),  # Search-R1's
+        (["rollout.temperature=0.7"], "processed_logprobs"),  # after temperature, nothing truncated
+        (["rollout.temperature=0.7", "rollout.top_k=20"], "processed_logprobs"),  # no exact mode: logged
+    ],
+)
+def test_vllm_logprobs_are_the_ones_the_trainer_computes(sampling: list[str], mode: str) -> None:
+    cfg = load_config(None, ["model.path=/m", *sampling])
+    assert logprobs_mode(cfg) == mode and vllm_engine_config(cfg).logprobs_mode == mode
 
 
 def test_the_flag_wins_over_the_config_key() -> None:

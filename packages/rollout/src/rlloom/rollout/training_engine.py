@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlloom.core_rl.config import RLConfig
 
@@ -81,9 +81,30 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
         "weight_bucket_bytes": max(int(config.distributed.weight_bucket_mb * 2**20), 1 << 20),
         "sync_timeout_s": vllm.sync_timeout_s,
         "cpu_kvcache_space_gib": vllm.cpu_kvcache_space_gib,
+        "logprobs_mode": logprobs_mode(config),
         **(vllm_options or {}),
     }
     return VLLMEngineConfig(**fields)
+
+
+def logprobs_mode(config: RLConfig) -> Literal["processed_logprobs", "raw_logprobs"]:
+    """Which of vLLM's log-probs equal the trainer's, log_softmax(logits / temperature) over the whole vocabulary.
+
+    vLLM's processed log-probs come after temperature but also after top-p/top-k/min-p truncation, renormalised
+    over the kept tokens (Search-R1's top_p 0.95 puts every one log(0.95) = 0.05 above the trainer's); its raw
+    log-probs come before both. At temperature 1 raw is exact whatever the truncation; otherwise processed is,
+    when nothing is truncated, and the remaining case is logged once (the mismatch/* metrics will show it)."""
+    rollout = config.rollout
+    if rollout.temperature == 1.0:
+        return "raw_logprobs"
+    if rollout.top_p < 1.0 or rollout.top_k > 0 or rollout.min_p > 0.0:
+        logger.warning(
+            "rollout.temperature=%g with top_p/top_k/min_p truncation: vLLM's log-probs are renormalised over the "
+            "kept tokens, so they sit above the trainer's by the kept mass's log (see mismatch/*); TIS "
+            "(algorithm.tis) reads them as they are",
+            rollout.temperature,
+        )
+    return "processed_logprobs"
 
 
 def check_training_engine(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> None:
@@ -181,5 +202,6 @@ __all__ = [
     "check_training_engine",
     "engine_override",
     "engine_problem",
+    "logprobs_mode",
     "vllm_engine_config",
 ]
