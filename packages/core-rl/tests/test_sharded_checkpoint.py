@@ -162,3 +162,12 @@ def test_offloaded_and_hybrid_shards_load_in_one_process(tiny_model_dir: Path, t
         state = one.model.state_dict()
         assert all(torch.equal(state[key], value) for key, value in saved["weights"].items()), name
         assert_same_optimizer(one.optimizer.state_dict(), saved["optimizer"])
+
+
+def test_a_sharded_checkpoint_given_as_hf_weights_is_refused_in_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
+    step = tmp_path / "step_3"
+    (shards_path(step, "actor")).mkdir(parents=True)
+    (shards_path(step, "actor") / ".metadata").write_bytes(b"")
+    cfg = run_config(tiny_model_dir)
+    with pytest.raises(ValueError, match=rf"model weights {step} is a checkpoint written by ranks .*export-hf {step}"):
+        load_causal_lm(cfg.model, str(step), CPU)

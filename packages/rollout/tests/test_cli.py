@@ -209,3 +209,12 @@ def test_policy_spec_refuses_bad_engine_sizes_before_loading(
     spec = PolicySpec(model=saved.model, tokenizer=saved.tokenizer, **{field: value})
     with pytest.raises(ValueError, match=says):
         spec.check()
+
+
+def test_a_sharded_checkpoint_is_refused_naming_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A step folder of a run on ranks holds DCP shards, not HF weights: the fix is `rlloom-core-rl export-hf`."""
+    (tmp_path / "sharded" / "actor").mkdir(parents=True)
+    (tmp_path / "sharded" / "actor" / ".metadata").write_bytes(b"")
+    line = _refused(["serve", "--model", str(tmp_path)], capsys)
+    assert f"--model {tmp_path} is a checkpoint written by ranks" in line
+    assert f"rlloom-core-rl export-hf {tmp_path} OUT_DIR" in line

@@ -45,6 +45,7 @@ from rlloom.core_rl.optim import (
 )
 from rlloom.core_rl.precision import compute_autocast, load_dtype
 from rlloom.core_rl.sft import supervised_nll_sum
+from rlloom.core_rl.sharded_checkpoint import refuse_sharded
 
 ADAPTER_DIR = "adapter"
 MAX_METRIC_SUFFIX = "_max"
@@ -74,6 +75,7 @@ def load_causal_lm(
     a model that is never trained (`trained=False`: a reference, an engine's copy) and LoRA's frozen base load in
     the compute dtype `model.dtype` (see `precision`)."""
     dtype = load_dtype(cfg, trained=trained and cfg.lora_rank == 0)
+    refuse_sharded(Path(path), "model weights")
     base_path = cfg.path if cfg.lora_rank > 0 else path
     model: PreTrainedModel = model_class(base_path).from_pretrained(
         base_path, dtype=dtype, attn_implementation=model_attn_implementation(cfg, device)

@@ -69,6 +69,15 @@ def is_sharded(checkpoint: Path | None) -> bool:
     return checkpoint is not None and (shards_path(checkpoint, "actor") / ".metadata").is_file()
 
 
+def refuse_sharded(folder: Path, what: str) -> None:
+    """A one-line error for a sharded checkpoint given where Hugging Face weights are expected."""
+    if is_sharded(folder):
+        raise ValueError(
+            f"{what} {folder} is a checkpoint written by ranks (DCP shards, no Hugging Face weights); run "
+            f"`rlloom-core-rl export-hf {folder} OUT_DIR` and give OUT_DIR"
+        )
+
+
 def weights_source(checkpoint: Path | None, model_path: str) -> str:
     """Where a resumed run loads its starting weights: an HF checkpoint's own, or for a sharded one the base
     model's (replaced by the shards right after, when the worker state loads)."""
@@ -179,6 +188,7 @@ __all__ = [
     "is_sharded",
     "load_worker_shards",
     "load_worker_state",
+    "refuse_sharded",
     "resolved",
     "save_worker_shards",
     "shard_bytes",

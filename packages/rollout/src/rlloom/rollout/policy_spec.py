@@ -68,8 +68,11 @@ class PolicySpec:
     def check_loadable(self) -> None:
         """Refuse, before loading anything, a folder that is not a model, a missing tokenizer, or a runtime
         this machine lacks (no vLLM, no CUDA), naming the flag that fixes it."""
-        from rlloom.core_rl.tokenizer_loading import has_tokenizer_files  # imports transformers: not at --help
+        from rlloom.core_rl.sharded_checkpoint import refuse_sharded  # imports torch: not at --help
+        from rlloom.core_rl.tokenizer_loading import has_tokenizer_files
 
+        if self.model is not None:
+            refuse_sharded(self.model, "--model")
         if self.model is not None and not (self.model / "config.json").is_file():
             raise ValueError(f"--model {self.model} has no config.json; give a saved HF model folder")
         if self.tokenizer is not None and not has_tokenizer_files(self.tokenizer):
