@@ -22,14 +22,15 @@ from typing import Any, TypeVar
 import torch
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.prompts import render_prompt
 from rlloom.rollout.vllm_engine import (
     VLLMEngineConfig,
     _completion,
+    multimodal_kwargs,
     prepare_platform,
     scheduler_kwargs,
     vllm_sampling_kwargs,
 )
+from rlloom.rollout.vllm_images import ImagePatchLayout, check_expanded, engine_prompt
 from rlloom.rollout.vllm_weights import WeightSyncSession
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class VLLMAsyncEngine:
         vllm, self.on_cpu, self.supports_sleep = prepare_platform(config)
         self.config = config
         self._vllm = vllm
+        self.image_layout = ImagePatchLayout.from_model(config.model)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlloom-vllm-async", daemon=True)
         self._thread.start()
@@ -72,6 +74,7 @@ class VLLMAsyncEngine:
             logprobs_mode=c.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
             **scheduler_kwargs(c, on_cpu=self.on_cpu),
+            **multimodal_kwargs(c, self.image_layout),
         )
         return AsyncLLM.from_engine_args(args)
 
@@ -89,11 +92,13 @@ class VLLMAsyncEngine:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        prompt: dict[str, Any] = {"prompt_token_ids": render_prompt(self.tokenizer, request)}
-        if request.multimodal:
-            prompt["multi_modal_data"] = request.multimodal
+        prompt = engine_prompt(request, self.tokenizer, self.image_layout)
         params = self._vllm.SamplingParams(
-            **vllm_sampling_kwargs(request.sampling, skip_special_tokens=self.config.skip_special_tokens)
+            **vllm_sampling_kwargs(
+                request.sampling,
+                skip_special_tokens=self.config.skip_special_tokens,
+                logit_bias=self.image_layout.logit_bias() if self.image_layout else None,
+            )
         )
         params.output_kind = RequestOutputKind.FINAL_ONLY
         request_id = f"{request.request_id}-{next(self._ids)}"
@@ -104,7 +109,10 @@ class VLLMAsyncEngine:
         if final is None:
             raise RuntimeError(f"vLLM returned no output for request {request.request_id}")
         latency = time.perf_counter() - started
-        return [_completion(request, list(final.prompt_token_ids or []), c, latency) for c in final.outputs]
+        prompt_ids = list(final.prompt_token_ids or [])
+        if request.multimodal:
+            check_expanded(request.request_id, request.prompt_ids or [], prompt_ids)
+        return [_completion(request, prompt_ids, c, latency) for c in final.outputs]
 
     def _ready(self) -> None:
         with self._lock:

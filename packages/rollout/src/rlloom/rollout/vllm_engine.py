@@ -22,8 +22,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.generation import Completion, FinishReason, GenerationRequest, SamplingParams
-from rlloom.core_rl.prompts import render_prompt
 from rlloom.rollout.batching import AsyncBatcher
+from rlloom.rollout.vllm_images import (
+    ImagePatchLayout,
+    check_expanded,
+    check_image_processor_importable,
+    engine_prompt,
+)
 from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, weight_buckets
 
 logger = logging.getLogger(__name__)
@@ -72,6 +77,15 @@ class VLLMEngineConfig(BaseModel):
         default=None, ge=1, description="Tokens per scheduler step (None: vLLM's; the context when prefills are whole)."
     )
     max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")
+    mm_processor_kwargs: dict[str, Any] | None = Field(
+        default=None,
+        description="VLMs: vLLM's image processor settings, e.g. {min_pixels, max_pixels} as the vision collector's "
+        "(they size vLLM's encoder budget; each request still keeps its images' processed sizes).",
+    )
+    limit_mm_per_prompt: dict[str, int] | None = Field(
+        default=None,
+        description="VLMs: items per prompt and modality; None: vLLM's for images, no videos (not supported here).",
+    )
     skip_special_tokens: bool = Field(
         default=True,
         description="Leave special tokens out of `text` (as HFEngineConfig's). False keeps markers that are special "
@@ -142,6 +156,16 @@ def scheduler_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any
     return {"enable_chunked_prefill": chunked, "max_num_batched_tokens": budget}
 
 
+def multimodal_kwargs(config: VLLMEngineConfig, layout: ImagePatchLayout | None) -> dict[str, Any]:
+    """vLLM's multimodal arguments for a VLM (none for a text model): no video inputs unless configured. Checks
+    first that vLLM will be able to import its Qwen-VL processor."""
+    if layout is None:
+        return {}
+    check_image_processor_importable()
+    limits = config.limit_mm_per_prompt if config.limit_mm_per_prompt is not None else {"video": 0}
+    return {"mm_processor_kwargs": config.mm_processor_kwargs, "limit_mm_per_prompt": limits}
+
+
 def prepare_platform(config: VLLMEngineConfig) -> tuple[Any, bool, bool]:
     """(the vllm module, whether it runs on CPU, whether to use sleep mode), checked before any engine starts: a
     head size the CPU attention refuses, an asked-for sleep mode the platform lacks; on CPU the KV-cache space."""
@@ -172,8 +196,11 @@ def _cpu_head_sizes() -> Sequence[int]:
         return CPU_HEAD_SIZES
 
 
-def vllm_sampling_kwargs(p: SamplingParams, *, skip_special_tokens: bool = True) -> dict[str, Any]:
-    """Our `SamplingParams` as keyword arguments of `vllm.SamplingParams` (same names, vLLM's conventions)."""
+def vllm_sampling_kwargs(
+    p: SamplingParams, *, skip_special_tokens: bool = True, logit_bias: dict[int, float] | None = None
+) -> dict[str, Any]:
+    """Our `SamplingParams` as keyword arguments of `vllm.SamplingParams` (same names, vLLM's conventions);
+    `logit_bias`: a VLM's banned vision tokens (`ImagePatchLayout.logit_bias`)."""
     return {
         "n": p.n,
         "temperature": p.temperature,
@@ -189,6 +216,7 @@ def vllm_sampling_kwargs(p: SamplingParams, *, skip_special_tokens: bool = True)
         "logprobs": 0 if p.logprobs else None,  # 0: only the sampled token's logprob
         "detokenize": True,
         "skip_special_tokens": skip_special_tokens,
+        "logit_bias": logit_bias,
     }
 
 
@@ -209,6 +237,7 @@ class VLLMEngine:
         self.config = config
         self._vllm = vllm
         self.supports_sleep = sleep_mode
+        self.image_layout = ImagePatchLayout.from_model(config.model)
         self.llm = vllm.LLM(
             model=config.model,
             tokenizer=config.tokenizer,
@@ -223,6 +252,7 @@ class VLLMEngine:
             logprobs_mode=config.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
             **scheduler_kwargs(config, on_cpu=self.on_cpu),
+            **multimodal_kwargs(config, self.image_layout),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = _max_model_len(self.llm)
@@ -250,14 +280,10 @@ class VLLMEngine:
     def _run_batch(self, requests: list[GenerationRequest], deliver: Any) -> None:
         from vllm.inputs import TokensPrompt
 
-        prompts = []
-        for r in requests:
-            prompt: dict[str, Any] = {"prompt_token_ids": render_prompt(self.tokenizer, r)}
-            if r.multimodal:
-                prompt["multi_modal_data"] = r.multimodal
-            prompts.append(TokensPrompt(**prompt))  # type: ignore[typeddict-item]
+        prompts = [TokensPrompt(**engine_prompt(r, self.tokenizer, self.image_layout)) for r in requests]  # type: ignore[typeddict-item]
         skip = self.config.skip_special_tokens
-        kwargs = [vllm_sampling_kwargs(r.sampling, skip_special_tokens=skip) for r in requests]
+        bias = self.image_layout.logit_bias() if self.image_layout else None
+        kwargs = [vllm_sampling_kwargs(r.sampling, skip_special_tokens=skip, logit_bias=bias) for r in requests]
         params = [self._vllm.SamplingParams(**kw) for kw in kwargs]
         with self._lock:
             if self.asleep:
@@ -268,6 +294,8 @@ class VLLMEngine:
             outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
             latency = time.perf_counter() - started
         for i, (request, out) in enumerate(zip(requests, outputs, strict=True)):
+            if request.multimodal:
+                check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
             deliver(i, [_completion(request, out.prompt_token_ids, c, latency) for c in out.outputs])
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
