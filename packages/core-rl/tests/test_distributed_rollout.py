@@ -14,21 +14,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_engine_factory import SharedModuleEngine
 from test_workers import random_batch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.config import RLConfig
 from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.weight_sync import EngineWeights
+from rlloom.core_rl.worker_settings import actor_settings
 
 ray = pytest.importorskip("ray")
-from rlloom.core_rl.distributed.rank_engines import RankEngines, start_rank_engines  # noqa: E402
+from rlloom.core_rl.distributed.rank_engines import RankEngines  # noqa: E402
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
 from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
 
@@ -46,8 +45,8 @@ def local_ray() -> Iterator[None]:
 
 
 class SeededEngine(SamplingEngine):
-    """Samples token by token from the module it is given, sample k of a request from a generator seeded with
-    (seed, k): the tokens depend on the weights and the seed only, not on the batch or the process."""
+    """Samples token by token from the module it is given, sample k of a seeded request from a generator seeded
+    with (seed, k): the tokens depend on the weights and the seed only, not on the batch or the process."""
 
     def __init__(self, module: nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
         self.model = module.eval()
@@ -59,8 +58,7 @@ class SeededEngine(SamplingEngine):
 
     def _sample(self, request: GenerationRequest, k: int) -> Completion:
         params = request.sampling
-        assert params.seed is not None, "SeededEngine samples seeded requests only"
-        gen = torch.Generator().manual_seed(params.seed * 1000 + k)
+        gen = torch.Generator().manual_seed(params.seed * 1000 + k) if params.seed is not None else None
         prompt = self._prompt_ids(request)
         ids, logprobs = list(prompt), []
         with torch.no_grad():
@@ -107,30 +105,19 @@ def assert_same_samples(got: list[list[Completion]], expected: list[list[Complet
 
 
 def test_each_rank_hosts_a_replica_that_samples_as_one_process_before_and_after_an_update(
-    tiny_model_dir: Path,
+    tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = RLConfig.model_validate(
-        {
-            "model": {"path": str(tiny_model_dir)},
-            "rollout": {"n": 1, "max_tokens": 9},
-            "algorithm": {"adv_estimator": "reinforce_plus_plus"},
-            "actor": {"lr": 1e-2, "ppo_epochs": 1, "mini_batch_size": 7, "max_tokens_per_micro_batch": 40},
-            "trainer": {"device": "cpu", "seed": 0},
-            "distributed": {"num_ranks": 2, "cpus_per_rank": 0.5, "timeout_s": 300, "runtime_env": SHIP_TESTS},
-        }
-    )
+    """engine_factory= with 2 ranks: the trainer's engine is a replica on each rank (the default), which sample as
+    one engine on the in-process actor's module does, before and after an update; then the trainer trains on them."""
     tokenizer = load_pretrained_tokenizer(tiny_model_dir)
-    group = RayActorGroup(cfg, total_steps=10, weights_path=str(tiny_model_dir), with_reference=False)
-    engines = start_rank_engines(group, seeded_factory(tokenizer), cfg, str(tiny_model_dir))
-    single = PolicyActor(
-        load_causal_lm(cfg.model, str(tiny_model_dir), CPU),
-        actor=cfg.actor,
-        algorithm=cfg.algorithm,
-        total_steps=10,
-        mini_batch_rows=7,
-        max_response_length=9,
-        device=CPU,
-    )
+    overrides = ["trainer.total_steps=2", "algorithm.use_kl_loss=false", "actor.warmup_steps=0", "actor.lr=1e-2",
+                 "distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300",
+                 f"distributed.runtime_env={SHIP_TESTS}"]  # fmt: skip
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", overrides)
+    trainer = Trainer(cfg, engine_factory=seeded_factory(tokenizer), reward_fn=digit_reward, train_data=sum_rows(8))
+    engines, group = trainer.engine, trainer.parts.actor
+    assert isinstance(engines, RankEngines) and isinstance(group, RayActorGroup)
+    single = PolicyActor(load_causal_lm(cfg.model, str(tiny_model_dir), CPU), **actor_settings(cfg, 2, CPU))
     local = SeededEngine(single.model, tokenizer)  # the in-process engine: on the actor's own module
     vocab = single.model.config.vocab_size
     asked = requests(6, vocab)
@@ -160,23 +147,9 @@ def test_each_rank_hosts_a_replica_that_samples_as_one_process_before_and_after_
     assert_same_samples(asyncio.run(turns()), after[:4])
     served_now = engines.requests_served()
     assert all(now - then >= 2 for now, then in zip(served_now, served, strict=True)), (served, served_now)
-    group.close()
 
-
-def test_trainer_puts_an_engine_on_every_rank_by_default(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """engine_factory= with 2 ranks: the trainer's engine is the rank replicas, which sample and get synced."""
-    tokenizer = load_pretrained_tokenizer(tiny_model_dir)
-    overrides = ["trainer.total_steps=2", "distributed.num_ranks=2", "distributed.cpus_per_rank=0.5",
-                 "distributed.timeout_s=300", f"distributed.runtime_env={SHIP_TESTS}"]  # fmt: skip
-    trainer = Trainer(
-        tiny_config(tiny_model_dir, tmp_path / "run", overrides),
-        engine_factory=lambda module: SharedModuleEngine(module, tokenizer),
-        reward_fn=digit_reward,
-        train_data=sum_rows(8),
-    )
-    engines = trainer.engine
-    assert isinstance(engines, RankEngines) and isinstance(trainer.parts.actor, RayActorGroup)
+    # the trainer rolls out on both replicas and syncs them after each update
     trainer.fit()
-    assert min(engines.requests_served()) > 0
+    assert all(now > then for now, then in zip(engines.requests_served(), served_now, strict=True))
     assert trainer.weights.engine_step == 2
-    trainer.parts.actor.close()
+    group.close()
