@@ -335,6 +335,48 @@ def _sample(row: dict[str, Any]) -> Any:
     return Sample.from_row(row)
 
 
+# ----------------------------------------------------------------------------------------------- the model
+def add_model_shape_args(ap: argparse.ArgumentParser) -> None:
+    """The tiny model's shape (default: `tiny_qwen2`'s, head size 16); vLLM's CPU attention needs head size 64."""
+    ap.add_argument("--hidden-size", type=int, default=64, help="tiny Qwen2 hidden size")
+    ap.add_argument("--num-heads", type=int, default=4, help="attention heads (head size = hidden / heads)")
+    ap.add_argument("--num-kv-heads", type=int, default=2, help="key/value heads")
+
+
+def warmed_up_model(args: argparse.Namespace, tok: Any, base: Any, queries: list[dict[str, Any]], cfg: Any) -> Any:
+    """The warmed-up tiny model of these arguments, from --cache-dir or warmed up now (deterministic) and cached."""
+    shape = {"hidden_size": args.hidden_size, "num_heads": args.num_heads, "num_kv_heads": args.num_kv_heads}
+    model = tiny_qwen2(tok, max_position_embeddings=1024, seed=args.warmup_seed, **shape)
+    # The warm-up never sees a benchmarked question, and its questions do not depend on --n (up to 256), so a
+    # quick `--n 64` look runs the same model as the full run; the cache name records what the model learnt from.
+    first_warmup_question = max(DEFAULT_N, args.n)
+    name = f"rlloom_bench_agent_tiny_v4_{args.warmup_loss}_{args.warmup_steps}_from{first_warmup_question}"
+    if (args.hidden_size, args.num_heads, args.num_kv_heads) != (64, 4, 2):  # the default shape keeps its old name
+        name += f"_h{args.hidden_size}x{args.num_heads}kv{args.num_kv_heads}"
+    name += f"_seed{args.warmup_seed}.pt" if args.warmup_seed else ".pt"
+    cache = Path(args.cache_dir) / name
+    if cache.exists():
+        model.load_state_dict(torch.load(cache))
+        print(f"warm-up: loaded {cache}", flush=True)
+    else:
+        print(f"warm-up: {args.warmup_steps} supervised steps on scripted search conversations", flush=True)
+        t0 = time.perf_counter()
+        warm_up(
+            model,
+            tok,
+            base,
+            queries[first_warmup_question:],
+            steps=args.warmup_steps,
+            loop_cfg=cfg,
+            loss_on=args.warmup_loss,
+            seed=args.warmup_seed,
+        )
+        print(f"warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
+        torch.save(model.state_dict(), cache)
+    print(f"warm-up model: sha256 {weights_digest(model)} (same code, same CPU kind: same digest)", flush=True)
+    return model
+
+
 # ----------------------------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -376,6 +418,7 @@ def main() -> None:
         "seed builds another model (how much the reading depends on the model)",
     )
     ap.add_argument("--cache-dir", default="/tmp", help="where the warmed-up tiny model is kept between runs")
+    add_model_shape_args(ap)
     ap.add_argument(
         "--prefix-cache-tokens",
         type=int,
@@ -396,7 +439,6 @@ def main() -> None:
     _, queries = load_corpus()
     base = bm25_retriever(args.cache_dir)
     tok = char_tokenizer()
-    model = tiny_qwen2(tok, max_position_embeddings=1024, seed=args.warmup_seed)
     cfg = AgentLoopConfig(
         max_turns=4,
         max_tokens_per_turn=args.max_tokens_per_turn,
@@ -405,31 +447,7 @@ def main() -> None:
         max_concurrency=args.n,
         sampling=SamplingParams(temperature=args.temperature),
     )
-    # The warm-up never sees a benchmarked question, and its questions do not depend on --n (up to 256), so a
-    # quick `--n 64` look runs the same model as the full run; the cache name records what the model learnt from.
-    first_warmup_question = max(DEFAULT_N, args.n)
-    name = f"rlloom_bench_agent_tiny_v4_{args.warmup_loss}_{args.warmup_steps}_from{first_warmup_question}"
-    name += f"_seed{args.warmup_seed}.pt" if args.warmup_seed else ".pt"
-    cache = Path(args.cache_dir) / name
-    if cache.exists():
-        model.load_state_dict(torch.load(cache))
-        print(f"warm-up: loaded {cache}", flush=True)
-    else:
-        print(f"warm-up: {args.warmup_steps} supervised steps on scripted search conversations", flush=True)
-        t0 = time.perf_counter()
-        warm_up(
-            model,
-            tok,
-            base,
-            queries[first_warmup_question:],
-            steps=args.warmup_steps,
-            loop_cfg=cfg,
-            loss_on=args.warmup_loss,
-            seed=args.warmup_seed,
-        )
-        print(f"warm-up took {time.perf_counter() - t0:.1f} s", flush=True)
-        torch.save(model.state_dict(), cache)
-    print(f"warm-up model: sha256 {weights_digest(model)} (same code, same CPU kind: same digest)", flush=True)
+    model = warmed_up_model(args, tok, base, queries, cfg)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
     torch.nn.Module.to(model, torch.device(args.device))
