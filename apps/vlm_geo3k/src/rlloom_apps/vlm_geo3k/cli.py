@@ -16,6 +16,8 @@ from rlloom.core_rl.demo_cli import add_demo_command
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rlloom.rollout.training_engine import add_engine_argument
+
     parser = argparse.ArgumentParser(
         prog="vlm-geo3k", description="VLM RL on Geometry3K.", formatter_class=HelpFormatter
     )
@@ -32,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="GRPO on prepared rows with the bundled EasyR1 config (or your YAML)",
         description="Train a Qwen2.5-VL with core-rl's Trainer: image prompts sampled from an HF engine on the "
-        "actor, scored by EasyR1's math reward (0.9 accuracy + 0.1 format). Extra arguments (anywhere among the "
-        "options) are dotted config overrides, e.g. model.path=/models/Qwen2.5-VL-7B-Instruct "
-        "vision.max_pixels=1003520 rollout.n=8.",
+        "actor (or vLLM: --engine vllm), scored by EasyR1's math reward (0.9 accuracy + 0.1 format). Extra "
+        "arguments (anywhere among the options) are dotted config overrides, e.g. "
+        "model.path=/models/Qwen2.5-VL-7B-Instruct vision.max_pixels=1003520 rollout.n=8.",
         formatter_class=HelpFormatter,
     )
     fit.add_argument("--config", default="grpo", help="grpo, or a YAML file")
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
     fit.add_argument("--score-workers", type=int, default=None, help="scoring processes (default: one per core)")
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
+    add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=1e-6")
     demo = add_demo_command(
         commands,
@@ -89,9 +92,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
-    from rlloom_apps.vlm_geo3k.train import load_config, run_train
+    from rlloom_apps.vlm_geo3k.train import load_config, run_train, vllm_options
 
     from rlloom.core_rl.config import ConfigError
+    from rlloom.rollout.training_engine import engine_override, engine_problem
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
@@ -103,9 +107,11 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
     check_yaml(parser, args.config)
     try:
-        config, vision = load_config(args.config, args.overrides)
+        config, vision = load_config(args.config, [*args.overrides, *engine_override(args.engine)])
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
+    if problem := engine_problem(config, vllm_options(vision)):  # before any data or model loads
+        parser.error(problem)
     try:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
             lambda: run_train(

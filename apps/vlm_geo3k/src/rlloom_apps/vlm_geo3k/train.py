@@ -3,7 +3,9 @@
 Rows come from `vlm-geo3k prepare-data` (EasyR1 layout: `<image>` markers, `images`, `[value, letter]` ground
 truth). Rows too long after image expansion are dropped once, before training (EasyR1's filter_overlong_prompts);
 `rlloom.multimodal.vision_collector` turns each row into pixel values, image grids and M-RoPE positions once per
-step and samples from an `HFEngine` on the actor's own module; every sample is scored by EasyR1's `math` reward
+step and samples from the engine `rollout.engine` names (`--engine`): an `HFEngine` on the actor's own module, or
+vLLM synced after every update (`rlloom.rollout.training_engine`; images go to vLLM as `multi_modal_data` with
+the actor's token ids and positions, `rlloom.rollout.vllm_images`); every sample is scored by EasyR1's `math` reward
 (`geo3k_easyr1`: 0.9 accuracy + 0.1 format, reported apart) in `rlloom.rewards` worker processes.
 """
 
@@ -15,7 +17,6 @@ from typing import Any
 
 from rlloom_apps.vlm_geo3k.data import check_image_paths
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
-from torch import nn
 from transformers import AutoConfig
 
 from rlloom.core_rl.config import ConfigError, RLConfig
@@ -26,13 +27,13 @@ from rlloom.core_rl.trainer import train
 from rlloom.multimodal import QwenVLProcessing
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.training_engine import build_training_engine
 
 CONFIGS = Path(__file__).parent / "configs"
 ALGORITHMS = ("grpo",)
 SCORERS = {"geometry3k": "geo3k_easyr1"}  # EasyR1's math reward rather than the registry's plain accuracy
 
-__all__ = ["ALGORITHMS", "config_file", "load_config", "read_jsonl", "run_train"]
+__all__ = ["ALGORITHMS", "config_file", "load_config", "read_jsonl", "run_train", "vllm_options"]
 
 
 def config_file(name: str) -> Path:
@@ -43,6 +44,12 @@ def config_file(name: str) -> Path:
 def load_config(name: str, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
     """The config and its `vision:` section, overrides applied and validated before anything loads."""
     return load_train_config(config_file(name), overrides)
+
+
+def vllm_options(vision: VisionSettings) -> dict[str, Any]:
+    """What vLLM needs beyond `rollout.vllm` for this app's images: its image processor's pixel budget, the
+    collector's (it sizes vLLM's encoder budget; each request keeps its images' processed sizes)."""
+    return {"mm_processor_kwargs": {"min_pixels": vision.min_pixels, "max_pixels": vision.max_pixels}}
 
 
 def run_train(
@@ -74,25 +81,18 @@ def run_train(
     if not train_rows:
         raise ConfigError(f"--train-data {train_data} holds no rows (that fit vision.max_prompt_tokens)")
     val_rows = _fitting_rows(val_data, "--val-data", tokenizer, processing) if val_data else None
-    engines: list[HFEngine] = []
-
-    def engine_on(module: nn.Module) -> HFEngine:
-        engines.append(HFEngine(module, tokenizer))
-        return engines[-1]
-
-    with RegistryReward(workers=score_workers, timeout=score_timeout, scorers=scorers) as reward:
-        try:
-            return train(
-                config,
-                engine_factory=engine_on,
-                collect_factory=vision_collector(tokenizer, processing),
-                reward_fn=reward,
-                train_data=train_rows,
-                val_data=val_rows,
-            )
-        finally:
-            for engine in engines:
-                engine.close()
+    with (
+        RegistryReward(workers=score_workers, timeout=score_timeout, scorers=scorers) as reward,
+        build_training_engine(config, tokenizer, vllm_options=vllm_options(vision)) as engine,
+    ):
+        return train(
+            config,
+            collect_factory=vision_collector(tokenizer, processing),
+            reward_fn=reward,
+            train_data=train_rows,
+            val_data=val_rows,
+            **engine.trainer_kwargs(),
+        )
 
 
 def _fitting_rows(path: Path, label: str, tokenizer: Any, processing: QwenVLProcessing) -> list[Mapping[str, Any]]:

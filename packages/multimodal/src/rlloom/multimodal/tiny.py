@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import torch
 from transformers import (
+    PreTrainedModel,
     PreTrainedTokenizerFast,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
@@ -26,7 +27,7 @@ from transformers import (
 )
 
 from rlloom.core_rl.tiny import DEFAULT_ALPHABET, SavedTinyModel, char_tokenizer
-from rlloom.multimodal.qwen_vl import VisionTokenIds
+from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionTokenIds
 
 VISION_SPECIAL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 QWEN_VL_CHAT_TEMPLATE = (
@@ -187,18 +188,47 @@ def _finish(model: _VLM, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype)
     return model
 
 
-def save_tiny_vl_model(root: str | Path, *, max_position_embeddings: int = 1024, seed: int = 0) -> SavedTinyModel:
-    """Save `tiny_qwen2_5_vl` on `qwen_vl_char_tokenizer` as loadable folders (`model`, `tokenizer`).
+def save_tiny_vl_model(
+    root: str | Path,
+    *,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    vision_tokens_unlikely: bool = False,
+    **shape: int,
+) -> SavedTinyModel:
+    """Save `tiny_qwen2_5_vl` on `qwen_vl_char_tokenizer` as loadable folders (`model`, `tokenizer`); `shape`
+    goes to `tiny_qwen2_5_vl` (e.g. hidden_size=128, num_heads=2, num_kv_heads=1: head_dim 64 for vLLM on CPU);
+    `vision_tokens_unlikely`: `make_vision_tokens_unlikely` (for log-prob comparisons with vLLM).
 
     As in core-rl's `save_tiny_model`, the tokenizer gets its own folder: `AutoTokenizer` on a Qwen-VL model
-    folder would build Qwen's BPE tokenizer, which does not fit this character vocabulary.
+    folder would build Qwen's BPE tokenizer, which does not fit this character vocabulary. The model folder also
+    holds the image processor's preprocessor_config.json (QwenVLProcessing's defaults), as released models do:
+    vLLM builds its image processor from it.
     """
     root = Path(root)
     tokenizer = qwen_vl_char_tokenizer()
-    model = tiny_qwen2_5_vl(tokenizer, seed=seed, max_position_embeddings=max_position_embeddings)
+    model = tiny_qwen2_5_vl(tokenizer, seed=seed, max_position_embeddings=max_position_embeddings, **shape)  # type: ignore[arg-type]
+    if vision_tokens_unlikely:
+        make_vision_tokens_unlikely(model, tokenizer)
     model.save_pretrained(root / "model")
+    QwenVLProcessing().image_processor().save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "tokenizer")
     return SavedTinyModel(model=root / "model", tokenizer=root / "tokenizer")
+
+
+def make_vision_tokens_unlikely(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Give a random tiny VLM what a trained one has: vision tokens (image/video pad, vision start) that are never
+    likely outputs. Every (tied) embedding row gets 0.05 on dimension 0 and the vision tokens' -50, so a text token's
+    final hidden state carries that dimension and scores them about e^-50 below the rest (the 0.05 shifts every
+    other logit alike; RMSNorm keeps the input side as it was). Engines never sample them, and vLLM reports the
+    log-probs of the distribution it samples from (renormalised without them), so tests that compare its log-probs
+    with a full-vocabulary forward need their share negligible."""
+    vision = VisionTokenIds.from_tokenizer(tokenizer)
+    with torch.no_grad():
+        embed = model.get_input_embeddings().weight
+        assert isinstance(embed, torch.Tensor)
+        embed[:, 0] = 0.05
+        embed[[vision.image_pad, vision.video_pad, vision.vision_start], 0] = -50.0
 
 
 def _mrope_section(head_dim: int) -> list[int]:
