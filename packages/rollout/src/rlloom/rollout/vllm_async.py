@@ -154,6 +154,8 @@ class VLLMAsyncEngine:
         with self._lock:
             if self._sync.finish():
                 self._run(self.llm.reset_prefix_cache())
+                if self.image_layout is not None:  # cached vision-tower outputs of old weights
+                    self._run(self.llm.reset_encoder_cache())
 
     @property
     def weight_syncs(self) -> int:

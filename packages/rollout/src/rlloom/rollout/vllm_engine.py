@@ -315,10 +315,13 @@ class VLLMEngine:
             self._sync.step = step
 
     def finish_weight_sync(self) -> None:
-        """Close an open sync: process the layers still pending and drop prefix-cache entries of old weights."""
+        """Close an open sync: process the layers still pending and drop prefix-cache entries of old weights, and
+        a VLM's cached vision-tower outputs (vLLM reuses them for an image seen before)."""
         with self._lock:
             if self._sync.finish():
                 self.llm.reset_prefix_cache()
+                if self.image_layout is not None:
+                    self.llm.llm_engine.reset_encoder_cache()
 
     @property
     def weight_syncs(self) -> int:
