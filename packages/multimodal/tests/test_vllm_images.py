@@ -43,6 +43,8 @@ SHIM = Path(__file__).parent / "torchvision_free"
 def _use_torchvision_free_processor() -> None:
     """This process and every process vLLM spawns (they inherit PYTHONPATH) load `torchvision_free/`."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p)
+    if "rlloom_test_torchvision_free" in sys.modules:
+        return  # loaded by another test module: a second copy's classes would not match the first's patches
     spec = importlib.util.spec_from_file_location("rlloom_test_torchvision_free", SHIM / "sitecustomize.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
