@@ -9,6 +9,7 @@ must return what one engine on the single-process `PolicyActor`'s module returns
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from rlloom.core_rl.weight_sync import EngineWeights
 from rlloom.core_rl.worker_settings import actor_settings
 
 ray = pytest.importorskip("ray")
+import tiny_run  # noqa: E402
+
 from rlloom.core_rl.distributed.rank_engines import RankEngines  # noqa: E402
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
 from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
@@ -39,6 +42,10 @@ SHIP_TESTS = {"env_vars": {"PYTHONPATH": str(TESTS)}}  # the ranks unpickle Seed
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
+    # The engine factory below travels to the rank processes by value: neither this file nor tiny_run is importable
+    # there (tests/ is on this process's sys.path only, and the installed-wheel session runs from a temp folder).
+    ray.cloudpickle.register_pickle_by_value(tiny_run)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     start_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawn_ranks import spawn_ranks
 from test_workers import random_batch
 
 from rlloom.core_rl.actor import PolicyActor, load_causal_lm
@@ -88,7 +88,7 @@ def free_port() -> int:
 
 @pytest.mark.timeout(300)
 def test_offload_and_hybrid_sharding_train_like_plain_fsdp(tiny_model_dir: Path, tmp_path: Path) -> None:
-    mp.spawn(rank_main, args=(free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=WORLD)
+    spawn_ranks(__file__, "rank_main", (free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     vocab = ranks[0]["fsdp"]["weights"]["model.embed_tokens.weight"].shape[0]
     for report in ranks:

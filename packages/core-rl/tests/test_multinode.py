@@ -224,8 +224,9 @@ def test_two_steps_on_a_ray_start_cluster_from_another_folder(
     assert done.returncode == 0, done.stderr[-4000:]
     lines = (driver / "out" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
-    # rank 0 wrote the checkpoint's weights into the driver's folder, though it runs in the head's
-    assert (driver / "out" / "checkpoints" / "step_2" / "config.json").is_file()
+    # the ranks wrote the checkpoint's shards into the driver's folder, though they run in the head's
+    assert (driver / "out" / "checkpoints" / "step_2" / "sharded" / "actor" / "config.json").is_file()
+    assert list((driver / "out" / "checkpoints" / "step_2" / "sharded" / "actor").glob("*.distcp"))
     assert not any((tmp_path / "head").iterdir())
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors import safe_open
+from spawn_ranks import spawn_ranks
 from test_distributed import assert_metrics_close, in_process_actor, worker_config
 from test_fsdp_options import WORLD, free_port, run_config
 from test_workers import random_batch
@@ -151,7 +151,7 @@ def layout_rank(rank: int, port: int, model_dir: str, out: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_offloaded_and_hybrid_shards_load_in_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
-    mp.spawn(layout_rank, args=(free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=WORLD)
+    spawn_ranks(__file__, "layout_rank", (free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=WORLD)
     expected = torch.load(tmp_path / "expected.pt", weights_only=False)
     cfg = run_config(tiny_model_dir)
     written = {name: sum(shard_bytes(tmp_path / name / "sharded" / "actor").values()) for name in expected}
