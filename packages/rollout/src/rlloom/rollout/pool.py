@@ -10,7 +10,6 @@ errors (`ValueError`, `KeyError`, `TypeError`) are the caller's fault and propag
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,31 +18,11 @@ from typing import Any, Literal
 import torch
 
 from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.load_balance import assign_by_tokens, request_tokens
 from rlloom.core_rl.protocols import RolloutEngine
 from rlloom.rollout.pool_replicas import LocalReplica, RayReplica, Replica, ray_is_initialized
 
 _CALLER_ERRORS = (ValueError, KeyError, TypeError)
-
-
-def request_tokens(request: GenerationRequest) -> int:
-    """Tokens a request will occupy at most: (prompt + max_tokens) x n; chat prompts estimated at 4 chars/token."""
-    if request.prompt_ids is not None:
-        prompt = len(request.prompt_ids)
-    else:
-        prompt = sum(len(str(m.get("content", ""))) for m in request.messages or []) // 4 + 1
-    return (prompt + request.sampling.max_tokens) * request.sampling.n
-
-
-def assign_by_tokens(costs: Sequence[int], loads: Sequence[int]) -> list[int]:
-    """Replica index for each request: largest first, each to the replica with the least pending tokens."""
-    heap = [(load, r) for r, load in enumerate(loads)]
-    heapq.heapify(heap)
-    out = [0] * len(costs)
-    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        load, r = heapq.heappop(heap)
-        out[i] = r
-        heapq.heappush(heap, (load + costs[i], r))
-    return out
 
 
 class RolloutPool:

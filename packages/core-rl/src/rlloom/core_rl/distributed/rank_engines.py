@@ -13,7 +13,6 @@ classes must be importable there, e.g. shipped with `distributed.runtime_env`).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from torch.distributed.tensor import DTensor
 
 from rlloom.core_rl.distributed.fsdp import merge_lora_state
 from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.load_balance import assign_by_tokens, request_tokens
 from rlloom.core_rl.protocols import RolloutEngine
 
 if TYPE_CHECKING:
@@ -38,27 +38,6 @@ ENGINE_CALLS = 64
 
 OPTIONAL_ENGINE_METHODS = ("sleep", "wake_up", "begin_weight_sync", "finish_weight_sync")
 """Engine methods `EngineWeights` calls when present; the proxy has them when the replicas do (vLLM sleep mode)."""
-
-
-def request_cost(request: GenerationRequest) -> int:
-    """Tokens a request occupies at most: (prompt + max_tokens) x n; chat prompts estimated at 4 chars/token."""
-    if request.prompt_ids is not None:
-        prompt = len(request.prompt_ids)
-    else:
-        prompt = sum(len(str(m.get("content", ""))) for m in request.messages or []) // 4 + 1
-    return (prompt + request.sampling.max_tokens) * request.sampling.n
-
-
-def assign_by_load(costs: Sequence[int], loads: Sequence[int]) -> list[int]:
-    """Replica index for each request: largest first, each to the replica with the least pending tokens."""
-    heap = [(load, r) for r, load in enumerate(loads)]
-    heapq.heapify(heap)
-    out = [0] * len(costs)
-    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        load, r = heapq.heappop(heap)
-        out[i] = r
-        heapq.heappush(heap, (load + costs[i], r))
-    return out
 
 
 def gather_bucket(actor: ShardedPolicyActor, names: list[str]) -> dict[str, torch.Tensor]:
@@ -187,9 +166,9 @@ class RankEngines:
         """Every replica with a share decodes it at once; the answers come back in request order."""
         if not requests:
             return []
-        costs = [request_cost(r) for r in requests]
+        costs = [request_tokens(r) for r in requests]
         with self._lock:
-            owner = assign_by_load(costs, self.pending_tokens)
+            owner = assign_by_tokens(costs, self.pending_tokens)
         self._take(owner, costs)
         parts: dict[int, list[int]] = {}
         for i, r in enumerate(owner):
@@ -209,7 +188,7 @@ class RankEngines:
         return results
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        cost = request_cost(request)
+        cost = request_tokens(request)
         with self._lock:
             rank = min(range(self.size), key=lambda r: self.pending_tokens[r])
         self._take([rank], [cost])
@@ -256,8 +235,6 @@ __all__ = [
     "ENGINE_CALLS",
     "RankEngineHost",
     "RankEngines",
-    "assign_by_load",
     "gather_bucket",
-    "request_cost",
     "start_rank_engines",
 ]
