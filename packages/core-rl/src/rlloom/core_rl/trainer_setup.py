@@ -169,42 +169,51 @@ def build_engine(
     factory: EngineFactory | None,
     resume_from: Path | None,
 ) -> RolloutEngine:
-    """The rollout engine: the one given, or `factory` called with the actor's module. A sharded actor has no
+    """The rollout engine: the one given, or `factory` called with the actor's module (a `ReplicaFactory`, e.g.
+    vLLM's, is asked for an engine with weights of its own instead). A sharded actor has no
     whole module here, so the engine gets its own copy of the policy, kept current by the weight sync every step:
     one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else one on the driver.
     The engine's tokenizer must be the run's."""
     if engine is None:
+        from rlloom.core_rl.distributed.rank_engines import ReplicaFactory, start_rank_engines
+
         if factory is None:
             raise TypeError("engine_factory is None; pass engine= or engine_factory=")
         actor = parts.actor
-        if isinstance(actor, PolicyActor):
+        on_ranks = not isinstance(actor, PolicyActor) and config.distributed.rollout_on_ranks
+        if on_ranks:
+            from rlloom.core_rl.distributed.ray_group import RayActorGroup
+
+            if not isinstance(actor, RayActorGroup):
+                raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
+            # each rank checks its replica's tokenizer against the run's; a ReplicaFactory (vLLM) loads its own
+            # weights there, an EngineFactory gets a copy of the policy
+            return start_rank_engines(actor, factory, config, weights_source(resume_from, config.model.path))
+        if isinstance(factory, ReplicaFactory):
+            engine = factory.build_replica(0)  # weights of its own (e.g. vLLM): synced every step, as engine= is
+        elif isinstance(actor, PolicyActor):
             if config.trainer.one_step_off_policy:
                 raise ConfigError(
                     "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine "
                     "needs weights of its own: pass engine= (e.g. HFEngine on a separate copy of the model) instead "
                     "of engine_factory=, which here samples from the very module the update is changing"
                 )
-            module: nn.Module = actor.model
-        elif config.distributed.rollout_on_ranks:
-            from rlloom.core_rl.distributed.rank_engines import start_rank_engines
-            from rlloom.core_rl.distributed.ray_group import RayActorGroup
-
-            if not isinstance(actor, RayActorGroup):
-                raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
-            # each rank checks its replica's tokenizer against the run's
-            return start_rank_engines(actor, factory, config, weights_source(resume_from, config.model.path))
+            engine = factory(actor.model)
         else:
             weights = weights_source(resume_from, config.model.path)
             # never trained here: held in the compute dtype, synced from the sharded actor every step
-            module = load_causal_lm(
-                config.model.model_copy(update={"lora_rank": 0}), weights, parts.device, trained=False
-            )
-        engine = factory(module)
-        if not isinstance(engine, RolloutEngine):
-            raise TypeError(
-                f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
-                "(the RolloutEngine protocol)"
-            )
+            copy = config.model.model_copy(update={"lora_rank": 0})
+            engine = factory(load_causal_lm(copy, weights, parts.device, trained=False))
+    return checked_engine(engine, config, parts)
+
+
+def checked_engine(engine: RolloutEngine, config: RLConfig, parts: RunParts) -> RolloutEngine:
+    """`engine` once it is known to be a `RolloutEngine` with the run's tokenizer."""
+    if not isinstance(engine, RolloutEngine):
+        raise TypeError(
+            f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
+            "(the RolloutEngine protocol)"
+        )
     model = config.model
     source = f"model.tokenizer_path={model.tokenizer_path}" if model.tokenizer_path else f"model.path={model.path}"
     check_engine_tokenizer(engine, parts.tokenizer, source)

@@ -8,6 +8,10 @@ of `fit()` (a resumed run's checkpoint weights, before the first rollout) and af
 `sleep`/`wake_up` around the update where the platform has vLLM's sleep mode. Multi-turn agents get
 `VLLMAsyncEngine`, so a conversation rejoins the running batch as soon as its tool call returns.
 
+With `distributed.num_ranks` > 1 and `distributed.rollout_on_ranks` (the default), `vllm` hands the Trainer a
+`VLLMReplicas` factory instead: it is pickled to every rank process, which starts its own vLLM replica beside its
+shard (seed `trainer.seed` + rank) and loads it from its own shards at every sync (core-rl's `rank_engines`).
+
 `vllm_server` samples from a vLLM OpenAI server started apart (`rollout.vllm_server.url`, `VLLMServerEngine`),
 with the same weight pushes over HTTP; nothing is started here and closing leaves the server running.
 
@@ -90,6 +94,77 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
     return VLLMEngineConfig(**fields)
 
 
+@dataclass(frozen=True)
+class VLLMReplicas:
+    """`engine_factory` for vLLM on every rank (`distributed.rollout_on_ranks`, core-rl's `ReplicaFactory`): it
+    travels pickled to each rank process and starts a replica there on `config.model` (`VLLMAsyncEngine` for
+    multi-turn agents). Each replica samples with seed `config.seed` + rank, so replicas draw different streams
+    for unseeded requests; a request's own seed decides its samples on whichever replica it lands."""
+
+    config: VLLMEngineConfig
+    multi_turn: bool = False
+
+    def replica_config(self, rank: int) -> VLLMEngineConfig:
+        """The config rank `rank`'s replica starts with: its own seed, and vLLM in processes of its own: a rank
+        process holds the trainer's torch.distributed world, which an in-process vLLM (external_launcher) would
+        take for its own."""
+        update: dict[str, Any] = {"seed": self.config.seed + rank}
+        if "in_process" in type(self.config).model_fields:
+            update["in_process"] = False
+        return self.config.model_copy(update=update)
+
+    def build_replica(self, rank: int) -> RolloutEngine:
+        config = self.replica_config(rank)
+        engine: Any
+        if self.multi_turn:
+            from rlloom.rollout.vllm_async import VLLMAsyncEngine
+
+            engine = VLLMAsyncEngine(config)
+        else:
+            from rlloom.rollout.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(config)
+        logger.info(
+            "rank %d: vLLM replica (%s) from %s, seed %d", rank, type(engine).__name__, config.model, config.seed
+        )
+        return engine  # type: ignore[no-any-return]
+
+    def __call__(self, module: nn.Module) -> RolloutEngine:
+        """As a plain `engine_factory` (one engine, on the driver): the module is not used, vLLM loads its own."""
+        return self.build_replica(0)
+
+
+def replicas_on_ranks(config: RLConfig) -> bool:
+    """Whether the Trainer will host the rollout engine on its ranks: several ranks, `rollout_on_ranks`."""
+    return config.distributed.num_ranks > 1 and config.distributed.rollout_on_ranks
+
+
+def check_on_ranks(config: RLConfig) -> None:
+    """Refuse, in one line, the engines that cannot be replicated onto the ranks."""
+    if not replicas_on_ranks(config):
+        return
+    ranks = config.distributed.num_ranks
+    if config.rollout.engine == "vllm_server":
+        raise ValueError(
+            f"rollout.engine=vllm_server with distributed.rollout_on_ranks=true ({ranks} ranks): a server started "
+            "apart cannot have a replica on every rank; set distributed.rollout_on_ranks=false (the server samples, "
+            "synced through the driver) or rollout.engine=vllm (a vLLM replica on every rank)"
+        )
+    if config.rollout.engine == "vllm" and config.rollout.vllm.tensor_parallel_size > 1:
+        raise ValueError(
+            f"rollout.vllm.tensor_parallel_size={config.rollout.vllm.tensor_parallel_size} with "
+            "distributed.rollout_on_ranks=true: each rank's replica runs on that rank's own GPU; set "
+            "rollout.vllm.tensor_parallel_size=1, or distributed.rollout_on_ranks=false for one engine on the driver"
+        )
+
+
+def replica_memory_share(config: RLConfig) -> float:
+    """`rollout.vllm.gpu_memory_utilization` for one rank's replica: the configured share of the rank's GPU, scaled
+    by `distributed.gpus_per_rank` when ranks share a GPU (vLLM counts the whole device's memory)."""
+    share, gpus = config.rollout.vllm.gpu_memory_utilization, config.distributed.gpus_per_rank
+    return share * gpus if gpus is not None and 0.0 < gpus < 1.0 else share
+
+
 def vllm_server_engine(config: RLConfig) -> Any:
     """`rollout.vllm_server` as a `VLLMServerEngine`: the server's model name is the configured one, else the one
     model it lists (else model.path's folder name); weight buckets as `distributed.weight_bucket_mb` says."""
@@ -136,6 +211,7 @@ def check_training_engine(config: RLConfig, vllm_options: Mapping[str, Any] | No
     """Before any data or model loads: with `rollout.engine=vllm`, vLLM must be installed at a verified version
     and run the model (vLLM's CPU attention refuses some head sizes). Raises `ImportError` / `ValueError` with
     one line naming the fix; the apps print it as `--engine vllm: ...`."""
+    check_on_ranks(config)
     if config.rollout.engine != "vllm":
         return
     from rlloom.rollout.vllm_engine import prepare_platform
@@ -146,6 +222,11 @@ def check_training_engine(config: RLConfig, vllm_options: Mapping[str, Any] | No
 def engine_problem(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> str | None:
     """`check_training_engine`'s refusal as the one line an app's CLI prints (None: the engine can start). A
     `model.path` that is no folder is left to the app's own message; vLLM's presence is checked all the same."""
+    if config.rollout.engine == "vllm_server":
+        try:
+            check_on_ranks(config)
+        except ValueError as err:
+            return f"--engine vllm_server (rollout.engine): {err}"
     if config.rollout.engine != "vllm":
         return None
     try:
@@ -190,11 +271,23 @@ def build_training_engine(
     requests come one conversation turn at a time (vLLM: `VLLMAsyncEngine`). `hf_config`: the HF engine's
     settings (e.g. an agent's prefix cache)."""
     if config.rollout.engine == "vllm_server":
+        check_on_ranks(config)
         server = vllm_server_engine(config)
         return TrainingEngine(engine=server, built=[server])
     if config.rollout.engine == "vllm":
         check_training_engine(config, vllm_options)
         engine_config = vllm_engine_config(config, vllm_options)
+        if replicas_on_ranks(config):
+            share = replica_memory_share(config)
+            replicas = VLLMReplicas(engine_config.model_copy(update={"gpu_memory_utilization": share}), multi_turn)
+            logger.info(
+                "rollouts on a vLLM replica on each of the %d ranks, from %s in %s, each loaded from its rank's "
+                "shards after every update",
+                config.distributed.num_ranks,
+                config.model.path,
+                config.model.dtype,
+            )
+            return TrainingEngine(engine_factory=replicas)
         engine: Any
         if multi_turn:
             from rlloom.rollout.vllm_async import VLLMAsyncEngine
@@ -225,12 +318,15 @@ def build_training_engine(
 
 __all__ = [
     "TrainingEngine",
+    "VLLMReplicas",
     "add_engine_argument",
     "build_training_engine",
     "check_training_engine",
     "engine_override",
     "engine_problem",
     "logprobs_mode",
+    "replica_memory_share",
+    "replicas_on_ranks",
     "vllm_engine_config",
     "vllm_server_engine",
 ]

@@ -7,7 +7,9 @@ policy in the compute dtype, as the driver's engine would be), and the trainer t
 work. The weight sync never leaves the ranks: every rank all-gathers the FSDP2 shards a bucket at a time (the
 same collectives on every rank) and loads the full bucket into its own replica, so nothing passes through the
 driver or Ray's object store. The factory travels to the ranks pickled (cloudpickle: lambdas and closures work;
-classes must be importable there, e.g. shipped with `distributed.runtime_env`).
+classes must be importable there, e.g. shipped with `distributed.runtime_env`). An engine that loads its own
+weights (vLLM, from `model.path`) comes from a `ReplicaFactory` instead: the rank builds it with its rank number
+(e.g. for a seed of its own) and holds no module copy beside it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -32,6 +34,16 @@ if TYPE_CHECKING:
     from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
 EngineFactory = Callable[[nn.Module], RolloutEngine]
+
+
+@runtime_checkable
+class ReplicaFactory(Protocol):
+    """A factory whose engines load their own weights (e.g. rlloom.rollout's `VLLMReplicas`): each rank calls
+    `build_replica(rank)` and is spared the module copy an `EngineFactory` is given; the weight sync then loads
+    the replica from the rank's shards like any other."""
+
+    def build_replica(self, rank: int) -> RolloutEngine: ...
+
 
 ENGINE_CALLS = 64
 """Concurrent calls a rank process serves (its Ray max_concurrency): agent turns interleave on the replica."""
@@ -67,15 +79,18 @@ class RankEngineHost:
 
     @classmethod
     def build(
-        cls, factory: EngineFactory, actor: ShardedPolicyActor, cfg: RLConfig, weights_path: str
+        cls, factory: EngineFactory | ReplicaFactory, actor: ShardedPolicyActor, cfg: RLConfig, weights_path: str
     ) -> RankEngineHost:
         from rlloom.core_rl.actor import load_causal_lm
         from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
 
         model = cfg.model
-        # never trained here: held in the compute dtype, loaded from this rank's shards at every sync
-        module = load_causal_lm(model.model_copy(update={"lora_rank": 0}), weights_path, actor.device, trained=False)
-        engine = factory(module)
+        if isinstance(factory, ReplicaFactory):
+            engine = factory.build_replica(actor.ctx.rank)
+        else:
+            # never trained here: held in the compute dtype, loaded from this rank's shards at every sync
+            copy = model.model_copy(update={"lora_rank": 0})
+            engine = factory(load_causal_lm(copy, weights_path, actor.device, trained=False))
         if not isinstance(engine, RolloutEngine):
             raise TypeError(
                 f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
@@ -94,6 +109,7 @@ class RankEngineHost:
             "eos_token_ids": frozenset(int(t) for t in eos) if eos is not None else None,
             "methods": [m for m in OPTIONAL_ENGINE_METHODS if callable(getattr(self.engine, m, None))],
             "requests": self.requests,
+            "weight_syncs": getattr(self.engine, "weight_syncs", None),  # syncs completed, where the engine counts
         }
 
     def _served(self, count: int) -> None:
@@ -121,6 +137,13 @@ class RankEngineHost:
     def engine_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """One of the engine's optional methods (`OPTIONAL_ENGINE_METHODS`)."""
         return getattr(self.engine, method)(*args, **kwargs)
+
+    def close(self) -> None:
+        """Shut the replica down (vLLM: its engine-core process, which would outlive a killed rank process)."""
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 class RankEngines:
@@ -213,9 +236,18 @@ class RankEngines:
         """Requests each replica has served so far (rank order)."""
         return [int(info["requests"]) for info in self.group.call("engine", "describe")]
 
+    def replica_info(self) -> list[dict[str, Any]]:
+        """Each replica's `RankEngineHost.describe()` (rank order): requests served, weight syncs completed."""
+        return list(self.group.call("engine", "describe"))
+
+    def close(self) -> None:
+        """Shut every replica down (the rank processes stay, for the group to close)."""
+        if self.group.ranks:
+            self.group.call("engine", "close")
+
 
 def start_rank_engines(
-    group: RayActorGroup, factory: EngineFactory, config: RLConfig, weights_path: str
+    group: RayActorGroup, factory: EngineFactory | ReplicaFactory, config: RLConfig, weights_path: str
 ) -> RankEngines:
     """Build a replica on every rank of `group` from `factory`; the trainer's one engine over them."""
     try:
@@ -235,6 +267,7 @@ __all__ = [
     "ENGINE_CALLS",
     "RankEngineHost",
     "RankEngines",
+    "ReplicaFactory",
     "gather_bucket",
     "start_rank_engines",
 ]
