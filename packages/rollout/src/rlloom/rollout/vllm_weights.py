@@ -1,7 +1,9 @@
-"""Driver-side weight sync for `VLLMEngine`: buckets as in-memory safetensors blobs, every RPC under a deadline.
+"""Driver-side weight sync for `VLLMEngine`: buckets of tensors, every RPC under a deadline.
 
-vLLM runs its engine core in another process by default, and `collective_rpc` carries msgpack, not tensors,
-so each bucket is encoded once here (`encode_bucket`) and decoded in the worker (`vllm_worker.decode_bucket`).
+When vLLM runs its engine core in another process (its default), `collective_rpc` carries msgpack, not tensors,
+so each bucket is encoded once here (`encode_bucket`, in-memory safetensors) and decoded in the worker
+(`vllm_worker.decode_bucket`). In-process (`vllm_inprocess.py`) the RPC is a method call and the bucket's list of
+(name, tensor) goes through as it is (`pass_tensors`): the worker hands the trainer's tensors to `load_weights`.
 A session is opened by the first bucket and closed before the next generation (or by `finish`): layers are
 processed in the worker as soon as all their tensors have arrived, so buckets may cut a fused layer's
 q/k/v apart. Any failure, a timeout included, leaves the session marked failed and the engine refusing to
@@ -21,6 +23,14 @@ from rlloom.core_rl.weight_sync import bucket_names
 
 class WeightSyncError(RuntimeError):
     """A weight sync that did not complete; the engine refuses to generate until one does."""
+
+
+class SyncDeadlineError(WeightSyncError):
+    """A call past its deadline; `still_running` is its future (the call itself cannot be stopped)."""
+
+    def __init__(self, message: str, still_running: concurrent.futures.Future[Any]) -> None:
+        super().__init__(message)
+        self.still_running = still_running
 
 
 def weight_buckets(named_tensors: Mapping[str, torch.Tensor], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
@@ -45,16 +55,32 @@ def call_with_deadline(fn: Callable[[], Any], timeout_s: float, what: str) -> An
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
-        raise WeightSyncError(f"{what} timed out after {timeout_s:g} s") from None
+        raise SyncDeadlineError(f"{what} timed out after {timeout_s:g} s", future) from None
     finally:
         pool.shutdown(wait=False)
 
 
-class WeightSyncSession:
-    """The state of one engine's weight updates: open session, step label, last failure."""
+def pass_tensors(bucket: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """An in-process worker's payload: the bucket itself (detached views of the trainer's tensors, no copy)."""
+    return bucket
 
-    def __init__(self, rpc: Callable[..., list[Any]], *, timeout_s: float) -> None:
+
+class WeightSyncSession:
+    """The state of one engine's weight updates: open session, step label, last failure.
+
+    `encode` turns a bucket into what `rpc` can carry: `encode_bucket` (bytes) across processes, `pass_tensors`
+    within one."""
+
+    def __init__(
+        self,
+        rpc: Callable[..., list[Any]],
+        *,
+        timeout_s: float,
+        encode: Callable[[list[tuple[str, torch.Tensor]]], Any] = encode_bucket,
+    ) -> None:
         self._rpc = rpc
+        self._encode = encode
+        self._running: concurrent.futures.Future[Any] | None = None  # an RPC past its deadline, maybe still busy
         self.timeout_s = timeout_s
         self.step: int | None = None  # the training step the current/next sync belongs to (set by the trainer)
         self.open = False
@@ -67,9 +93,17 @@ class WeightSyncSession:
         return f"weight sync ({step})"
 
     def _call(self, method: str, what: str, *args: Any) -> list[Any]:
+        if self._running is not None and not self._running.done():
+            # in-process the timed-out call keeps changing the model in its thread: never run a second beside it
+            raise WeightSyncError(
+                f"{what} refused: a weight-sync call that passed its deadline is still running in the engine; "
+                "retry when it has returned (the engine refuses to generate until a full sync succeeds)"
+            )
+        self._running = None
         try:
             return list(call_with_deadline(lambda: self._rpc(method, args=args), self.timeout_s, what))
         except Exception as exc:
+            self._running = exc.still_running if isinstance(exc, SyncDeadlineError) else None
             self.open = False
             self.failure = f"{what} failed: {exc}"
             raise WeightSyncError(
@@ -86,7 +120,7 @@ class WeightSyncSession:
             self.buckets += 1
             first, last = bucket[0][0], bucket[-1][0]
             what = f"{self._where()}, bucket {self.buckets} ({len(bucket)} tensors, {first} .. {last})"
-            self._call("rlloom_load_weights", what, encode_bucket(bucket))
+            self._call("rlloom_load_weights", what, self._encode(bucket))
 
     def finish(self) -> bool:
         """Close an open session (process pending layers); True if there was one."""

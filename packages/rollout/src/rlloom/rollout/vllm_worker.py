@@ -4,7 +4,9 @@ vLLM imports this class by name inside each worker process (the engine core runs
 default) and adds its methods to the worker, so `self` is the worker and `self.model_runner.model` its model.
 
 Why bytes: `collective_rpc` arguments cross a process boundary as msgpack, which carries `bytes` but not
-tensors, so a bucket travels as one in-memory safetensors blob (no pickle, no disk) and is decoded here.
+tensors, so a bucket travels as one in-memory safetensors blob (no pickle, no disk) and is decoded here. With
+vLLM in the trainer's process (`vllm_inprocess.py`) the RPC is a method call and the bucket arrives as the
+trainer's (name, tensor) list, handed to `load_weights` without a copy of its own.
 
 Why layerwise reload: after loading, vLLM turns checkpoint tensors into kernel layouts (fused QKV and
 gate/up projections; on CPU the linear weights are also repacked and lose their `weight_loader`), so calling
@@ -60,14 +62,14 @@ class WeightLoaderExtension:
         self._rlloom_loaded: set[str] = set()
         return stale
 
-    def rlloom_load_weights(self, payload: bytes | str) -> int:
-        """Load one bucket (HF names, checkpoint layout; bytes, or base64 from a server) into this worker's model;
-        returns the tensors read."""
+    def rlloom_load_weights(self, payload: bytes | str | list[tuple[str, torch.Tensor]]) -> int:
+        """Load one bucket (HF names, checkpoint layout; bytes, base64 from a server, or in-process the tensors
+        themselves) into this worker's model; returns the tensors read."""
         from vllm.config import set_current_vllm_config
 
         if not getattr(self, "_rlloom_session_open", False):
             raise RuntimeError("rlloom_load_weights outside a session: call rlloom_start_weight_update first")
-        named = decode_bucket(payload)
+        named = payload if isinstance(payload, list) else decode_bucket(payload)
         model = self.model_runner.model
         device = self._rlloom_device
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
