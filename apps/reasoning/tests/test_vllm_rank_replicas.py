@@ -11,6 +11,7 @@ the proxy. One test: each vLLM start costs about a minute of CPU. Runs in `nox -
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -153,8 +154,16 @@ def test_a_vllm_replica_on_each_rank_samples_as_transformers_before_and_after_an
         updated = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32).eval()
         missing, unexpected = updated.load_state_dict(dict(group.named_weights()), strict=False)
         assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied to the embedding
-        got = engines.generate(asked)
-        assert [r[0].token_ids for r in got] == [_hf_greedy(updated, r.prompt_ids or []) for r in asked]
+        expected = [_hf_greedy(updated, r.prompt_ids or []) for r in asked]
+        assert [r[0].token_ids for r in engines.generate(asked)] == expected
+
+        # agent turns (agenerate) go to the replica with the fewest pending tokens: concurrent ones to both
+        async def turns() -> list[list[Completion]]:
+            return list(await asyncio.gather(*(engines.agenerate(r) for r in asked)))
+
+        served = engines.requests_served()
+        assert [r[0].token_ids for r in asyncio.run(turns())] == expected
+        assert all(now > then for now, then in zip(engines.requests_served(), served, strict=True))
         sampled = engines.generate(
             [GenerationRequest(prompt_ids=_ids(p), sampling=SamplingParams(max_tokens=12, seed=7)) for p in PROMPTS]
         )
