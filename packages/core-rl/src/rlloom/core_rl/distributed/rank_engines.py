@@ -139,7 +139,8 @@ class RankEngineHost:
         return getattr(self.engine, method)(*args, **kwargs)
 
     def close(self) -> None:
-        """Shut the replica down (vLLM: its engine-core process, which would outlive a killed rank process)."""
+        """Shut the replica down (vLLM: its engine-core process) while the rank process stays, e.g. to free the
+        GPU memory; ending the rank process (the group's close, Ray's shutdown) ends vLLM's processes too."""
         close = getattr(self.engine, "close", None)
         if callable(close):
             close()
