@@ -14,10 +14,12 @@ floor of the design, not a speed-up claim.
 Then whole RL steps (`Trainer.fit`: rollout with rlloom.rollout's HFEngine, log-probs, update, weight sync), the
 same global batch each: 1 process (T threads) vs T ranks with one engine on the driver
 (`distributed.rollout_on_ranks=false`) vs T ranks with an engine each (the default): medians of `timing/*_s`
-over the steps after the first, and ratios to 1 process.
+over the steps after the first, and ratios to 1 process. `--engine vllm` samples with vLLM instead (the
+engine `rlloom.rollout.training_engine` builds: on the driver, or a replica on each rank), head size 64 for
+vLLM's CPU attention; run it with the vLLM venv's Python (`.nox/tests-vllm/bin/python`).
 
 Run: .venv/bin/python bench/distributed.py [--ranks 2] [--repeats 5] [--hidden 384 --layers 6] [--steps 4]
-     [--part actor|steps|all]
+     [--part actor|steps|all] [--engine hf|vllm]
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trainer import Trainer
 from rlloom.core_rl.trajectory import Trajectory
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.training_engine import build_training_engine
 
 CPU = torch.device("cpu")
 
@@ -84,27 +86,32 @@ def step_times(root: Path, args: argparse.Namespace) -> dict[str, dict[str, floa
         f"{args.ranks} ranks, an engine each": {"num_ranks": args.ranks, "rollout_on_ranks": True},
     }
     out: dict[str, dict[str, float]] = {}
+    rollout: dict[str, object] = {"n": 4, "max_tokens": 64, "engine": args.engine}
+    if args.engine == "vllm":
+        rollout["vllm"] = {"enforce_eager": True, "max_model_len": 256, "cpu_kvcache_space_gib": 1}
     for name, distributed in variants.items():
         folder = root / name.replace(" ", "_").replace(",", "")
         cfg = RLConfig.model_validate(
             {
-                "model": {"path": str(root)},
+                # the tokenizer in a folder of its own: vLLM would load the model folder's as a Qwen2Tokenizer
+                "model": {"path": str(root), "tokenizer_path": str(root / "tokenizer")},
                 "data": {"train_batch_size": 8},
-                "rollout": {"n": 4, "max_tokens": 64},
+                "rollout": rollout,
                 "actor": {"lr": 1e-5, "ppo_epochs": 1, "mini_batch_size": 8, "max_tokens_per_micro_batch": 4096},
                 "trainer": {"device": "cpu", "seed": 0, "total_steps": args.steps, "trackers": ["jsonl"],
                             "output_dir": str(folder)},
                 "distributed": {**distributed, "cpus_per_rank": 1.0, "timeout_s": 1200},
             }
         )  # fmt: skip
-        trainer = Trainer(
-            cfg, engine_factory=lambda module: HFEngine(module, tokenizer), reward_fn=length_reward, train_data=rows
-        )
+        built = build_training_engine(cfg, tokenizer)  # hf: HFEngine on the actor's module or a copy of it
+        trainer = Trainer(cfg, **built.trainer_kwargs(), reward_fn=length_reward, train_data=rows)
         trainer.fit()
+        close_engine = getattr(trainer.engine, "close", None)
+        if callable(close_engine):
+            close_engine()  # the rank replicas (vLLM's processes), or the engine on the driver
         if isinstance(trainer.parts.actor, RayActorGroup):
             trainer.parts.actor.close()
-        elif isinstance(trainer.engine, HFEngine):
-            trainer.engine.close()
+        built.close()
         lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()][1:]
         out[name] = {p: statistics.median(m.get(f"timing/{p}_s", 0.0) for m in lines) for p in STEP_PHASES}
     return out
@@ -112,7 +119,10 @@ def step_times(root: Path, args: argparse.Namespace) -> dict[str, dict[str, floa
 
 def print_step_times(times: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     base = next(iter(times.values()))["step"]
-    print(f"\nRL step (8 prompts x 4 samples, up to 64 tokens), medians of steps 2-{args.steps}, {args.ranks} cores:")
+    print(
+        f"\nRL step (8 prompts x 4 samples, up to 64 tokens, {args.engine}), medians of steps 2-{args.steps}, "
+        f"{args.ranks} cores:"
+    )
     print("| placement | step s | rollout s | old log-probs s | update s | weight sync s | step vs 1 process |")
     print("|---|---|---|---|---|---|---|")
     for name, med in times.items():
@@ -178,13 +188,18 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--steps", type=int, default=4, help="Trainer steps per placement (the first is warm-up)")
     parser.add_argument("--part", choices=("actor", "steps", "all"), default="all")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="rollout engine of the steps part")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="rlloom-bench-dist-"))
     tokenizer = char_tokenizer()
-    model = tiny_qwen2(tokenizer, hidden_size=args.hidden, num_layers=args.layers, intermediate_size=4 * args.hidden)
+    heads = {"num_heads": args.hidden // 64, "num_kv_heads": 1} if args.engine == "vllm" else {}  # head size 64
+    model = tiny_qwen2(
+        tokenizer, hidden_size=args.hidden, num_layers=args.layers, intermediate_size=4 * args.hidden, **heads
+    )
     model.save_pretrained(root)
     tokenizer.save_pretrained(root)
+    tokenizer.save_pretrained(root / "tokenizer")
     n_params = sum(p.numel() for p in model.parameters())
     cfg = RLConfig.model_validate(
         {
