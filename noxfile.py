@@ -34,6 +34,9 @@ PACKAGES: dict[str, str] = {
 APPS = ["search_agent", "reasoning", "vlm_geo3k"]
 # extras installed for a package's own tests (CPU-only ones; GPU extras never run in CI)
 TEST_EXTRAS: dict[str, list[str]] = {"retrieval": ["dense"]}
+# packages whose isolated tests run two files at a time (pytest-xdist, each worker and the ranks it spawns on one
+# torch thread): most of core-rl's time is rank processes and Ray nodes starting, which leaves a core idle
+PARALLEL_TESTS = {"core-rl"}
 PYTHON = "3.11"
 
 
@@ -117,8 +120,10 @@ def _make_isolated_session(folder: str, module: str) -> None:
         # The namespace is real: this package imports, packages it does not depend on do not.
         installed = session.run("python", "-c", _NAMESPACE_PROBE, module, *PACKAGES.values(), silent=True)
         session.log(f"namespace check: {str(installed).strip()}")
+        parallel = ["-n", "2", "--dist", "loadfile"] if folder in PARALLEL_TESTS else []
+        env = {**_test_env(), "OMP_NUM_THREADS": "1"} if parallel else _test_env()
         with session.chdir(session.create_tmp()):  # never import from the source tree
-            session.run("pytest", *_pytest_args(session, pkg / "tests"), env=_test_env())
+            session.run("pytest", *_pytest_args(session, pkg / "tests"), *parallel, env=env)
 
 
 _NAMESPACE_PROBE = """
