@@ -319,6 +319,8 @@ def test_in_process_start_leaves_this_process_as_it_was(vllm_engine: Any) -> Non
     try:
         torch.set_num_threads(threads + 1)
         assert torch.get_num_threads() == threads + 1
+        _greedy(vllm_engine)  # generates with cpu_generate_threads, then gives the caller its count back
+        assert torch.get_num_threads() == threads + 1
     finally:
         torch.set_num_threads(threads)
 
