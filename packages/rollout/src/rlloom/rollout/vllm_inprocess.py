@@ -23,6 +23,7 @@ import gc
 import os
 import random
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,17 +103,13 @@ def _scoped_process_state() -> Iterator[None]:
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         if np_rng is not None:
-            import numpy
-
-            numpy.random.set_state(np_rng)
+            sys.modules["numpy"].random.set_state(np_rng)
 
 
 def _numpy_state() -> Any:
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy.random.get_state()
+    """numpy's global generator state if the caller has imported numpy (else it has no state to keep)."""
+    numpy = sys.modules.get("numpy")
+    return None if numpy is None else numpy.random.get_state()
 
 
 @contextmanager
