@@ -109,10 +109,7 @@ class VLLMReplicas:
         rank's process (`in_process`), vLLM would take the trainer's torch.distributed world for its own and draw
         unseeded samples from the rank's torch generator, which every rank seeds alike: tried on 2 gloo ranks, it
         trained, but both replicas sampled the same unseeded streams."""
-        update: dict[str, Any] = {"seed": self.config.seed + rank}
-        if "in_process" in type(self.config).model_fields:
-            update["in_process"] = False
-        return self.config.model_copy(update=update)
+        return self.config.model_copy(update={"seed": self.config.seed + rank, "in_process": False})
 
     def build_replica(self, rank: int) -> RolloutEngine:
         config = self.replica_config(rank)
