@@ -114,6 +114,8 @@ def step_times(root: Path, args: argparse.Namespace) -> dict[str, dict[str, floa
         built.close()
         lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()][1:]
         out[name] = {p: statistics.median(m.get(f"timing/{p}_s", 0.0) for m in lines) for p in STEP_PHASES}
+        # the same work in every placement: a replica that stopped early would look fast
+        out[name]["response_tokens"] = statistics.median(m.get("response_length/mean", 0.0) for m in lines)
     return out
 
 
@@ -123,11 +125,14 @@ def print_step_times(times: dict[str, dict[str, float]], args: argparse.Namespac
         f"\nRL step (8 prompts x 4 samples, up to 64 tokens, {args.engine}), medians of steps 2-{args.steps}, "
         f"{args.ranks} cores:"
     )
-    print("| placement | step s | rollout s | old log-probs s | update s | weight sync s | step vs 1 process |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| placement | step s | rollout s | old log-probs s | update s | weight sync s | mean response tokens "
+        "| step vs 1 process |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, med in times.items():
         cells = " | ".join(f"{med[p]:.2f}" for p in STEP_PHASES)
-        print(f"| {name} | {cells} | {med['step'] / base:.2f}x |")
+        print(f"| {name} | {cells} | {med['response_tokens']:.1f} | {med['step'] / base:.2f}x |")
 
 
 def actor_part(args: argparse.Namespace, cfg: RLConfig, root: Path, vocab: int, n_params: int) -> None:
