@@ -27,7 +27,13 @@ run_interruptible(lambda: tiny_run.run(model, out, ["trainer.total_steps=400", "
 
 def _interrupt_after(command: list[str], metrics: Path, step: int) -> subprocess.CompletedProcess[str]:
     """Start `command`, send SIGINT once metrics.jsonl logs `step`, and wait for it to end."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it: pytest-xdist's workers ignore SIGINT, and an ignored signal stays ignored
+    # across exec (Python then installs no KeyboardInterrupt handler and the run trains on); a handler does not
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 300
     while last_logged_step(metrics.parent) < step and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
