@@ -273,7 +273,10 @@ def engine_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_engine(engine_folder: Path) -> Iterator[Any]:
-    """The default: vLLM's engine core and worker in this process."""
+    """The default: vLLM's engine core and worker in this process, which has imported numba (a vLLM dependency) as
+    a trainer may: its llvmlite `lib` once made vLLM's kernel rebinding fail the start (found under pytest-xdist)."""
+    import numba  # noqa: F401
+
     engine = _start_engine(engine_folder, in_process=None)
     yield engine
     engine.close()

@@ -112,6 +112,35 @@ def _numpy_state() -> Any:
     return None if numpy is None else numpy.random.get_state()
 
 
+def _unscannable(value: Any) -> bool:
+    """Whether vLLM's kernel rebinding would fail on this module-level value: it reads `vars(value).get(...)` for
+    every value with a `__dict__`, and some values' `__dict__` is no mapping (llvmlite's `binding.ffi.lib`, whose
+    `__getattr__` wraps any name as a C function; loaded once numba is imported)."""
+    try:
+        return hasattr(value, "__dict__") and not callable(getattr(vars(value), "get", None))
+    except Exception:  # vars() or the attribute lookup raising would fail vLLM's scan the same way
+        return True
+
+
+@contextmanager
+def _modules_hidden_from_kernel_rebinding() -> Iterator[None]:
+    """vLLM 0.32's worker start (`triton_utils.dispatcher._rebind_kernels`) scans every module in `sys.modules` and
+    fails on a value `_unscannable` names: a trainer that imported numba (directly or through a library) could then
+    not start an in-process engine. Such modules hold no Triton kernels, so they leave `sys.modules` for the start
+    and come back after it."""
+    hidden = {
+        name: module
+        for name, module in list(sys.modules.items())
+        if isinstance(getattr(module, "__dict__", None), dict) and any(map(_unscannable, list(vars(module).values())))
+    }
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 @contextmanager
 def in_process_start() -> Iterator[dict[str, Any]]:
     """Around `vllm.LLM(...)`: a torch.distributed world, the variables external_launcher reads, and this process's
@@ -120,7 +149,7 @@ def in_process_start() -> Iterator[dict[str, Any]]:
         _ensure_world()
         rank = torch.distributed.get_rank()
         try:
-            with _scoped_process_state():
+            with _scoped_process_state(), _modules_hidden_from_kernel_rebinding():
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
                 os.environ.setdefault("RANK", str(rank))
                 os.environ.setdefault("LOCAL_RANK", str(rank))  # vLLM's own fallback without a launcher
