@@ -235,7 +235,7 @@ class RankEngines:
 
     def requests_served(self) -> list[int]:
         """Requests each replica has served so far (rank order)."""
-        return [int(info["requests"]) for info in self.group.call("engine", "describe")]
+        return [int(info["requests"]) for info in self.replica_info()]
 
     def replica_info(self) -> list[dict[str, Any]]:
         """Each replica's `RankEngineHost.describe()` (rank order): requests served, weight syncs completed."""
