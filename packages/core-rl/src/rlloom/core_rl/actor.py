@@ -144,13 +144,19 @@ def micro_batch_logprobs(
     entropy: bool,
     device: torch.device,
     bf16: bool,
+    share_prompts: bool = False,
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
     """No-grad log-probs (and entropies) of each (rows, micro-batch): (rows, `[rows, r]` on CPU, entropies);
-    `bf16`: compute in bf16 (`precision.compute_autocast`)."""
+    `bf16`: compute in bf16 (`precision.compute_autocast`); `share_prompts` as in `response_logprobs`."""
     for rows, micro in parts:
         with torch.no_grad(), compute_autocast(device, bf16):
             lp, ent = response_logprobs(
-                model, micro.to(device), temperature=temperature, packed=packed, entropy=entropy
+                model,
+                micro.to(device),
+                temperature=temperature,
+                packed=packed,
+                entropy=entropy,
+                share_prompts=share_prompts,
             )
         yield rows, lp.float().cpu(), None if ent is None else ent.float().cpu()
 
@@ -165,12 +171,20 @@ def logprobs_in_micro_batches(
     entropy: bool,
     device: torch.device,
     bf16: bool,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """No-grad log-probs (and entropies) of every response token, micro-batched by token budget."""
     lp_parts, ent_parts = [], []
     parts = batch.micro_batches(max_tokens, padded=not packed)
     for rows, lp, ent in micro_batch_logprobs(
-        model, parts, temperature=temperature, packed=packed, entropy=entropy, device=device, bf16=bf16
+        model,
+        parts,
+        temperature=temperature,
+        packed=packed,
+        entropy=entropy,
+        device=device,
+        bf16=bf16,
+        share_prompts=share_prompts,
     ):
         lp_parts.append((rows, lp))
         if ent is not None:
@@ -210,6 +224,7 @@ class PolicyActor:
         settings = algorithm.policy_loss_kwargs  # the loss's own knobs (checked against its signature at load)
         self.policy_loss = cast(PolicyLossFn, functools.partial(loss, **settings) if settings else loss)
         self.generator = torch.Generator().manual_seed(seed)
+        self.share_prompts = actor.share_prompt_forward
 
     def compute_logprobs(
         self, batch: TrajectoryBatch, *, temperature: float, entropy: bool = False
@@ -224,6 +239,7 @@ class PolicyActor:
             entropy=entropy,
             device=self.device,
             bf16=self.bf16,
+            share_prompts=self.share_prompts,
         )
 
     def update_policy(
@@ -350,6 +366,7 @@ class PolicyActor:
                 temperature=temperature,
                 packed=self.cfg.padding_free,
                 entropy=entropy_coef > 0 or on_policy,
+                share_prompts=self.share_prompts,
             )
         old_logprobs = logprobs.detach() if on_policy else micro["old_logprobs"]
         weights = micro["is_weights"] if "is_weights" in micro.tensors else None
@@ -475,11 +492,19 @@ class ReferencePolicy:
     """Frozen reference log-probs (implements `ReferenceWorker`); `bf16` as for `PolicyActor`."""
 
     def __init__(
-        self, model: nn.Module, *, max_tokens: int, packed: bool, device: torch.device, bf16: bool = False
+        self,
+        model: nn.Module,
+        *,
+        max_tokens: int,
+        packed: bool,
+        device: torch.device,
+        bf16: bool = False,
+        share_prompts: bool = False,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.packed = packed
+        self.share_prompts = share_prompts
         self.device = device
         self.bf16 = bf16
         self._lora = hasattr(model, "disable_adapter")
@@ -502,6 +527,7 @@ class ReferencePolicy:
                 entropy=entropy,
                 device=self.device,
                 bf16=self.bf16,
+                share_prompts=self.share_prompts,
             )
 
     @torch.no_grad()

@@ -334,6 +334,13 @@ class ActorConfig(_Section):
     padding_free: bool = Field(
         default=False, description="Pack sequences without padding (varlen attention) in training forwards."
     )
+    share_prompt_forward: bool = Field(
+        default=True,
+        description="Forward a prompt once for all rows that share it (GRPO's n samples) and let the responses "
+        "attend to its keys and values: the same log-probs and gradients with fewer tokens forwarded. Padded "
+        "text rows in one process; packed rows, image rows, activation checkpointing and FSDP ranks take the full "
+        "forward.",
+    )
     shuffle: bool = Field(default=True, description="Shuffle rows before splitting into mini-batches.")
 
     def warmup_steps_for(self, total_steps: int) -> int:

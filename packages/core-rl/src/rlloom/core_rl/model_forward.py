@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.cache_utils import DynamicLayer
 
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.attention import packed_attention_kwargs
@@ -61,33 +62,47 @@ def rope_rows(batch: TrajectoryBatch) -> list[int]:
 def keep_logits(model: nn.Module, keep: int | torch.Tensor) -> dict[str, int | torch.Tensor]:
     """`{"logits_to_keep": keep}` when the model's forward takes it (transformers' causal LMs and VLMs do, also
     under a LoRA wrapper), else no argument; callers slice the logits so both cases give the same columns."""
+    return {"logits_to_keep": keep} if "logits_to_keep" in _forward_parameters(model) else {}
+
+
+def cache_argument(model: nn.Module) -> str:
+    """The name of the forward's key/value cache argument (and output field): `cache` from transformers 5.24,
+    `past_key_values` before (5.24 still takes it, with a deprecation warning)."""
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
+
+
+_FORWARD_PARAMETERS: dict[type[nn.Module], frozenset[str]] = {}
+
+
+def _forward_parameters(model: nn.Module) -> frozenset[str]:
+    """The forward's parameter names, asked once per model class, not on every micro-batch forward."""
     unwrap = getattr(model, "get_base_model", None)  # peft's LoRA wrapper forwards **kwargs to the base model
-    base = unwrap() if callable(unwrap) else model
-    return {"logits_to_keep": keep} if _forward_takes_logits_to_keep(type(base)) else {}
-
-
-_TAKES_LOGITS_TO_KEEP: dict[type[nn.Module], bool] = {}
-
-
-def _forward_takes_logits_to_keep(model_class: type[nn.Module]) -> bool:
-    """Asked once per model class, not on every micro-batch forward."""
-    if model_class not in _TAKES_LOGITS_TO_KEEP:
-        _TAKES_LOGITS_TO_KEEP[model_class] = "logits_to_keep" in inspect.signature(model_class.forward).parameters
-    return _TAKES_LOGITS_TO_KEEP[model_class]
+    model_class = type(unwrap() if callable(unwrap) else model)
+    if model_class not in _FORWARD_PARAMETERS:
+        _FORWARD_PARAMETERS[model_class] = frozenset(inspect.signature(model_class.forward).parameters)
+    return _FORWARD_PARAMETERS[model_class]
 
 
 def response_logprobs(
-    model: nn.Module, batch: TrajectoryBatch, *, temperature: float = 1.0, packed: bool = False, entropy: bool = False
+    model: nn.Module,
+    batch: TrajectoryBatch,
+    *,
+    temperature: float = 1.0,
+    packed: bool = False,
+    entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log-probs `[b, R]`, entropies `[b, R]` or None) of the response tokens; 0 on padding."""
+    """(log-probs `[b, R]`, entropies `[b, R]` or None) of the response tokens; 0 on padding. `share_prompts`:
+    rows with the same prompt forward it once (padded text rows; see `shared_prompt_rows`)."""
     own = rope_rows(batch)
+    shared = {"share_prompts": share_prompts}
     if not own:
-        return _batched_logprobs(model, batch, temperature=temperature, packed=packed, entropy=entropy)
+        return _batched_logprobs(model, batch, temperature=temperature, packed=packed, entropy=entropy, **shared)
     text = sorted(set(range(batch.batch_size)) - set(own))
     parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     if text:
         sub = batch.select(text)
-        parts.append(_batched_logprobs(model, sub, temperature=temperature, packed=packed, entropy=entropy))
+        parts.append(_batched_logprobs(model, sub, temperature=temperature, packed=packed, entropy=entropy, **shared))
     parts.extend(_rope_row_logprobs(model, batch, i, temperature=temperature, entropy=entropy) for i in own)
     order = torch.argsort(torch.tensor(text + own)).to(batch["input_ids"].device)
     logprobs = torch.cat([lp for lp, _ in parts])[order]
@@ -147,10 +162,73 @@ def _prompt_rope_positions(positions: torch.Tensor, prompt_len: int, row: int) -
     return positions.reshape(3, prompt_len).long()
 
 
+def shared_prompt_rows(batch: TrajectoryBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(the first row of each distinct prompt, every row's index into those) when some rows share a prompt, as
+    GRPO's n samples of one prompt do; None when every prompt is distinct. Prompts are compared with their padding
+    and positions, so rows that share one would give it the same keys and values."""
+    width_p = batch.prompt_width
+    if batch.batch_size < 2 or width_p == 0 or batch.response_width == 0:
+        return None
+    key = torch.cat([batch[name][:, :width_p] for name in ("input_ids", "attention_mask", "position_ids")], dim=1)
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if distinct.shape[0] == batch.batch_size:
+        return None
+    rows = torch.arange(batch.batch_size, device=inverse.device)
+    first = torch.full((distinct.shape[0],), batch.batch_size, device=inverse.device, dtype=rows.dtype)
+    first = first.scatter_reduce(0, inverse, rows, reduce="amin")
+    return first, inverse
+
+
+def _checkpointed(model: nn.Module) -> bool:
+    """Activation checkpointing reruns each layer in backward, which would append the keys and values of the
+    response forward to the shared cache a second time; such models take the plain forward."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
+def _shared_prompt_logits(
+    model: nn.Module, batch: TrajectoryBatch, first: torch.Tensor, inverse: torch.Tensor
+) -> torch.Tensor | None:
+    """`[b, R, V]` logits scoring each response token, forwarding each distinct prompt once (Prefix Grouper, Liu
+    et al. 2025): the prompt's keys and values are computed for its first row and indexed out to every row that
+    shares it, then the responses attend to them. The same numbers as the full forward; gradients reach the shared
+    prompt activations summed over its rows, as the full forward's would. None when the model's cache is not a
+    plain per-layer key/value store (sliding windows, recurrent layers): the caller then runs the full forward."""
+    width_p = batch.prompt_width
+    ids, mask, positions = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    prompt = model(
+        input_ids=ids[first, :width_p],
+        attention_mask=mask[first, :width_p],
+        position_ids=positions[first, :width_p],
+        use_cache=True,
+        **keep_logits(model, 1),
+    )
+    name = cache_argument(model)
+    cache = getattr(prompt, name, None)
+    if cache is None or not all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None])):
+        return None
+    cache.reorder_cache(inverse)  # index_select: differentiable, so the rows' gradients sum into the prompt's
+    response = model(
+        input_ids=ids[:, width_p:],
+        attention_mask=mask,
+        position_ids=positions[:, width_p:],
+        use_cache=True,
+        **{name: cache},
+    )
+    # The prompt's last column scores the first response token; response column j scores token j + 1.
+    return torch.cat([prompt.logits[inverse, -1:], response.logits[:, :-1]], dim=1)
+
+
 def _batched_logprobs(
-    model: nn.Module, batch: TrajectoryBatch, *, temperature: float, packed: bool, entropy: bool
+    model: nn.Module,
+    batch: TrajectoryBatch,
+    *,
+    temperature: float,
+    packed: bool,
+    entropy: bool,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Text-only rows in one padded or packed forward."""
+    """Text-only rows in one padded or packed forward; padded, with `share_prompts`, each distinct prompt is
+    forwarded once (`shared_prompt_rows`)."""
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
@@ -171,15 +249,19 @@ def _batched_logprobs(
         if entropy:
             ent = unpack(entropy_from_logits(logits, chunk_size=rows), seqs, positions=scoring)[:, width_p - 1 : -1]
     else:
-        keep = batch.response_width + 1  # columns P-1 .. L-1; the last one scores nothing
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-            use_cache=False,
-            **keep_logits(model, keep),
-        )
-        logits = out.logits[:, -keep:-1] / temperature
+        groups = shared_prompt_rows(batch) if share_prompts and not _checkpointed(model) else None
+        logits = _shared_prompt_logits(model, batch, *groups) if groups is not None else None
+        if logits is None:
+            keep = batch.response_width + 1  # columns P-1 .. L-1; the last one scores nothing
+            out = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"],
+                use_cache=False,
+                **keep_logits(model, keep),
+            )
+            logits = out.logits[:, -keep:-1]
+        logits = logits / temperature
         rows = _chunk_rows(logits.shape[-1])
         logprobs = logprobs_from_logits(logits, batch.responses, chunk_size=rows)
         ent = entropy_from_logits(logits, chunk_size=rows) if entropy else None

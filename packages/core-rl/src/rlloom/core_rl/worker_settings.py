@@ -41,7 +41,13 @@ def actor_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dic
 def reference_settings(cfg: RLConfig, device: torch.device) -> dict[str, Any]:
     """`ReferencePolicy`'s keyword arguments besides the model."""
     budget = cfg.actor.max_tokens_per_micro_batch
-    return {"max_tokens": budget, "packed": cfg.actor.padding_free, "device": device, "bf16": bf16_compute(cfg)}
+    return {
+        "max_tokens": budget,
+        "packed": cfg.actor.padding_free,
+        "device": device,
+        "bf16": bf16_compute(cfg),
+        "share_prompts": cfg.actor.share_prompt_forward,
+    }
 
 
 def critic_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dict[str, Any]:

@@ -196,6 +196,8 @@ class ShardedPolicyActor(_TrainsOnRanks, PolicyActor):
     def __init__(self, model: nn.Module, ctx: RankContext, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)  # type: ignore[arg-type]
         self.ctx = ctx
+        # FSDP2 with two forwards (prompt, then responses) before one backward is not verified: full forwards here
+        self.share_prompts = False
         self.lora_scalings = lora_scalings(model) if hasattr(model, "merge_and_unload") else None
         # with LoRA: each merged weight's source tensors (the names never change, so worked out once)
         self.lora_sources = lora_sources(model.state_dict(), self.lora_scalings) if self.lora_scalings else None
