@@ -18,6 +18,8 @@ Checks (each prints PASS/FAIL/SKIP with its figures; the run writes a JSON repor
                        packed may cost more only without flash-attn (sdpa's dense mask, reported, not failed)
 Models attend as a run with model.attn_implementation=auto would: flash_attention_2 where flash-attn is installed.
   mfu_update           model FLOPs utilisation of that update (goal >= 35% on an H100)
+  shared_prompt        `actor.share_prompt_forward` on the 0.5B shape in bf16, 8 samples a prompt: the update's
+                       time against the full forward's (must not be slower) and the log-prob gap (bf16 rounding)
 
 Models are built from `Qwen2Config` with random weights (nothing is downloaded). A global deadline (default 510 s
 from start) turns the checks that would not fit into SKIP lines instead of overrunning.
@@ -117,6 +119,7 @@ BUDGET_S = {
     "engine_decode": 150,
     "update_3b": 180,
     "mfu_update": 1,
+    "shared_prompt": 60,
 }
 
 
@@ -243,11 +246,40 @@ def make_batch(vocab: int, rows: int, prompt: int, response: int, *, seed: int =
     return batch
 
 
-def actor_kwargs(ctx: Context, rows: int, response: int, *, padding_free: bool, micro_tokens: int) -> dict[str, Any]:
+def grouped_batch(vocab: int, prompts: int, group: int, prompt: int, response: int, *, seed: int = 0) -> Any:
+    """`prompts` prompts of 1/2 to full `prompt` length with `group` responses each of 1/8 to full `response`
+    length (GRPO's layout: rows of one prompt share it token for token)."""
+    import torch
+
+    from rlloom.core_rl.batch import TrajectoryBatch
+    from rlloom.core_rl.trajectory import Trajectory
+
+    gen = torch.Generator().manual_seed(seed)
+    trajs = []
+    for i in range(prompts):
+        p = int(torch.randint(max(1, prompt // 2), prompt + 1, (1,), generator=gen))
+        prompt_ids = torch.randint(5, vocab, (p,), generator=gen).tolist()
+        for _ in range(group):
+            r = int(torch.randint(max(1, response // 8), response + 1, (1,), generator=gen))
+            ids = torch.randint(5, vocab, (r,), generator=gen).tolist()
+            trajs.append(Trajectory(prompt_ids=prompt_ids, response_ids=ids, loss_mask=[1] * r, group_id=str(i)))
+    batch = TrajectoryBatch.from_trajectories(trajs, pad_token_id=3)
+    batch["advantages"] = torch.randn(batch.loss_mask.shape, generator=gen) * batch.loss_mask
+    return batch
+
+
+def actor_kwargs(
+    ctx: Context, rows: int, response: int, *, padding_free: bool, micro_tokens: int, share_prompts: bool = False
+) -> dict[str, Any]:
     from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
 
     actor = ActorConfig(
-        lr=1e-5, max_tokens_per_micro_batch=micro_tokens, padding_free=padding_free, shuffle=False, grad_clip=1.0
+        lr=1e-5,
+        max_tokens_per_micro_batch=micro_tokens,
+        padding_free=padding_free,
+        shuffle=False,
+        grad_clip=1.0,
+        share_prompt_forward=share_prompts,
     )
     return {
         "actor": actor,
@@ -701,6 +733,70 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
     return figures
 
 
+def check_shared_prompt(ctx: Context) -> dict[str, Any]:
+    """`actor.share_prompt_forward` on the 0.5B shape in bf16: each prompt forwarded once for its 8 samples
+    against every row's full forward, the same update otherwise (one PPO step, padded, one micro-batch)."""
+    import torch
+
+    from rlloom.core_rl.actor import PolicyActor
+    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.precision import compute_autocast
+
+    release_memory()
+    s = ctx.sizes
+    group = 8
+    prompts = max(1, s.rows // 2)
+    tok = cached_tokenizer(ctx, s.small.vocab)
+    model = build_model(s.small, tok, ctx.device, torch.float32, seed=13, attn=attention_choice(ctx))
+    batch = grouped_batch(s.small.vocab, prompts, group, 2 * s.prompt, s.response, seed=9)
+    rows = batch.batch_size
+    on_device = batch.to(ctx.device)
+    with torch.no_grad(), compute_autocast(ctx.device, True):
+        full_lp, _ = response_logprobs(model, on_device)
+        shared_lp, _ = response_logprobs(model, on_device, share_prompts=True)
+    mask = on_device.response_attention_mask.bool()
+    prompt_tokens = float(batch["attention_mask"][:, : batch.prompt_width].sum())
+    response_tokens = float(batch.response_attention_mask.sum())
+    figures: dict[str, Any] = {
+        "model": s.small.name,
+        "rows": f"{prompts} prompts x {group}",
+        "token_ratio": (prompt_tokens + response_tokens) / (prompt_tokens / group + response_tokens),
+        "max_abs_logprob_gap_bf16": float((full_lp - shared_lp)[mask].abs().max()),
+    }
+    times: dict[str, list[float]] = {"full": [], "shared": []}
+    actors = {
+        mode: PolicyActor(
+            model,
+            **actor_kwargs(
+                ctx, rows, s.response, padding_free=False, micro_tokens=10**9, share_prompts=mode == "shared"
+            ),
+        )
+        for mode in times
+    }
+    try:
+        for actor in actors.values():
+            actor.update_policy(batch)  # warm-up
+        for _ in range(max(2, s.big_steps)):
+            for mode, actor in actors.items():
+                ctx.sync()
+                t0 = time.perf_counter()
+                actor.update_policy(batch)
+                ctx.sync()
+                times[mode].append(time.perf_counter() - t0)
+    finally:
+        del actors
+        del model
+        release_memory()
+    for mode, series in times.items():
+        figures[f"{mode}_update_s"] = statistics.median(series)
+    figures["full_over_shared"] = figures["full_update_s"] / figures["shared_update_s"]
+    if figures["max_abs_logprob_gap_bf16"] > 0.1:
+        raise CheckFailedError("shared-prompt log-probs differ from the full forward's beyond bf16 rounding", figures)
+    if ctx.cuda and figures["full_over_shared"] < 1.0:
+        raise CheckFailedError("the shared-prompt update is slower than the full forward's", figures)
+    return figures
+
+
 def check_mfu_update(ctx: Context) -> dict[str, Any]:
     import torch
 
@@ -735,6 +831,7 @@ CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("engine_decode", check_engine_decode),
     ("update_3b", check_update_3b),
     ("mfu_update", check_mfu_update),
+    ("shared_prompt", check_shared_prompt),
 ]
 
 
