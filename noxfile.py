@@ -8,6 +8,7 @@ tests-<package>` runs one package's tests against the editable workspace for qui
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -108,14 +109,26 @@ def _build_wheels(session: nox.Session, out: Path) -> None:
     session.run("uv", "build", "--all-packages", "--no-sources", "--wheel", "-q", "-o", str(out), external=True)
 
 
+_WHEELS: list[Path] = []
+
+
+def _workspace_wheels(session: nox.Session) -> Path:
+    """Every package's wheel, built once per nox run (the first isolated session builds them, the others install
+    the same files) in a folder of this run's own, removed when nox exits."""
+    if not _WHEELS:
+        dist = Path(tempfile.mkdtemp(prefix="rlloom-wheels-"))
+        atexit.register(shutil.rmtree, dist, True)
+        _build_wheels(session, dist)
+        _WHEELS.append(dist)
+    return _WHEELS[0]
+
+
 def _make_isolated_session(folder: str, module: str) -> None:
     @nox.session(name=f"isolated-{folder}", python=PYTHON)
     def isolated(session: nox.Session) -> None:
         """Install this package's built wheel alone (declared dependencies only) and run its tests."""
         pkg = ROOT / "packages" / folder
-        dist = (Path(session.create_tmp()) / "dist").resolve()
-        shutil.rmtree(dist, ignore_errors=True)
-        _build_wheels(session, dist)
+        dist = _workspace_wheels(session)
         wheel = next(dist.glob(f"rlloom_{module}-*.whl"))
         extras = ",".join(TEST_EXTRAS.get(folder, []))
         target = f"rlloom-{folder}[{extras}] @ {wheel.as_uri()}" if extras else str(wheel)
