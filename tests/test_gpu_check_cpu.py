@@ -25,6 +25,7 @@ CHECK_NAMES = [
     "engine_decode",
     "update_3b",
     "mfu_update",
+    "shared_prompt",
 ]
 
 
@@ -88,6 +89,10 @@ def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
     assert isinstance(update, dict)
     assert update["real_tokens"] < update["padded_tokens"]
     assert "no bf16 dense peak" in str(found["mfu_update"]["note"])
+    shared = found["shared_prompt"]["figures"]
+    assert isinstance(shared, dict)
+    assert shared["token_ratio"] > 1  # eight samples a prompt: the shared forward runs fewer tokens
+    assert shared["max_abs_logprob_gap_bf16"] <= 0.1
 
 
 def test_past_the_deadline_every_check_is_skipped_not_run(tmp_path: Path) -> None:
