@@ -90,7 +90,9 @@ def median_seconds(runs: list[Callable[[], object]], repeats: int) -> list[float
     return [statistics.median(t) for t in times]
 
 
-def make_actor(model: PreTrainedModel, *, samples: int, response_len: int, budget: int) -> PolicyActor:
+def make_actor(
+    model: PreTrainedModel, *, samples: int, response_len: int, budget: int, share_prompts: bool = True
+) -> PolicyActor:
     return PolicyActor(
         model,
         actor=ActorConfig(
@@ -100,6 +102,7 @@ def make_actor(model: PreTrainedModel, *, samples: int, response_len: int, budge
             shuffle=False,
             max_tokens_per_micro_batch=budget,
             grad_clip=1.0,
+            share_prompt_forward=share_prompts,
         ),
         algorithm=AlgorithmConfig(clip_low=0.2, clip_high=0.2, loss_agg_mode="token-mean"),
         total_steps=10**6,

@@ -19,12 +19,10 @@ import copy
 from pathlib import Path
 
 import torch
-from core_rl import median_seconds
+from core_rl import make_actor, median_seconds
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from rlloom.core_rl.actor import PolicyActor
 from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
 from rlloom.core_rl.model_forward import response_logprobs
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trajectory import Trajectory
@@ -50,24 +48,6 @@ def grouped_batch(vocab: int, prompts: int, group: int, p_len: int, r_len: int) 
     return batch
 
 
-def actor(model: PreTrainedModel, rows: int, r_len: int, *, share: bool) -> PolicyActor:
-    return PolicyActor(
-        model,
-        actor=ActorConfig(
-            lr=1e-5,
-            mini_batch_size=rows,
-            shuffle=False,
-            max_tokens_per_micro_batch=10**9,
-            share_prompt_forward=share,
-        ),
-        algorithm=AlgorithmConfig(clip_low=0.2, clip_high=0.2, loss_agg_mode="token-mean"),
-        total_steps=10**6,
-        mini_batch_rows=rows,
-        max_response_length=r_len,
-        device=torch.device("cpu"),
-    )
-
-
 def bench_shape(model: PreTrainedModel, vocab: int, shape: tuple[int, int, int, int], repeats: int) -> str:
     prompts, group, p_len, r_len = shape
     batch = grouped_batch(vocab, prompts, group, p_len, r_len)
@@ -77,8 +57,8 @@ def bench_shape(model: PreTrainedModel, vocab: int, shape: tuple[int, int, int, 
     gap = float((full - shared).abs().max())
     assert gap < 1e-4, f"shared-prompt log-probs differ from the full forward's by {gap}"
     rows = batch.batch_size
-    full_actor = actor(model, rows, r_len, share=False)
-    shared_actor = actor(copy.deepcopy(model), rows, r_len, share=True)
+    full_actor = make_actor(model, samples=rows, response_len=r_len, budget=10**9, share_prompts=False)
+    shared_actor = make_actor(copy.deepcopy(model), samples=rows, response_len=r_len, budget=10**9)
     assert full_actor.single_update(rows)
     t_full, t_shared = median_seconds(
         [lambda: full_actor.update_policy(batch), lambda: shared_actor.update_policy(batch)], repeats
