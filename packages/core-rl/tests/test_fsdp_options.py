@@ -143,3 +143,27 @@ def test_verl_fsdp_keys_set_ours_or_name_the_fix() -> None:
     assert everyone.distributed.shard_size is None
     with pytest.raises(ConfigError, match=r"optimizer_offload=True .*set distributed.cpu_offload=true"):
         load_config(None, ["model.path=/m", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"])
+
+
+def test_a_vision_tower_on_a_torch_without_unused_param_reduction_is_refused_before_sharding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.11 (seen on the lent H100) has no `FSDPModule.set_reduce_scatter_unused_params`. Text-only models
+    never need it; a model with a vision tower would hang when ranks differ in images, so it is refused by name
+    before any module is sharded (no process group is needed to see that)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+
+    class WithTower(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.language_model = tiny_qwen2(char_tokenizer())
+            self.visual = torch.nn.Linear(4, 4)
+            self._no_split_modules = self.language_model._no_split_modules
+
+    monkeypatch.delattr(FSDPModule, "set_reduce_scatter_unused_params", raising=False)
+    model = WithTower()
+    with pytest.raises(ValueError, match=r"vision tower.*set_reduce_scatter_unused_params.*install a torch"):
+        shard_model(model)
+    assert not any(isinstance(module, FSDPModule) for module in model.modules())

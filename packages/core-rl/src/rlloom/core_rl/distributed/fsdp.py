@@ -72,6 +72,16 @@ def shard_model(
             f"shard_model: {type(model).__name__} names no decoder-layer classes in _no_split_modules; "
             "FSDP2 needs per-layer units to keep memory bounded"
         )
+    # a rank whose micro-batch has no image leaves the vision tower without gradients while a peer's has them:
+    # FSDP must reduce zeros for it so both ranks' reduce-scatters have the same size. Text-only models use every
+    # parameter in every forward, so they need no such call (torch 2.11, for one, does not have it).
+    reduce_unused = bool(towers)
+    if reduce_unused and not hasattr(FSDPModule, "set_reduce_scatter_unused_params"):
+        raise ValueError(
+            f"shard_model: {type(model).__name__} has a vision tower, and torch {torch.__version__} lacks "
+            "FSDPModule.set_reduce_scatter_unused_params, without which ranks whose micro-batches differ in images "
+            "would hang in the gradient reduce-scatter; install a torch that has it (2.13 does)"
+        )
     options: dict[str, Any] = {"mp_policy": mixed_precision if mixed_precision is not None else MixedPrecisionPolicy()}
     if mesh is not None:
         options["mesh"] = mesh
@@ -85,9 +95,8 @@ def shard_model(
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
-            # a rank whose micro-batch has no image leaves the vision tower without gradients while a peer's
-            # has them: reduce zeros for it so both ranks' reduce-scatters have the same size
-            module.set_reduce_scatter_unused_params(True)
+            if reduce_unused:
+                module.set_reduce_scatter_unused_params(True)
     return model
 
 
