@@ -353,7 +353,6 @@ FSDP2_CALLS = [
     ("torch.distributed.fsdp", "MixedPrecisionPolicy"),
     ("torch.distributed.fsdp", "FSDPModule.set_gradient_divide_factor"),
     ("torch.distributed.fsdp", "FSDPModule.set_force_sum_reduction_for_comms"),
-    ("torch.distributed.fsdp", "FSDPModule.set_reduce_scatter_unused_params"),
     ("torch.distributed.fsdp", "FSDPModule.reshard"),
     ("torch.distributed.checkpoint.state_dict", "get_model_state_dict"),
     ("torch.distributed.checkpoint.state_dict", "StateDictOptions"),
@@ -376,7 +375,11 @@ def check_fsdp2_api(ctx: Context) -> dict[str, Any]:
             missing.append(f"{module_name}.{attr}")
     if missing:
         raise CheckFailedError(f"missing on this torch: {', '.join(missing)}")
-    return {"calls_found": len(FSDP2_CALLS)}
+    from torch.distributed.fsdp import FSDPModule
+
+    # only models with a vision tower need it (shard_model refuses those without it); a record, not a pass mark
+    unused_params = hasattr(FSDPModule, "set_reduce_scatter_unused_params")
+    return {"calls_found": len(FSDP2_CALLS), "reduce_scatter_unused_params_for_vlm": unused_params}
 
 
 def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
@@ -734,66 +737,103 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
 
 
 def check_shared_prompt(ctx: Context) -> dict[str, Any]:
-    """`actor.share_prompt_forward` on the 0.5B shape in bf16: each prompt forwarded once for its 8 samples
-    against every row's full forward, the same update otherwise (one PPO step, padded, one micro-batch)."""
+    """`actor.share_prompt_forward` on the 0.5B shape in bf16, 8 samples a prompt: each prompt forwarded once
+    against every row's full forward, the same update otherwise (one PPO step, padded, one micro-batch). Two
+    layouts: prompts as long as responses, and long prompts with short responses (retrieved passages, few-shot).
+    The model's calls per update are counted, so the figures show which path each mode took."""
+    import torch
+
+    release_memory()
+    s = ctx.sizes
+    tok = cached_tokenizer(ctx, s.small.vocab)
+    model = build_model(s.small, tok, ctx.device, torch.float32, seed=13, attn=attention_choice(ctx))
+    layouts = {
+        "even": (max(1, s.rows // 2), 2 * s.prompt, s.response),
+        "long_prompt": (2, 8 * s.prompt, s.response // 2),
+    }
+    figures: dict[str, Any] = {"model": s.small.name}
+    try:
+        for label, (prompts, p_len, r_len) in layouts.items():
+            batch = grouped_batch(s.small.vocab, prompts, 8, p_len, r_len, seed=9)
+            part = _shared_prompt_layout(ctx, model, batch, r_len)
+            figures.update({f"{label}_{key}": value for key, value in part.items()})
+    finally:
+        del model
+        release_memory()
+    if max(figures[f"{label}_max_abs_logprob_gap_bf16"] for label in layouts) > 0.1:
+        raise CheckFailedError("shared-prompt log-probs differ from the full forward's beyond bf16 rounding", figures)
+    if any(figures[f"{label}_model_calls_shared"] != 2 for label in layouts):
+        raise CheckFailedError("the shared mode did not take the shared path (2 model calls a micro-batch)", figures)
+    if ctx.cuda and min(figures[f"{label}_update_full_over_shared"] for label in layouts) < 1.0:
+        raise CheckFailedError("the shared-prompt update is slower than the full forward's", figures)
+    return figures
+
+
+def _shared_prompt_layout(ctx: Context, model: Any, batch: Any, response: int) -> dict[str, Any]:
+    """One layout of `check_shared_prompt`: log-prob gap, forward-only and update medians of both modes."""
     import torch
 
     from rlloom.core_rl.actor import PolicyActor
     from rlloom.core_rl.model_forward import response_logprobs
     from rlloom.core_rl.precision import compute_autocast
 
-    release_memory()
-    s = ctx.sizes
-    group = 8
-    prompts = max(1, s.rows // 2)
-    tok = cached_tokenizer(ctx, s.small.vocab)
-    model = build_model(s.small, tok, ctx.device, torch.float32, seed=13, attn=attention_choice(ctx))
-    batch = grouped_batch(s.small.vocab, prompts, group, 2 * s.prompt, s.response, seed=9)
     rows = batch.batch_size
     on_device = batch.to(ctx.device)
-    with torch.no_grad(), compute_autocast(ctx.device, True):
-        full_lp, _ = response_logprobs(model, on_device)
-        shared_lp, _ = response_logprobs(model, on_device, share_prompts=True)
-    mask = on_device.response_attention_mask.bool()
+    calls: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     prompt_tokens = float(batch["attention_mask"][:, : batch.prompt_width].sum())
     response_tokens = float(batch.response_attention_mask.sum())
     figures: dict[str, Any] = {
-        "model": s.small.name,
-        "rows": f"{prompts} prompts x {group}",
-        "token_ratio": (prompt_tokens + response_tokens) / (prompt_tokens / group + response_tokens),
-        "max_abs_logprob_gap_bf16": float((full_lp - shared_lp)[mask].abs().max()),
+        "rows": f"{rows // 8} prompts x 8",
+        "prompt_width": batch.prompt_width,
+        "response_width": batch.response_width,
+        "token_ratio": (prompt_tokens + response_tokens) / (prompt_tokens / 8 + response_tokens),
     }
-    times: dict[str, list[float]] = {"full": [], "shared": []}
-    actors = {
-        mode: PolicyActor(
-            model,
-            **actor_kwargs(
-                ctx, rows, s.response, padding_free=False, micro_tokens=10**9, share_prompts=mode == "shared"
-            ),
-        )
-        for mode in times
-    }
+    modes = ("full", "shared")
     try:
+        forward_s: dict[str, list[float]] = {mode: [] for mode in modes}
+        with torch.no_grad(), compute_autocast(ctx.device, True):
+            lp = {mode: response_logprobs(model, on_device, share_prompts=mode == "shared")[0] for mode in modes}
+            for _ in range(3):
+                for mode in modes:
+                    ctx.sync()
+                    t0 = time.perf_counter()
+                    response_logprobs(model, on_device, share_prompts=mode == "shared")
+                    ctx.sync()
+                    forward_s[mode].append(time.perf_counter() - t0)
+        mask = on_device.response_attention_mask.bool()
+        figures["max_abs_logprob_gap_bf16"] = float((lp["full"] - lp["shared"])[mask].abs().max())
+        update_s: dict[str, list[float]] = {mode: [] for mode in modes}
+        actors = {
+            mode: PolicyActor(
+                model,
+                **actor_kwargs(
+                    ctx, rows, response, padding_free=False, micro_tokens=10**9, share_prompts=mode == "shared"
+                ),
+            )
+            for mode in modes
+        }
         for actor in actors.values():
             actor.update_policy(batch)  # warm-up
-        for _ in range(max(2, s.big_steps)):
+        for _ in range(max(2, ctx.sizes.big_steps)):
             for mode, actor in actors.items():
                 ctx.sync()
+                calls.clear()
                 t0 = time.perf_counter()
                 actor.update_policy(batch)
                 ctx.sync()
-                times[mode].append(time.perf_counter() - t0)
-    finally:
+                update_s[mode].append(time.perf_counter() - t0)
+                figures[f"model_calls_{mode}"] = len(calls)
+                figures[f"model_call_shapes_{mode}"] = " ".join("x".join(map(str, shape)) for shape in calls)
         del actors
-        del model
-        release_memory()
-    for mode, series in times.items():
-        figures[f"{mode}_update_s"] = statistics.median(series)
-    figures["full_over_shared"] = figures["full_update_s"] / figures["shared_update_s"]
-    if figures["max_abs_logprob_gap_bf16"] > 0.1:
-        raise CheckFailedError("shared-prompt log-probs differ from the full forward's beyond bf16 rounding", figures)
-    if ctx.cuda and figures["full_over_shared"] < 1.0:
-        raise CheckFailedError("the shared-prompt update is slower than the full forward's", figures)
+    finally:
+        hook.remove()
+    for kind, series in (("forward", forward_s), ("update", update_s)):
+        for mode in modes:
+            figures[f"{kind}_s_{mode}"] = statistics.median(series[mode])
+        figures[f"{kind}_full_over_shared"] = figures[f"{kind}_s_full"] / figures[f"{kind}_s_shared"]
     return figures
 
 
