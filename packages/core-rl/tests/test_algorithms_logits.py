@@ -38,6 +38,31 @@ def test_logprobs_gradient_equals_log_softmax_gradient() -> None:
     torch.testing.assert_close(a.grad, b.grad)
 
 
+def test_logprobs_backward_passes_gradcheck_with_weighted_rows_and_a_ragged_last_chunk() -> None:
+    """The hand-written backward (softmax - one-hot, chunk by chunk) against finite differences in float64,
+    with upstream gradients that differ per row (a loss weights tokens unequally) and 7 rows in chunks of 3."""
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(7, 5, dtype=torch.float64, generator=gen).requires_grad_(True)
+    ids = torch.randint(0, 5, (7,), generator=gen)
+    weights = torch.randn(7, dtype=torch.float64, generator=gen)
+    assert torch.autograd.gradcheck(lambda x: logprobs_from_logits(x, ids, chunk_size=3) * weights, (logits,))
+
+
+def test_logprobs_gradient_reaches_a_non_contiguous_slice_of_logits() -> None:
+    """The forward slices logits as `out.logits[:, -keep:-1]` (not contiguous); the gradient lands on the slice."""
+    gen = torch.Generator().manual_seed(12)
+    full = torch.randn(2, 6, 9, generator=gen)
+    ids = torch.randint(0, 9, (2, 3), generator=gen)
+    weights = torch.rand(2, 3, generator=gen)
+    a = full.clone().requires_grad_(True)
+    b = full.clone().requires_grad_(True)
+    (logprobs_from_logits(a[:, -4:-1], ids, chunk_size=4) * weights).sum().backward()
+    (torch.log_softmax(b[:, -4:-1], -1).gather(-1, ids[..., None]).squeeze(-1) * weights).sum().backward()
+    assert a.grad is not None and b.grad is not None
+    torch.testing.assert_close(a.grad, b.grad)
+    assert bool((a.grad[:, :2] == 0).all()) and bool((a.grad[:, -1] == 0).all())
+
+
 def test_bf16_logits_are_upcast_per_chunk() -> None:
     logits, ids = _batch(2)
     got = logprobs_from_logits(logits.bfloat16(), ids, chunk_size=4)
