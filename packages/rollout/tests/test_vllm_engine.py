@@ -319,12 +319,15 @@ def test_in_process_start_leaves_this_process_as_it_was(vllm_engine: Any) -> Non
     assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") is None and envs.VLLM_ENABLE_V1_MULTIPROCESSING
     assert STARTS["in-process"]["rng_kept"]
     threads = torch.get_num_threads()
+    default = vllm_engine.config
     try:
         torch.set_num_threads(threads + 1)
         assert torch.get_num_threads() == threads + 1
-        _greedy(vllm_engine)  # generates with cpu_generate_threads, then gives the caller its count back
+        vllm_engine.config = default.model_copy(update={"cpu_generate_threads": 1})
+        _greedy(vllm_engine)  # generates with 1 thread, then gives the caller its count back
         assert torch.get_num_threads() == threads + 1
     finally:
+        vllm_engine.config = default
         torch.set_num_threads(threads)
 
 
