@@ -4,8 +4,9 @@ Peers, measured in the same run on the same inputs:
 - GRPO advantages: the per-sample Python loop of veRL's original `compute_grpo_outcome_advantage` (transcribed
   below: dict of lists per uid, torch.mean/torch.std per group) vs our vectorised `grpo_advantages`.
 - token log-probs: `log_softmax(logits.float()).gather(ids)` (materialises [N, V] in float32) vs our chunked
-  `logprobs_from_logits`, on bf16 logits as a training step has them. Time, and the peak extra resident
-  memory of a fresh process (Linux /proc high-water mark), without and with backward.
+  `logprobs_from_logits`, on bf16 logits as a training step has them. Time of the forward, of forward + backward
+  (at 2,048 and 8,192 rows), and the peak extra resident memory of a fresh process (Linux /proc high-water mark),
+  without and with backward.
 - entropy: `torch.distributions.Categorical(logits=...).entropy()` vs our chunked `entropy_from_logits`.
 
 Run: .venv/bin/python bench/core_rl_algorithms.py [--repeats 7]
@@ -95,6 +96,17 @@ def _child_peak(variant: str) -> None:
     print((_proc_status_kib("VmHWM") - before) / 1024)
 
 
+def _naive_backward(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> None:
+    leaf = logits.detach().requires_grad_(True)
+    out = torch.log_softmax(leaf.float(), -1).gather(-1, ids[:, None]).squeeze(-1)
+    (out * weights).sum().backward()
+
+
+def _ours_backward(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> None:
+    leaf = logits.detach().requires_grad_(True)
+    (logprobs_from_logits(leaf, ids) * weights).sum().backward()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
@@ -130,6 +142,17 @@ def main() -> None:
             median_seconds(lambda: logprobs_from_logits(logits, ids), args.repeats),
         )
     )
+    for n_rows in (ROWS, 4 * ROWS):  # 4x the rows: a chunk loop whose backward is quadratic in rows shows here
+        big = torch.randn(n_rows, VOCAB, generator=gen).bfloat16()
+        big_ids = torch.randint(0, VOCAB, (n_rows,), generator=gen)
+        weights = torch.rand(n_rows, generator=gen)
+        rows.append(
+            (
+                f"token log-probs + backward, {n_rows} × {VOCAB}",
+                median_seconds(lambda b=big, i=big_ids, w=weights: _naive_backward(b, i, w), args.repeats),
+                median_seconds(lambda b=big, i=big_ids, w=weights: _ours_backward(b, i, w), args.repeats),
+            )
+        )
     rows.append(
         (
             f"entropy, {ROWS} × {VOCAB} bf16",

@@ -91,8 +91,10 @@ def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
     assert "no bf16 dense peak" in str(found["mfu_update"]["note"])
     shared = found["shared_prompt"]["figures"]
     assert isinstance(shared, dict)
-    assert shared["token_ratio"] > 1  # eight samples a prompt: the shared forward runs fewer tokens
-    assert shared["max_abs_logprob_gap_bf16"] <= 0.1
+    for layout in ("even", "long_prompt"):
+        assert shared[f"{layout}_token_ratio"] > 1  # eight samples a prompt: the shared forward runs fewer tokens
+        assert shared[f"{layout}_max_abs_logprob_gap_bf16"] <= 0.1
+        assert shared[f"{layout}_model_calls_full"] == 1 and shared[f"{layout}_model_calls_shared"] == 2
 
 
 def test_past_the_deadline_every_check_is_skipped_not_run(tmp_path: Path) -> None:
