@@ -82,10 +82,10 @@ class VLLMEngineConfig(BaseModel):
     cpu_generate_threads: int | None = Field(
         default=None,
         ge=1,
-        description="CPU, in-process only: torch threads while vLLM generates (then the caller's again). None: the "
-        "caller's, as TRL colocate and a bare vllm.LLM run (idle 2 cores, SmolLM2, 8 prompts x 4: 7.0 s against "
-        "12.1 s with 1). 1 on a heavily loaded machine, where OMP threads spin-waiting after each small op steal "
-        "the step's serial work (at load 20, 1 thread generated 5x faster than 2).",
+        description="CPU, in-process only: torch threads while vLLM generates (then the calling thread's again). "
+        "None: the count the engine was started with, as TRL colocate and a bare vllm.LLM run (idle 2 cores, "
+        "SmolLM2, 8 prompts x 4: 7.0 s against 12.1 s with 1). 1 on a heavily loaded machine, where OMP threads "
+        "spin-waiting after each small op steal the step's serial work (at load 20, 1 thread was 5x faster).",
     )
     weight_bucket_bytes: int = Field(default=512 << 20, ge=1 << 20, description="Bytes per weight-update RPC.")
     sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync RPC.")
@@ -263,6 +263,7 @@ class VLLMEngine:
         self.supports_sleep = sleep_mode
         self.image_layout = ImagePatchLayout.from_model(config.model)
         self.in_process = resolve_in_process(config.in_process, config.tensor_parallel_size)
+        self._start_threads = torch.get_num_threads()  # cpu_generate_threads=None generates with these
         if self.in_process:
             with in_process_start() as extra:
                 self.llm = self._start(config, extra)
@@ -336,12 +337,14 @@ class VLLMEngine:
 
     @contextlib.contextmanager
     def _generate_threads(self) -> Iterator[None]:
-        """In-process on CPU vLLM's forward runs on this thread with the caller's torch threads: use
-        `cpu_generate_threads` for the call, then give the caller its own count back."""
-        threads = self.config.cpu_generate_threads
-        if not (self.in_process and self.on_cpu) or threads is None:
+        """In-process on CPU vLLM's forward runs on the calling thread: set its torch threads to
+        `cpu_generate_threads` (None: the count when the engine started) for the call, then give it its own count
+        back. Set even when unchanged: on a thread that never set it (`agenerate`'s batcher thread), vLLM's CPU
+        attention built its metadata for 2 threads and ran on 1 ('Check failed: thread_num (2 vs. 1)')."""
+        if not (self.in_process and self.on_cpu):
             yield
             return
+        threads = self.config.cpu_generate_threads or self._start_threads
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
