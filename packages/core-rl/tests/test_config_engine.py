@@ -54,9 +54,17 @@ def test_verl_rollout_keys_map_onto_the_section() -> None:
             "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
             "actor_rollout_ref.rollout.enforce_eager=true",
             "actor_rollout_ref.rollout.max_model_len=8192",
+            "actor_rollout_ref.rollout.dtype=bfloat16",
+            "actor_rollout_ref.rollout.max_num_seqs=64",
         ],
     )
     vllm = cfg.rollout.vllm
     assert cfg.rollout.engine == "vllm"
     assert (vllm.gpu_memory_utilization, vllm.tensor_parallel_size, vllm.enforce_eager) == (0.6, 2, True)
-    assert vllm.max_model_len == 8192
+    assert (vllm.max_model_len, vllm.dtype, vllm.max_num_seqs) == (8192, "bfloat16", 64)
+
+
+def test_vllm_dtype_is_unset_by_default_and_checked() -> None:
+    assert load_config(None, [MODEL]).rollout.vllm.dtype is None  # the actor's compute dtype
+    with pytest.raises(ConfigError, match="rollout.vllm.dtype"):
+        load_config(None, [MODEL, "rollout.vllm.dtype=fp8"])

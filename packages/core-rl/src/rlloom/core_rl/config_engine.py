@@ -16,6 +16,7 @@ from pydantic import Field
 from rlloom.core_rl.config_section import Section
 
 RolloutEngineName = Literal["hf", "vllm", "vllm_server"]
+VLLMDtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 
 class VLLMRolloutConfig(Section):
@@ -36,6 +37,15 @@ class VLLMRolloutConfig(Section):
         ge=1,
         description="Longest prompt + response vLLM plans its KV cache for; None = the model's "
         "max_position_embeddings (lower it to fit a long-context model's cache in memory).",
+    )
+    dtype: VLLMDtype | None = Field(
+        default=None,
+        description="The weights' dtype inside vLLM; None = model.dtype, the actor's compute dtype. 'auto' is "
+        "what TRL's colocate mode gets: vLLM downcasts a float32 checkpoint to bfloat16 (veRL's rollout.dtype "
+        "defaults to bfloat16). A lower precision than the actor's widens the rollout/actor log-prob gap.",
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="Sequences vLLM decodes in one step at most; None = vLLM's default."
     )
     enforce_eager: bool = Field(
         default=False, description="Skip CUDA-graph capture and compilation: slower decoding, faster start."

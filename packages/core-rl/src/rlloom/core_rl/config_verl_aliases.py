@@ -161,6 +161,8 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.rollout.tensor_model_parallel_size": Alias(("rollout.vllm.tensor_parallel_size",)),
     f"{_ARF}.rollout.max_model_len": Alias(("rollout.vllm.max_model_len",)),
     f"{_ARF}.rollout.enforce_eager": Alias(("rollout.vllm.enforce_eager",)),
+    f"{_ARF}.rollout.dtype": Alias(("rollout.vllm.dtype",)),
+    f"{_ARF}.rollout.max_num_seqs": Alias(("rollout.vllm.max_num_seqs",)),
     f"{_ARF}.rollout.enable_prefix_caching": Alias(("rollout.vllm.enable_prefix_caching",)),
     "algorithm.rollout_is_threshold": Alias(("algorithm.tis.cap",)),
     "algorithm.rollout_is_mode": Alias(("algorithm.tis.mode",)),
