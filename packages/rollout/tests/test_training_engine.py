@@ -58,6 +58,15 @@ def test_vllm_config_is_the_runs_model_dtype_tokenizer_and_section() -> None:
     cfg.model.tokenizer_path = None
     options = vllm_engine_config(cfg, {"max_batch_rows": 8, "enforce_eager": True})
     assert (options.tokenizer, options.max_batch_rows, options.enforce_eager) == ("/models/q", 8, True)
+    assert engine.max_num_seqs is None  # vLLM's own default
+
+
+def test_vllm_dtype_may_differ_from_the_actors() -> None:
+    """TRL colocate's vLLM takes an fp32 checkpoint in bf16 ('auto'); rollout.vllm.dtype asks for that here."""
+    base = ["model.path=/m", "model.dtype=float32", "rollout.engine=vllm"]
+    assert vllm_engine_config(load_config(None, base)).dtype == "float32"
+    cfg = load_config(None, [*base, "rollout.vllm.dtype=auto", "rollout.vllm.max_num_seqs=32"])
+    assert (vllm_engine_config(cfg).dtype, vllm_engine_config(cfg).max_num_seqs) == ("auto", 32)
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,7 @@ def _assert_matches_transformers(engine: Any, model: torch.nn.Module) -> None:
 STARTS: dict[str, dict[str, Any]] = {}  # per mode: start seconds and what the start left of this process's state
 
 
-def _start_engine(folder: Path, *, in_process: bool | None) -> Any:
+def _start_engine(folder: Path, *, in_process: bool | None, **options: Any) -> Any:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
     from rlloom.rollout.vllm_engine import VLLMEngine
@@ -254,6 +254,7 @@ def _start_engine(folder: Path, *, in_process: bool | None) -> Any:
         cpu_kvcache_space_gib=1,
         max_model_len=256,
         in_process=in_process,
+        **options,
     )
     torch.manual_seed(1234)
     rng = torch.get_rng_state()
@@ -284,8 +285,9 @@ def vllm_engine(engine_folder: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def vllm_engine_processes(engine_folder: Path) -> Iterator[Any]:
-    """vLLM's own processes (in_process=False), started after the in-process one in the same process."""
-    engine = _start_engine(engine_folder, in_process=False)
+    """vLLM's own processes (in_process=False), started after the in-process one in the same process; at most 8
+    sequences a step (the sync test's prompts need no more)."""
+    engine = _start_engine(engine_folder, in_process=False, max_num_seqs=8)
     yield engine
     engine.close()
 
@@ -480,6 +482,7 @@ def test_vllms_own_processes_sync_serialised_buckets_as_well(vllm_engine_process
     assert not vllm_engine_processes.in_process
     assert type(vllm_engine_processes.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
     assert STARTS["processes"]["rng_kept"]
+    assert vllm_engine_processes.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 8  # passed through
     _check_sync_of_perturbed_weights(vllm_engine_processes, seed=5)
     logging.getLogger(__name__).warning("vLLM engine start seconds: %s", STARTS)
 

@@ -69,15 +69,17 @@ class TrainingEngine:
 
 
 def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None = None) -> VLLMEngineConfig:
-    """`rollout.vllm` as `VLLMEngineConfig`: the model and tokenizer the actor loads, its compute dtype, the run's
-    seed and weight-bucket size; `vllm_options` adds or replaces fields (e.g. a vision model's)."""
+    """`rollout.vllm` as `VLLMEngineConfig`: the model and tokenizer the actor loads, its compute dtype (unless
+    `rollout.vllm.dtype` names another), the run's seed and weight-bucket size; `vllm_options` adds or replaces
+    fields (e.g. a vision model's)."""
     from rlloom.rollout.vllm_engine import VLLMEngineConfig
 
     model, vllm = config.model, config.rollout.vllm
     fields: dict[str, Any] = {
         "model": model.path,
         "tokenizer": model.tokenizer_path or model.path,
-        "dtype": model.dtype,
+        "dtype": vllm.dtype or model.dtype,
+        "max_num_seqs": vllm.max_num_seqs,
         "tensor_parallel_size": vllm.tensor_parallel_size,
         "gpu_memory_utilization": vllm.gpu_memory_utilization,
         "max_model_len": vllm.max_model_len,
