@@ -55,10 +55,10 @@ from tqdm.auto import tqdm
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, SearchEnv, SearchEnvConfig
 from rlloom.agent.envs.search import ThreadedRetriever
 from rlloom.agent.parsers import first_action
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.prompts import render_prompt
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 DATA = Path("/work/shared/data/hotpotqa/beir_style_from_ircot500")
 DEFAULT_N = 256  # conversations per run; the warm-up learns from the questions after the first max(256, --n)

@@ -46,7 +46,7 @@ from agent import (
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, SearchEnv, SearchEnvConfig
 from rlloom.agent.envs.search import ThreadedRetriever
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer
 
 METHODS = ("agent_loop", "search_r1", "sync_batch_stop")
@@ -83,8 +83,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(args.warmup_seed)
 
-    from rlloom.rollout.vllm_async import VLLMAsyncEngine
-    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
+    from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     _, queries = load_corpus()
     base = bm25_retriever(args.cache_dir)

@@ -24,11 +24,11 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedModel
 
-from rlloom.core_rl.actor import PolicyActor
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
+from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor
 
 CPU = torch.device("cpu")
 SIZES = [  # (hidden, layers, samples, prompt length, response length, vocabulary; 0: the char tokenizer's)

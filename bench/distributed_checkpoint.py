@@ -28,13 +28,13 @@ from pathlib import Path
 import ray
 import torch
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.distributed.ray_group import RayActorGroup
-from rlloom.core_rl.sharded_checkpoint import resolved, shard_bytes, shards_path
+from rlloom.core_rl.run.sharded_checkpoint import resolved, shard_bytes, shards_path
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
 
 CPU = torch.device("cpu")
 

@@ -195,8 +195,8 @@ def cached_tokenizer(ctx: Context, vocab: int) -> Any:
 
 def attention_choice(ctx: Context) -> str:
     """The attention kernel a training run with `model.attn_implementation: auto` and bf16 compute gets here
-    (rlloom.core_rl.attention): flash_attention_2 with flash-attn on a GPU, else sdpa."""
-    from rlloom.core_rl.attention import resolve_attn_implementation
+    (rlloom.core_rl.workers.attention): flash_attention_2 with flash-attn on a GPU, else sdpa."""
+    from rlloom.core_rl.workers.attention import resolve_attn_implementation
 
     return resolve_attn_implementation("auto", ctx.device, bf16_compute=True)
 
@@ -233,8 +233,8 @@ def make_batch(vocab: int, rows: int, prompt: int, response: int, *, seed: int =
     padding matters), uniform advantages; ids avoid the special tokens."""
     import torch
 
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.trajectory import Trajectory
+    from rlloom.core_rl.contracts.batch import TrajectoryBatch
+    from rlloom.core_rl.contracts.trajectory import Trajectory
 
     gen = torch.Generator().manual_seed(seed)
     trajs = []
@@ -253,8 +253,8 @@ def grouped_batch(vocab: int, prompts: int, group: int, prompt: int, response: i
     length (GRPO's layout: rows of one prompt share it token for token)."""
     import torch
 
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.trajectory import Trajectory
+    from rlloom.core_rl.contracts.batch import TrajectoryBatch
+    from rlloom.core_rl.contracts.trajectory import Trajectory
 
     gen = torch.Generator().manual_seed(seed)
     trajs = []
@@ -273,7 +273,7 @@ def grouped_batch(vocab: int, prompts: int, group: int, prompt: int, response: i
 def actor_kwargs(
     ctx: Context, rows: int, response: int, *, padding_free: bool, micro_tokens: int, share_prompts: bool = False
 ) -> dict[str, Any]:
-    from rlloom.core_rl.config import ActorConfig, AlgorithmConfig
+    from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig
 
     actor = ActorConfig(
         lr=1e-5,
@@ -387,11 +387,11 @@ def check_fsdp2_api(ctx: Context) -> dict[str, Any]:
 def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from rlloom.core_rl.actor import PolicyActor
-    from rlloom.core_rl.batch import scatter_rows
+    from rlloom.core_rl.contracts.batch import scatter_rows
     from rlloom.core_rl.distributed.fsdp import shard_model
     from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
-    from rlloom.core_rl.precision import Precision, fsdp_mixed_precision
+    from rlloom.core_rl.workers.actor import PolicyActor
+    from rlloom.core_rl.workers.precision import Precision, fsdp_mixed_precision
 
     s = ctx.sizes
     start_process_group(ctx)
@@ -470,8 +470,8 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
 
 
 def packed_attention(model: Any) -> str:
-    """How a packed stream attends with this model's kernel (rlloom.core_rl.attention)."""
-    from rlloom.core_rl.attention import attn_implementation_of, uses_varlen_kernel
+    """How a packed stream attends with this model's kernel (rlloom.core_rl.workers.attention)."""
+    from rlloom.core_rl.workers.attention import attn_implementation_of, uses_varlen_kernel
 
     name = attn_implementation_of(model)
     return f"{name} varlen (cu_seq_lens)" if uses_varlen_kernel(model) else f"{name} dense [nnz, nnz] mask"
@@ -482,8 +482,8 @@ def packed_vs_padded_logprobs(model: Any, batch: Any, ctx: Context) -> Any:
     runs the varlen kernel under flash-attention, a dense block-diagonal mask under sdpa."""
     import torch
 
-    from rlloom.core_rl.model_forward import response_logprobs
-    from rlloom.core_rl.precision import compute_autocast
+    from rlloom.core_rl.workers.forward import response_logprobs
+    from rlloom.core_rl.workers.precision import compute_autocast
 
     on_device = batch.to(ctx.device)
     with torch.no_grad(), compute_autocast(ctx.device, True):
@@ -544,8 +544,8 @@ def check_bf16_fp32_masters(ctx: Context) -> dict[str, Any]:
 def check_weight_sync(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from rlloom.core_rl.weight_sync import sync_weights
-    from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+    from rlloom.core_rl.workers.weight_sync import sync_weights
+    from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
     if "sharded" not in ctx.shared:
         raise SkipCheckError("needs nccl_vs_inprocess, which did not finish")
@@ -597,7 +597,7 @@ def check_weight_sync(ctx: Context) -> dict[str, Any]:
 def check_engine_decode(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+    from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 
     if "engine" not in ctx.shared:
         raise SkipCheckError("needs weight_sync, which did not finish")
@@ -665,7 +665,7 @@ def check_engine_decode(ctx: Context) -> dict[str, Any]:
 def check_update_3b(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from rlloom.core_rl.actor import PolicyActor
+    from rlloom.core_rl.workers.actor import PolicyActor
 
     for key in list(ctx.shared):
         if not key.startswith("tokenizer_"):
@@ -775,9 +775,9 @@ def _shared_prompt_layout(ctx: Context, model: Any, batch: Any, response: int) -
     """One layout of `check_shared_prompt`: log-prob gap, forward-only and update medians of both modes."""
     import torch
 
-    from rlloom.core_rl.actor import PolicyActor
-    from rlloom.core_rl.model_forward import response_logprobs
-    from rlloom.core_rl.precision import compute_autocast
+    from rlloom.core_rl.workers.actor import PolicyActor
+    from rlloom.core_rl.workers.forward import response_logprobs
+    from rlloom.core_rl.workers.precision import compute_autocast
 
     rows = batch.batch_size
     on_device = batch.to(ctx.device)

@@ -122,9 +122,9 @@ class _Recorder(base._StepRecorder):
 def run_rlloom(
     settings: base.Settings, model: Path, output_dir: Path, skip: int, *, in_process: bool | None = None
 ) -> dict[str, Any]:
-    from rlloom.core_rl.config_loading import config_from_dict
+    from rlloom.core_rl.config.loading import config_from_dict
     from rlloom.core_rl.trainer import Trainer
-    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     raw = base.rlloom_config(settings, model, output_dir)
     raw["model"]["tokenizer_path"] = str(model)
@@ -182,8 +182,8 @@ def run_trl(settings: base.Settings, model_dir: Path, output_dir: Path, skip: in
     if vllm_dtype() != "auto":  # TRL passes none: vLLM's "auto"
         vllm_generation.LLM = functools.partial(vllm_generation.LLM, dtype=vllm_dtype())
 
-    from rlloom.core_rl.config import ActorConfig
-    from rlloom.core_rl.optim import build_optimizer
+    from rlloom.core_rl.config.schema import ActorConfig
+    from rlloom.core_rl.workers.optim import build_optimizer
 
     s = settings
     args = GRPOConfig(

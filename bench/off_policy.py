@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 
 def digit_share(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:

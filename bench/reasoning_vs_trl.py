@@ -69,13 +69,13 @@ from rlloom_apps.reasoning.warmup import supervised_warmup
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
 
-from rlloom.core_rl.config import ActorConfig
-from rlloom.core_rl.config_loading import config_from_dict
-from rlloom.core_rl.optim import build_optimizer
+from rlloom.core_rl.config.loading import config_from_dict
+from rlloom.core_rl.config.schema import ActorConfig
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.workers.optim import build_optimizer
 from rlloom.rewards.integrations.trl import trl_reward
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 REWARD = reversal_rubric()
 

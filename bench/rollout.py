@@ -24,9 +24,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 
 @dataclass

@@ -22,10 +22,10 @@ import torch
 from core_rl import make_actor, median_seconds
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.model_forward import response_logprobs
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.forward import response_logprobs
 
 SHAPES = [  # (prompts, samples per prompt, prompt length, response length)
     (8, 4, 35, 64),  # bench/grpo_vllm_vs_trl.py's step: the reversal prompts on SmolLM2, 64 new tokens

@@ -66,8 +66,8 @@ def bare(args: argparse.Namespace, per_sample: bool) -> Any:
 
 
 def rlloom(args: argparse.Namespace) -> Any:
-    from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+    from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     engine = VLLMEngine(
         VLLMEngineConfig(

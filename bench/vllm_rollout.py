@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 SHAPE = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1, "num_layers": 2, "intermediate_size": 256}
 PROMPT_LEN = 32
@@ -66,7 +66,7 @@ def main() -> None:
         return
     kv_gib = args.kv_cache_gib or (4 if args.model else 1)  # SmolLM2: 46 KB a token, 256 rows x 168 = 2 GB
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
-    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     if args.model is None:
         tok: Any = char_tokenizer()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = sorted([*ROOT.glob("packages/*/README.md"), *ROOT.glob("apps/*/README.md"), ROOT / "README.md"])

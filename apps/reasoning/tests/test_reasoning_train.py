@@ -15,7 +15,7 @@ import yaml
 from rlloom_apps.reasoning.cli import main
 from rlloom_apps.reasoning.train import ALGORITHMS, config_file, load_train_config
 
-from rlloom.core_rl.config import AlgorithmConfig, ConfigError
+from rlloom.core_rl.config.schema import AlgorithmConfig, ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.config_loading import config_from_dict
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.config.loading import config_from_dict
+from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 HAVE_RAY = importlib.util.find_spec("ray") is not None

@@ -15,7 +15,7 @@ from typing import Any
 from rlloom_apps.search_agent.data import prepare
 from rlloom_apps.search_agent.evaluate import EvalSettings, evaluate
 
-from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.tiny import char_tokenizer
 from rlloom.retrieval import build_index, load_index
 

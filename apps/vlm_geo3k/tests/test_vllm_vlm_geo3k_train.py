@@ -53,8 +53,8 @@ def _probe_logprobs(base: Any, folder: Path, rows: Path) -> torch.Tensor:
     """The log-probs of a real image prompt's own tokens under the weights in `folder`, explicit M-RoPE positions."""
     from transformers import AutoTokenizer
 
-    from rlloom.core_rl.actor import load_causal_lm
-    from rlloom.core_rl.config import ModelConfig
+    from rlloom.core_rl.config.schema import ModelConfig
+    from rlloom.core_rl.workers.actor import load_causal_lm
     from rlloom.multimodal.collection import row_vision_inputs
     from rlloom.multimodal.qwen_vl import QwenVLProcessing
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.tiny import char_tokenizer
 from rlloom.retrieval import Hit
 

@@ -15,9 +15,9 @@ from rlloom.agent.rewards import AgentRubric
 from rlloom.agent.tools import Toolset
 from rlloom.core_rl.algorithms.logits import logprobs_from_logits
 from rlloom.core_rl.algorithms.policy_loss import ppo_policy_loss
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 
 def never(response: str, ground_truth: Any, *, extra_info: Any = None) -> float:

@@ -153,8 +153,8 @@ def test_sample_reads_verl_and_flat_rows() -> None:
 def test_sample_reads_prompts_as_the_trainer_does() -> None:
     """One reading of rows for every collector (core-rl's `prompt_messages` and `ground_truth`): TRL's string
     prompt is one user message here too (it was refused here and accepted by single-turn training)."""
-    from rlloom.core_rl.data import generation_request
-    from rlloom.core_rl.generation import SamplingParams
+    from rlloom.core_rl.contracts.generation import SamplingParams
+    from rlloom.core_rl.data.loader import generation_request
 
     row = {"prompt": "What is 2+3?", "answer": "5"}
     assert Sample.from_row(row).prompt == [{"role": "user", "content": "What is 2+3?"}]

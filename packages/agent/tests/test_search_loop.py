@@ -203,7 +203,7 @@ def test_a_vllm_style_sampling_config_still_shows_the_env_its_stop_string(
 ) -> None:
     """vLLM's default `include_stop_str_in_output=False`, copied into the loop's sampling, must not hide the
     `</search>` the trajectory holds from the env (every search was an invalid action)."""
-    from rlloom.core_rl.generation import SamplingParams
+    from rlloom.core_rl.contracts.generation import SamplingParams
 
     loop, engine = make_loop(search_script, retriever, sampling=SamplingParams(include_stop_str_in_output=False))
     [traj] = loop.run([{"question": "what is the capital of France", "golden_answers": "Paris"}])
@@ -215,7 +215,7 @@ def test_a_vllm_style_sampling_config_still_shows_the_env_its_stop_string(
 def test_an_http_engine_names_the_models_other_eos_ids_for_the_loop(tokenizer: Any, retriever: Any) -> None:
     """Over HTTP the server cannot say which ids end a turn (a Qwen instruct model's <|endoftext|> besides its
     tokenizer's <|im_end|>): OpenAIEngineConfig.eos_token_ids tells the loop, which drops such a trailing id."""
-    from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+    from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig
 
     other = int(tokenizer.pad_token_id)
     assert other != tokenizer.eos_token_id

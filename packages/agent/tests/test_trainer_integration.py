@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from rlloom.agent import AgentLoopConfig, AgentRubric, SearchEnv, SearchEnvConfig, agent_collector, env_reward
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 ROWS = [
     {"question": "what is the capital of France", "golden_answers": "Paris"},

@@ -24,13 +24,13 @@ import torch
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, Sample, SearchEnv, SearchEnvConfig
 from rlloom.agent.loop import to_batch
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.model_forward import response_logprobs
-from rlloom.core_rl.sft import supervised_train
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.sft import supervised_train
 from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.forward import response_logprobs
 from rlloom.retrieval import Hit
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 pytestmark = [
@@ -110,7 +110,7 @@ class ScriptedPolicy:
         self.tok = tok
 
     async def agenerate(self, request: Any) -> list[Any]:
-        from rlloom.core_rl.generation import Completion
+        from rlloom.core_rl.contracts.generation import Completion
 
         context = self.tok.decode(request.prompt_ids, skip_special_tokens=False)
         match = re.search(r"Q\s*:\s*(.*?)\s*\?", context)
@@ -201,8 +201,8 @@ def hf_trajs(tok: Any, model: torch.nn.Module) -> list[Trajectory]:
 def vllm_engine(tmp_path_factory: pytest.TempPathFactory, tok: Any, model: torch.nn.Module) -> Iterator[Any]:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
-    from rlloom.rollout.vllm_async import VLLMAsyncEngine
-    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+    from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
     folder = tmp_path_factory.mktemp("agent-tiny64")
     model.save_pretrained(folder / "model")

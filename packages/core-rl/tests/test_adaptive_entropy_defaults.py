@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
 
 
 def test_section_defaults_are_the_released_scripts() -> None:

@@ -365,8 +365,8 @@ def test_clip_cov_cuts_the_gradient_of_tokens_in_the_covariance_band() -> None:
 
 
 def test_policy_loss_kwargs_are_checked_against_the_losss_signature() -> None:
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.config.schema import ConfigError
 
     base = ["model.path=/m", "algorithm.policy_loss=kl_cov"]
     with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio is not a setting of .*kl_cov"):
@@ -579,8 +579,8 @@ def test_sapo_refuses_bad_temperatures_and_dual_clip() -> None:
 
 
 def test_sapo_and_gpg_settings_are_checked_at_load() -> None:
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.config.schema import ConfigError
 
     sapo = ["model.path=/m", "algorithm.policy_loss=sapo"]
     cfg = load_config(
@@ -605,8 +605,8 @@ def test_sapo_and_gpg_settings_are_checked_at_load() -> None:
 
 
 def test_the_load_time_loss_probe_checks_values_and_leaves_the_rng_alone() -> None:
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.config.schema import ConfigError
 
     clip_cov = ["model.path=/m", "algorithm.policy_loss=clip_cov"]
     with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio must be in \(0, 1\]"):

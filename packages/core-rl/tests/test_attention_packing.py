@@ -19,12 +19,12 @@ from test_workers import random_batch
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from rlloom.core_rl import attention
-from rlloom.core_rl.actor import load_causal_lm
-from rlloom.core_rl.config import ConfigError, ModelConfig
-from rlloom.core_rl.critic import ValueModel
-from rlloom.core_rl.model_forward import response_hidden_states, response_logprobs
-from rlloom.core_rl.packing import pack
+from rlloom.core_rl.config.schema import ConfigError, ModelConfig
+from rlloom.core_rl.contracts.packing import pack
+from rlloom.core_rl.workers import attention
+from rlloom.core_rl.workers.actor import load_causal_lm
+from rlloom.core_rl.workers.critic import ValueModel
+from rlloom.core_rl.workers.forward import response_hidden_states, response_logprobs
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
-from rlloom.core_rl.packing import pack, token_budget_bins, unpack
+from rlloom.core_rl.contracts.batch import TrajectoryBatch, scatter_rows
+from rlloom.core_rl.contracts.packing import pack, token_budget_bins, unpack
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
 
 PAD = 9
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
-from rlloom.core_rl.collection import single_turn_collector
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.data import DataError, generation_request
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.prompts import render_prompt
+from rlloom.core_rl.config.schema import ConfigError
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.prompts import render_prompt
+from rlloom.core_rl.data.loader import DataError, generation_request
+from rlloom.core_rl.phases.collection import single_turn_collector
 from rlloom.core_rl.tiny import CHATML_TEMPLATE, char_tokenizer
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 # ChatML, plus Qwen3's switch: with enable_thinking false the generation prompt opens an empty think block
 THINKING_TEMPLATE = CHATML_TEMPLATE.replace(
@@ -50,8 +50,8 @@ def test_reserved_arguments_are_refused() -> None:
 def test_template_variables_and_loss_settings_can_be_set_one_by_one_as_in_verl(tmp_path: Path) -> None:
     """veRL sets them as `+data.apply_chat_template_kwargs.enable_thinking=False`; the Hydra-prefix error tells
     users to drop the `+`, so the dotted form must then work, added to the ones the YAML file gives."""
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.config.schema import ConfigError
 
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("model:\n  path: /m\ndata:\n  apply_chat_template_kwargs:\n    custom: 1\n")

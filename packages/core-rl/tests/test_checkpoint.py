@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlloom.core_rl.checkpoint import (
+from rlloom.core_rl.run.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
     rng_state,

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 from tiny_run import CONFIG
 
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config_loading import config_from_dict, load_config
+from rlloom.core_rl.config.loading import config_from_dict, load_config
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
 
 
 def test_yaml_and_overrides() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config, load_config_with_section
+from rlloom.core_rl.config.loading import load_config, load_config_with_section
+from rlloom.core_rl.config.schema import ConfigError
 
 
 def _error(path: Path | None, overrides: list[str]) -> list[str]:

@@ -10,10 +10,10 @@ import pytest
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from rlloom.core_rl.config import ActorConfig, ConfigError
-from rlloom.core_rl.config_keys import section_model
-from rlloom.core_rl.config_loading import load_config, load_config_with_section
-from rlloom.core_rl.optim import build_optimizer
+from rlloom.core_rl.config.keys import section_model
+from rlloom.core_rl.config.loading import load_config, load_config_with_section
+from rlloom.core_rl.config.schema import ActorConfig, ConfigError
+from rlloom.core_rl.workers.optim import build_optimizer
 
 
 def error_of(overrides: list[str], path: Path | None = None) -> str:
@@ -166,8 +166,8 @@ def test_warmup_as_long_as_the_run_is_refused_and_a_ratio_follows_the_run() -> N
 
 
 def test_every_verl_hint_names_a_key_that_exists() -> None:
-    from rlloom.core_rl.config import RLConfig
-    from rlloom.core_rl.config_keys import VERL_NAMES
+    from rlloom.core_rl.config.keys import VERL_NAMES
+    from rlloom.core_rl.config.schema import RLConfig
 
     for verl_name, ours in VERL_NAMES.items():
         if " " in ours:  # a sentence ("the app's --train-data flag"), not a key
@@ -179,7 +179,7 @@ def test_every_verl_hint_names_a_key_that_exists() -> None:
 
 
 def test_a_missing_section_names_the_key_to_set() -> None:
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
 
     with pytest.raises(ConfigError, match=r"^model.path: missing; set it in the YAML or as an override \(model.path="):
         load_config(None, ["trainer.seed=1"])

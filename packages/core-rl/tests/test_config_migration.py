@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config import AlgorithmConfig, ConfigError, RLConfig
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.config_migration import LEGACY_KEYS, REMOVED_KEYS, migrate_config
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.migration import LEGACY_KEYS, REMOVED_KEYS, migrate_config
+from rlloom.core_rl.config.schema import AlgorithmConfig, ConfigError, RLConfig
 
 
 def test_every_flat_key_lands_in_its_section() -> None:
@@ -55,7 +55,7 @@ def test_every_flat_key_lands_in_its_section() -> None:
 
 
 def test_each_flat_key_gets_one_hint(caplog: pytest.LogCaptureFixture) -> None:
-    from rlloom.core_rl import config_migration
+    from rlloom.core_rl.config import migration as config_migration
 
     config_migration._hinted.discard("algorithm.overlong_buffer")
     with caplog.at_level(logging.WARNING):
@@ -169,7 +169,7 @@ def test_an_override_wins_over_the_file_whichever_form_either_uses(tmp_path: Pat
 def test_a_key_that_no_longer_does_anything_is_dropped_with_a_hint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rlloom.core_rl import config_migration
+    from rlloom.core_rl.config import migration as config_migration
 
     config_migration._hinted.discard("trainer.bf16_autocast")
     old = tmp_path / "old.yaml"

@@ -1,4 +1,4 @@
-"""docs/config_names.md is the generator's output (regenerate: python -m rlloom.core_rl.config_names_doc
+"""docs/config_names.md is the generator's output (regenerate: python -m rlloom.core_rl.config.compat.names_doc
 docs/config_names.md), and every rlloom key it names as an alias target exists; TRL names get a hint."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.config_names_doc import render
-from rlloom.core_rl.config_verl_aliases import VERL_ALIASES
+from rlloom.core_rl.config.compat.names_doc import render
+from rlloom.core_rl.config.compat.verl_aliases import VERL_ALIASES
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "config_names.md"
 
@@ -18,7 +18,9 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "config_names.md"
 def test_committed_table_equals_the_generated_one() -> None:
     if not DOC.is_file():
         pytest.skip("docs/ is not beside this package (an installed wheel)")
-    assert DOC.read_text() == render(), "regenerate: python -m rlloom.core_rl.config_names_doc docs/config_names.md"
+    assert DOC.read_text() == render(), (
+        "regenerate: python -m rlloom.core_rl.config.compat.names_doc docs/config_names.md"
+    )
 
 
 @pytest.mark.parametrize("target", sorted({t for a in VERL_ALIASES.values() for t in a.targets}))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError
 
 FILE = """model:
   path: /m

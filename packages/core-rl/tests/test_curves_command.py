@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.curves import add_plot_command, read_run_series, run_plot_command, save_run_plot
+from rlloom.core_rl.observe.curves import add_plot_command, read_run_series, run_plot_command, save_run_plot
 
 RECORDS = [
     {"step": 1, "reward/mean": 0.1, "response_length/mean": 40.0, "actor/kl_mean": 0.0, "actor/entropy": 2.0},

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.data import PromptLoader, generation_request, ground_truth, limit_prompt_length
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.rows_io import DataError, read_jsonl
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.data.loader import PromptLoader, generation_request, ground_truth, limit_prompt_length
+from rlloom.core_rl.data.rows import DataError, read_jsonl
 from rlloom.core_rl.tiny import char_tokenizer
 
 ROWS = [{"prompt": f"q{i}", "id": i} for i in range(10)]

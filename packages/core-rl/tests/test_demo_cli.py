@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.demo_cli import add_demo_command, run_demo_command
+from rlloom.core_rl.cli.demo import add_demo_command, run_demo_command
+from rlloom.core_rl.config.schema import ConfigError
 
 
 @dataclass

@@ -20,12 +20,12 @@ from test_workers import random_batch
 from tiny_run import SamplingEngine, digit_reward, run, sum_rows, tiny_config
 from transformers import AutoModelForCausalLM
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.cli import main as export_cli
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.critic import ValueCritic, ValueModel
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.cli.main import main as export_cli
+from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.critic import ValueCritic, ValueModel
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
@@ -326,7 +326,7 @@ def test_bnpo_on_two_ranks_averages_the_token_means_of_every_ranks_micro_batches
     here in one process from the same row split and micro-batch budget; the ranks report the gradient norm."""
     from rlloom.core_rl.algorithms import ppo_policy_loss
     from rlloom.core_rl.distributed.partition import balance_rows
-    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.workers.forward import response_logprobs
 
     cfg = worker_config(tiny_model_dir, ranks=2)
     cfg.algorithm.loss_agg_mode = "bnpo"

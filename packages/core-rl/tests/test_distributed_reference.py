@@ -17,10 +17,10 @@ import torch.distributed as dist
 from test_workers import random_batch
 from transformers import AutoModelForCausalLM
 
-from rlloom.core_rl.actor import load_causal_lm
-from rlloom.core_rl.config import ModelConfig
+from rlloom.core_rl.config.schema import ModelConfig
 from rlloom.core_rl.distributed.fsdp import shard_model
 from rlloom.core_rl.distributed.ranks import RankContext, ShardedReference
+from rlloom.core_rl.workers.actor import load_causal_lm
 
 CPU = torch.device("cpu")
 

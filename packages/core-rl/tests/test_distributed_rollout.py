@@ -20,12 +20,12 @@ from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.weight_sync import EngineWeights
-from rlloom.core_rl.worker_settings import actor_settings
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.settings import actor_settings
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 ray = pytest.importorskip("ray")
 import tiny_run  # noqa: E402

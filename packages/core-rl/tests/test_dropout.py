@@ -8,11 +8,11 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from rlloom.core_rl.actor import load_causal_lm
-from rlloom.core_rl.config import ModelConfig
-from rlloom.core_rl.critic import ValueModel
-from rlloom.core_rl.dropout import disable_dropout
+from rlloom.core_rl.config.schema import ModelConfig
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.workers.actor import load_causal_lm
+from rlloom.core_rl.workers.critic import ValueModel
+from rlloom.core_rl.workers.dropout import disable_dropout
 
 
 def two_train_mode_forwards(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:

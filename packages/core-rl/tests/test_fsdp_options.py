@@ -19,12 +19,12 @@ import torch.distributed as dist
 from spawn_ranks import spawn_ranks
 from test_workers import random_batch
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
 from rlloom.core_rl.distributed.fsdp import MESH_DIMS, fsdp_mesh, full_model_state, shard_model
 from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
-from rlloom.core_rl.worker_settings import actor_settings
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.settings import actor_settings
 
 CPU = torch.device("cpu")
 WORLD = 2

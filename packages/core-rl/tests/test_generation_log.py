@@ -12,11 +12,11 @@ from algorithms_numpy_reference import grpo
 from rich.console import Console
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
-from rlloom.core_rl.generation_log import GenerationDump, generation_records, readable_text
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe.generation_log import GenerationDump, generation_records, readable_text
+from rlloom.core_rl.observe.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker
 from rlloom.core_rl.tiny import char_tokenizer
-from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.app_cli import interrupted_message, last_checkpoint_step, last_logged_step, quiet_interrupt
+from rlloom.core_rl.cli.app_args import interrupted_message, last_checkpoint_step, last_logged_step, quiet_interrupt
 
 SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import tiny_run
-from rlloom.core_rl.app_cli import run_interruptible
+from rlloom.core_rl.cli.app_args import run_interruptible
 model, out = sys.argv[1], sys.argv[2]
 run_interruptible(lambda: tiny_run.run(model, out, ["trainer.total_steps=400", "trainer.save_every=1"]), out)
 """

@@ -11,10 +11,10 @@ import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from transformers import AutoModelForCausalLM
 
-from rlloom.core_rl.actor import ADAPTER_DIR
-from rlloom.core_rl.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import ADAPTER_DIR
 
 pytest.importorskip("peft")
 
@@ -74,8 +74,8 @@ def test_merged_weights_leave_the_frozen_base_untouched(tiny_model_dir: Path, dt
     so merge-then-unmerge nudged the frozen base (and the LoRA reference) at every step."""
     import copy
 
-    from rlloom.core_rl.actor import _merged_lora_weights, load_causal_lm
-    from rlloom.core_rl.config import ModelConfig
+    from rlloom.core_rl.config.schema import ModelConfig
+    from rlloom.core_rl.workers.actor import _merged_lora_weights, load_causal_lm
 
     config = ModelConfig(path=str(tiny_model_dir), lora_rank=4, lora_alpha=8, dtype=dtype)
     model = load_causal_lm(config, str(tiny_model_dir), torch.device("cpu"))

@@ -17,10 +17,10 @@ import pytest
 import torch
 from test_workers import random_batch
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig, RLConfig
-from rlloom.core_rl.precision import compute_autocast, fsdp_mixed_precision, load_dtype, model_precision
+from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, ModelConfig, RLConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.precision import compute_autocast, fsdp_mixed_precision, load_dtype, model_precision
 
 CPU = torch.device("cpu")
 STEPS = 20

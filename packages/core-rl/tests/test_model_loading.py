@@ -18,8 +18,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from rlloom.core_rl.actor import load_causal_lm, model_class
-from rlloom.core_rl.config import ModelConfig
+from rlloom.core_rl.config.schema import ModelConfig
+from rlloom.core_rl.workers.actor import load_causal_lm, model_class
 
 CPU = torch.device("cpu")
 

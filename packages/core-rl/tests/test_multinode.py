@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.distributed import cluster
 from rlloom.core_rl.distributed.ray_start import GCS_WAIT_ENV, RETRY_GCS_WAIT_S, start_ray
 

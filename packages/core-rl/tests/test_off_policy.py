@@ -11,10 +11,10 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
-from rlloom.core_rl.actor import PolicyActor
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.workers.actor import PolicyActor
 
 OFF_POLICY = ["trainer.one_step_off_policy=true", "trainer.total_steps=3", "actor.warmup_steps=0"]
 

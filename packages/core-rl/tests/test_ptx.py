@@ -13,19 +13,19 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, run, sum_rows, tiny_config
 
-from rlloom.core_rl import actor as actor_module
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.checkpoint import load_trainer_state
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, ModelConfig, PtxConfig
-from rlloom.core_rl.config_keys import ConfigError
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.data import PromptLoader
-from rlloom.core_rl.rows_io import DataError
-from rlloom.core_rl.sft import ptx_trajectory, read_ptx_rows
+from rlloom.core_rl.config.keys import ConfigError
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, ModelConfig, PtxConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import PromptLoader
+from rlloom.core_rl.data.rows import DataError
+from rlloom.core_rl.data.sft import ptx_trajectory, read_ptx_rows
+from rlloom.core_rl.run.checkpoint import load_trainer_state
 from rlloom.core_rl.tiny import char_tokenizer
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers import actor as actor_module
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
 
 CPU = torch.device("cpu")
 PTX_TEXTS = ["1+1=2", "2+2=4 ok", "3+4=7", "9+0=9 done", "5+5=10"]
@@ -195,8 +195,8 @@ def test_ptx_trajectory_text_and_pair_rows() -> None:
     cut = ptx_trajectory(tok, {"text": "12+3"}, max_length=3)
     assert cut.prompt_ids + cut.response_ids == ids[:3]  # no EOS: the text goes on past the cut
     pair = ptx_trajectory(tok, {"prompt": "1+1=", "response": "2"}, max_length=64)
-    from rlloom.core_rl.generation import GenerationRequest
-    from rlloom.core_rl.prompts import render_prompt
+    from rlloom.core_rl.contracts.generation import GenerationRequest
+    from rlloom.core_rl.contracts.prompts import render_prompt
 
     prompt = render_prompt(tok, GenerationRequest(messages=[{"role": "user", "content": "1+1="}]))
     assert pair.prompt_ids == prompt

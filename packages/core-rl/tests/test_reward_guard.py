@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
-from rlloom.core_rl.collection import GuardedReward
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.phases.collection import GuardedReward
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
 
 
 def one(reward: float) -> Trajectory:

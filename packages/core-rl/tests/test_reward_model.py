@@ -9,11 +9,11 @@ import torch
 from tiny_run import SamplingEngine, sum_rows
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
-from rlloom.core_rl.collection import single_turn_collector
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.reward_model import RewardModel
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.phases.collection import single_turn_collector
 from rlloom.core_rl.tiny import char_tokenizer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.reward_model import RewardModel
 
 
 def save_reward_model(

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import torch
 
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.model_forward import continue_rope_positions, response_hidden_states, rope_rows
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.workers.forward import continue_rope_positions, response_hidden_states, rope_rows
 
 
 def test_response_tokens_continue_one_past_the_largest_position_on_all_rows() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.rows_io import DataError, read_jsonl, write_jsonl
+from rlloom.core_rl.data.rows import DataError, read_jsonl, write_jsonl
 
 ROWS = [{"prompt": "a", "n": 1}, {"prompt": "ü", "n": 2}]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.rows_io import DataError, plain_value, read_jsonl, read_parquet, write_jsonl, write_parquet
+from rlloom.core_rl.data.rows import DataError, plain_value, read_jsonl, read_parquet, write_jsonl, write_parquet
 
 np = pytest.importorskip("numpy")
 

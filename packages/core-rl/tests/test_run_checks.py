@@ -15,12 +15,12 @@ import yaml
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
 from rlloom.core_rl import trainer as trainer_module
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.data import DataError, check_rows, read_jsonl
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.run_folder import config_changes, record_config
+from rlloom.core_rl.config.schema import ConfigError
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import DataError, check_rows, read_jsonl
+from rlloom.core_rl.run.folder import config_changes, record_config
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
 
 
 class ModelLoadedError(Exception):
@@ -205,7 +205,7 @@ def test_an_engine_tokenizing_differently_from_the_trainer_is_refused(tiny_model
 
 def test_a_model_folder_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
     from rlloom.core_rl.tiny import save_tiny_model
-    from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+    from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
     saved = save_tiny_model(tmp_path)
     with pytest.raises(ValueError, match=rf"no tokenizer in {saved.model}; give the folder the tokenizer was saved in"):

@@ -14,13 +14,13 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, tiny_config
 
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.data import PromptLoader
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.samplers import EpochSampler, LearnabilitySampler, SamplerFeedback, make_sampler
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import PromptLoader
+from rlloom.core_rl.data.samplers import EpochSampler, LearnabilitySampler, SamplerFeedback, make_sampler
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
 
 ROWS = [{"prompt": f"q{i}"} for i in range(10)]
 FAST = ["rollout.n=2", "rollout.max_tokens=4", "actor.ppo_epochs=1", "algorithm.use_kl_loss=false"]

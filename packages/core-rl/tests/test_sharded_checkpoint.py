@@ -23,11 +23,10 @@ from test_workers import random_batch
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from transformers import AutoModelForCausalLM
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.cli import main as cli
+from rlloom.core_rl.cli.main import main as cli
 from rlloom.core_rl.distributed.fsdp import fsdp_mesh, full_model_state, shard_model
 from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
-from rlloom.core_rl.sharded_checkpoint import (
+from rlloom.core_rl.run.sharded_checkpoint import (
     is_sharded,
     load_worker_state,
     resolved,
@@ -36,8 +35,9 @@ from rlloom.core_rl.sharded_checkpoint import (
     shard_state,
     shards_path,
 )
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
-from rlloom.core_rl.worker_settings import actor_settings
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.settings import actor_settings
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.model_forward import response_logprobs, shared_prompt_rows
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.forward import response_logprobs, shared_prompt_rows
 
 
 @pytest.fixture(scope="module")

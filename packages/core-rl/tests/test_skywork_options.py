@@ -16,13 +16,13 @@ import pytest
 from tiny_run import SamplingEngine, tiny_config
 
 from rlloom.core_rl.algorithms import AdaptiveEntropyController, applied_entropy_coef, next_entropy_coef
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.prompt_filter import PromptFilter, prompts_to_retire
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.prompt_filter import PromptFilter, prompts_to_retire
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
 
 # a shorter tiny run: 2 samples of up to 6 tokens per prompt, one PPO epoch, no reference model
 FAST = [
@@ -209,7 +209,7 @@ def test_filter_never_leaves_less_than_a_batch(
 ) -> None:
     rows = kind_rows(["solved"] * 5 + ["mixed"] * 3)  # retiring 5 would leave 3 < train_batch_size 4
     trainer = make_trainer(tiny_model_dir, tmp_path, ["trainer.total_steps=3", "data.filter_solved=true"], rows)
-    with caplog.at_level(logging.WARNING, logger="rlloom.core_rl.prompt_filter"):
+    with caplog.at_level(logging.WARNING, logger="rlloom.core_rl.data.prompt_filter"):
         trainer.fit()
     assert "keeping them all this epoch" in caplog.text
     assert trainer.loader.excluded == frozenset()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.checkpoint import fresh_run_dir
-from rlloom.core_rl.curves import ascii_curve, plot_or_draw, read_curves
+from rlloom.core_rl.observe.curves import ascii_curve, plot_or_draw, read_curves
+from rlloom.core_rl.run.checkpoint import fresh_run_dir
 from rlloom.core_rl.tiny import SPECIAL_TOKENS, word_tokenizer
 
 

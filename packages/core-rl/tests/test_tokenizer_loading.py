@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2, word_tokenizer
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 TEXT = "reverse 482\nanswer: 284"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rlloom.core_rl.protocols import Tracker
-from rlloom.core_rl.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker
+from rlloom.core_rl.contracts.protocols import Tracker
+from rlloom.core_rl.observe.trackers import ConsoleTracker, JSONLTracker, MultiTracker, TensorBoardTracker
 
 
 def test_jsonl_lines_and_resume_trimming(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_tensorboard_event_file_is_readable(tmp_path: Path) -> None:
 
 def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
-    from rlloom.core_rl.trackers import WandbTracker
+    from rlloom.core_rl.observe.trackers import WandbTracker
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     tracker = WandbTracker("rlloom-test", "run", tmp_path, {"a": 1})

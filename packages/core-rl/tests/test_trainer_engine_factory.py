@@ -16,9 +16,9 @@ from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from rlloom.core_rl.actor import PolicyActor
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.core_rl.trainer import Trainer
+from rlloom.core_rl.workers.actor import PolicyActor
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 OVERRIDES = ["trainer.total_steps=2", "trainer.save_every=0"]
 

@@ -12,17 +12,17 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
-from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ConfigError, ModelConfig
-from rlloom.core_rl.critic import VALUE_HEAD_FILE, ValueModel
-from rlloom.core_rl.data import DataError, generation_request
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer, best_worst_at_n
+from rlloom.core_rl.config.schema import ConfigError, ModelConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import DataError, generation_request
+from rlloom.core_rl.observe.metrics import PhaseTimer, best_worst_at_n
 from rlloom.core_rl.phases.token_weights import policy_diagnostics, set_token_weights
-from rlloom.core_rl.protocols import RewardOutput
 from rlloom.core_rl.trainer import Trainer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
+from rlloom.core_rl.workers.critic import VALUE_HEAD_FILE, ValueModel
 
 
 def _step_batch(trainer: Trainer) -> tuple[list[Trajectory], dict[str, float]]:
@@ -220,7 +220,7 @@ def test_dynamic_sampling_without_any_signal_skips_the_update(tiny_model_dir: Pa
     (an update on zero advantages would still move them through AdamW's momentum and weight decay)."""
     import torch
 
-    from rlloom.core_rl.protocols import RewardOutput
+    from rlloom.core_rl.contracts.protocols import RewardOutput
 
     def flat_reward(trajectories: list[Trajectory]) -> list[RewardOutput]:
         return [RewardOutput(score=1.0) for _ in trajectories]
@@ -525,7 +525,7 @@ def test_the_reference_moves_toward_the_policy_every_n_steps(tiny_model_dir: Pat
 
 
 def test_reference_sync_is_refused_where_there_is_nothing_to_move() -> None:
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
 
     base = ["model.path=/m", "algorithm.ref_model_sync_steps=10"]
     with pytest.raises(ConfigError, match="algorithm.ref_sync: every 10 steps, but there is no reference model"):

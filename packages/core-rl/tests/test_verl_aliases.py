@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import ConfigError
 
 MODEL = "model.path=/m"
 
 
 def test_verl_keys_set_our_keys_and_one_info_line_lists_them(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="rlloom.core_rl.config_verl_aliases"):
+    with caplog.at_level(logging.INFO, logger="rlloom.core_rl.config.compat.verl_aliases"):
         cfg = load_config(
             None,
             [

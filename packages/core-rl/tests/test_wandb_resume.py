@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.trackers import WANDB_ID_FILE, WandbTracker
+from rlloom.core_rl.observe.trackers import WANDB_ID_FILE, WandbTracker
 
 
 class _Run:

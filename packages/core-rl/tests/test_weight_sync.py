@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 import torch
 
-from rlloom.core_rl.weight_sync import bucket_names, sync_weights
+from rlloom.core_rl.workers.weight_sync import bucket_names, sync_weights
 
 
 def test_bucket_names_hand_computed() -> None:

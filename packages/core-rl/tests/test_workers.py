@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, CriticConfig, ModelConfig
-from rlloom.core_rl.critic import ValueCritic, ValueModel
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, CriticConfig, ModelConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.critic import ValueCritic, ValueModel
 
 CPU = torch.device("cpu")
 
@@ -120,7 +120,7 @@ def test_bnpo_gradient_is_the_mean_of_micro_batch_token_means(tiny_model_dir: Pa
     PPO loss's token mean over that micro-batch divided by the number of micro-batches; the actor reports the
     gradient norm it stepped with, and with a whole-batch budget bnpo is plain token-mean."""
     from rlloom.core_rl.algorithms import ppo_policy_loss
-    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.workers.forward import response_logprobs
 
     def bnpo_actor(budget: int, mode: str = "bnpo") -> PolicyActor:
         model = load_causal_lm(ModelConfig(path=str(tiny_model_dir)), str(tiny_model_dir), CPU)
@@ -243,7 +243,7 @@ def test_models_without_logits_to_keep_get_the_same_logprobs(tiny_model_dir: Pat
     """A forward that does not take `logits_to_keep` returns every position; the slicing finds the same ones."""
     from torch import nn
 
-    from rlloom.core_rl.model_forward import keep_logits, response_logprobs
+    from rlloom.core_rl.workers.forward import keep_logits, response_logprobs
 
     class FullLogits(nn.Module):
         def __init__(self, inner: nn.Module) -> None:

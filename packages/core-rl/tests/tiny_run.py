@@ -17,14 +17,14 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.config_loading import load_config
-from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.prompts import render_prompt
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.prompts import render_prompt
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
 CONFIG = Path(__file__).parent / "data" / "tiny_grpo.yaml"
 

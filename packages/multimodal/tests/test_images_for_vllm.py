@@ -1,4 +1,4 @@
-"""The collector's image requests in the form vLLM's Qwen-VL processor takes (`rlloom.rollout.vllm_images`), without
+"""The collector's image requests in the form vLLM's Qwen-VL processor takes (`rlloom.rollout.vllm.images`), without
 vLLM: images rebuilt from the actor's patches are cut into the very same patches by the image processor, and each
 image's run of pads collapses to the one pad vLLM re-expands. `test_vllm_images.py` runs them through vLLM."""
 
@@ -12,7 +12,7 @@ import torch
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionTokenIds, build_vision_inputs, process_images
 from rlloom.multimodal.tiny import tiny_qwen2_5_vl
-from rlloom.rollout.vllm_images import (
+from rlloom.rollout.vllm.images import (
     ImagePatchLayout,
     collapse_image_pads,
     images_from_patches,

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.collection import single_turn_collector
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.phases.collection import single_turn_collector
 from rlloom.multimodal.collection import drop_overlong_rows, split_image_markers, vision_collector, vision_messages
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionTokenIds
 
-hf_engine = pytest.importorskip("rlloom.rollout.hf_engine")  # rlloom-rollout is a test-time peer, not a dependency
+hf_engine = pytest.importorskip("rlloom.rollout.hf.engine")  # rlloom-rollout is a test-time peer, not a dependency
 
 
 def test_markers_split_into_content_parts() -> None:

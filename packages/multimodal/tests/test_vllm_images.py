@@ -1,6 +1,6 @@
 """Images on vLLM: a tiny Qwen2.5-VL (text head_dim 64 for vLLM's CPU attention) gets the vision collector's requests
 (expanded ids, pixel values, grids, M-RoPE positions) through `VLLMEngine`, which sends vLLM one pad and one image
-per picture (`rlloom.rollout.vllm_images`).
+per picture (`rlloom.rollout.vllm.images`).
 
 Independent expectations: greedy tokens equal transformers' own `generate` on the same image prompt; sampled
 tokens' log-probs equal the actor's training forward (`model_forward.response_logprobs`, explicit positions) within
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
 from rlloom.multimodal.tiny import make_vision_tokens_unlikely, qwen_vl_char_tokenizer, tiny_qwen2_5_vl
 
@@ -94,7 +94,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
     _use_torchvision_free_processor()
-    from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     folder = tmp_path_factory.mktemp("tiny_vl64")
     _model().save_pretrained(folder / "model")
@@ -145,8 +145,8 @@ def _assert_greedy_matches_transformers(engine: Any, model: torch.nn.Module, pro
 
 
 def _actor_logprobs(model: torch.nn.Module, trajectories: list[Any]) -> tuple[torch.Tensor, Any]:
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.contracts.batch import TrajectoryBatch
+    from rlloom.core_rl.workers.forward import response_logprobs
 
     batch = TrajectoryBatch.from_trajectories(trajectories, pad_token_id=qwen_vl_char_tokenizer().pad_token_id)
     with torch.no_grad():
@@ -156,7 +156,7 @@ def _actor_logprobs(model: torch.nn.Module, trajectories: list[Any]) -> tuple[to
 
 def _assert_logprobs_match_the_actor(engine: Any, model: torch.nn.Module, prompts: list[VisionInputs]) -> None:
     from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
-    from rlloom.core_rl.trajectory import Trajectory
+    from rlloom.core_rl.contracts.trajectory import Trajectory
 
     sampling = SamplingParams(n=2, seed=3, max_tokens=12, ignore_eos=True, logprobs=True)
     results = engine.generate([_request(p, sampling) for p in prompts])

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.actor import PolicyActor
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import ActorConfig, AlgorithmConfig, CriticConfig
-from rlloom.core_rl.critic import ValueCritic, ValueModel
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, CriticConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor
+from rlloom.core_rl.workers.critic import ValueCritic, ValueModel
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
 
-hf_engine = pytest.importorskip("rlloom.rollout.hf_engine")  # rlloom-rollout is a test-time peer, not a dependency
+hf_engine = pytest.importorskip("rlloom.rollout.hf.engine")  # rlloom-rollout is a test-time peer, not a dependency
 
 CPU = torch.device("cpu")
 
@@ -195,9 +195,9 @@ def test_a_frozen_vision_tower_stays_put_while_the_language_model_trains(
 ) -> None:
     """model.freeze_vision_tower (EasyR1's): loaded through core-rl's loader, an update moves the language model and
     leaves every vision-encoder weight exactly as it was; a text model asking for it is refused."""
-    from rlloom.core_rl.actor import load_causal_lm
-    from rlloom.core_rl.config import ConfigError, ModelConfig
+    from rlloom.core_rl.config.schema import ConfigError, ModelConfig
     from rlloom.core_rl.tiny import save_tiny_model
+    from rlloom.core_rl.workers.actor import load_causal_lm
     from rlloom.multimodal.tiny import save_tiny_vl_model
 
     saved = save_tiny_vl_model(tmp_path / "vl")

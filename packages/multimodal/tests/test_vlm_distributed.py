@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.actor import PolicyActor, load_causal_lm
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import RLConfig
-from rlloom.core_rl.critic import ValueCritic, ValueModel
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.critic import ValueCritic, ValueModel
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, build_vision_inputs
 from rlloom.multimodal.tiny import save_tiny_vl_model
 

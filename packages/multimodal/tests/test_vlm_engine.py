@@ -6,10 +6,10 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
 
-hf_engine = pytest.importorskip("rlloom.rollout.hf_engine")  # rlloom-rollout is a test-time peer, not a dependency
+hf_engine = pytest.importorskip("rlloom.rollout.hf.engine")  # rlloom-rollout is a test-time peer, not a dependency
 
 
 @pytest.fixture(scope="module")

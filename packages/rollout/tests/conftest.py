@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 sys.path.insert(0, str(Path(__file__).parent))  # vllm_sync_checks.py: helpers the vLLM test files share
 
@@ -103,7 +103,7 @@ def server_thread() -> type[ServerThread]:
 
 @pytest.fixture
 def served(engine: HFEngine, tok: Any) -> Iterator[ServerThread]:
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.openai.server import create_app
 
     with ServerThread(create_app(engine, "tiny", tok, default_max_tokens=16)) as srv:
         yield srv

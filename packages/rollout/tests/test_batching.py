@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.rollout.batching import AsyncBatcher, ContinuousBatcher
 
 

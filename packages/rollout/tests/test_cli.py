@@ -170,11 +170,11 @@ def test_engine_url_without_served_model_uses_the_name_the_server_lists(
 ) -> None:
     """`serve --model DIR/model --tokenizer DIR/tokenizer` serves the name "model"; a client given only
     `--engine-url` and `--tokenizer DIR/tokenizer` named it "tokenizer" and every request was a 404."""
-    from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+    from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
     from rlloom.rollout.cli import served_name
-    from rlloom.rollout.hf_engine import HFEngine
+    from rlloom.rollout.hf.engine import HFEngine
+    from rlloom.rollout.openai.server import create_app
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
-    from rlloom.rollout.server import create_app
 
     served = HFEngine.from_pretrained(saved.model, tokenizer_path=saved.tokenizer, device="cpu")
     try:

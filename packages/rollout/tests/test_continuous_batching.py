@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.decoding import DecodeSettings, RunningBatch, SampleRow, decode
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.decoding import DecodeSettings, RunningBatch, SampleRow, decode
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 
 @pytest.fixture

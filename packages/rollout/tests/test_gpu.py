@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 pytestmark = [
     pytest.mark.gpu,

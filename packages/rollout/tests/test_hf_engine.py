@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
-from rlloom.rollout.kv_cache import cache_keyword
+from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout.hf.kv_cache import cache_keyword
 
 
 def _req(prompt: list[int], **sampling: Any) -> GenerationRequest:

@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.rollout.decoding import DecodeSettings, SampleRow, decode
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.rollout.hf.decoding import DecodeSettings, SampleRow, decode
+from rlloom.rollout.hf.engine import HFEngine
 
 
 def _row(prompt: list[int], **params: Any) -> SampleRow:

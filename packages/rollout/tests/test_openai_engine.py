@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.rollout.hf_engine import HFEngine
-from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig, OpenAIEngineError
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig, OpenAIEngineError
 
 
 def _remote(served: Any, **kw: Any) -> OpenAIEngine:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 from rlloom.rollout.pool import RolloutPool, assign_by_tokens, request_tokens
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
-from rlloom.rollout.prefix_cache import PrefixCache
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.prefix_cache import PrefixCache
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, logprobs=True, ignore_eos=True)
 

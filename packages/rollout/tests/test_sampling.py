@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.rollout.sampling import (
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.rollout.hf.sampling import (
     RowSampling,
     counter_uniform,
     filter_logits,

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
+from rlloom.rollout.hf.engine import HFEngine
 
 
 def _client(served: Any) -> openai.OpenAI:
@@ -128,7 +128,7 @@ class _FailingChatEngine:
 def test_engine_failure_is_a_500_and_the_connection_stays_open(
     engine: HFEngine, tok: Any, server_thread: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.openai.server import create_app
 
     app = create_app(_FailingChatEngine(engine), "tiny", tok, default_max_tokens=4)  # type: ignore[arg-type]
     with server_thread(app) as srv, httpx.Client(base_url=srv.base_url, timeout=60) as http:
@@ -261,7 +261,7 @@ def test_prompt_over_the_context_names_the_openai_field(served: Any, engine: HFE
 def test_chat_without_a_template_says_what_to_do(engine: HFEngine, tok: Any, server_thread: Any) -> None:
     import copy
 
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.openai.server import create_app
 
     plain = copy.deepcopy(tok)
     plain.chat_template = None
@@ -312,7 +312,7 @@ def test_tool_call_history_renders_arguments_as_objects_as_vllm_does(
     the prompt holds a double-encoded string the model never saw in training. Bad JSON is a 400 naming it."""
     import copy
 
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.openai.server import create_app
 
     tools_tok = copy.deepcopy(tok)
     tools_tok.chat_template = TOOL_CALLS_TEMPLATE
@@ -348,8 +348,8 @@ def test_a_failing_prompt_cancels_the_other_prompts_of_its_body(
 ) -> None:
     """The body's second prompt is refused (400); its first must not go on decoding 1000 tokens nobody receives,
     holding the engine's one row while the next request waits."""
-    from rlloom.rollout.hf_engine import HFEngineConfig
-    from rlloom.rollout.server import create_app
+    from rlloom.rollout.hf.engine import HFEngineConfig
+    from rlloom.rollout.openai.server import create_app
 
     engine = HFEngine(model, tok, HFEngineConfig(max_batch_rows=1))
     try:
@@ -402,7 +402,7 @@ def test_infinite_and_nan_sampling_values_are_refused(served: Any, field: str, v
 
 
 def test_too_many_prompts_in_one_request_are_refused(engine: HFEngine, tok: Any, server_thread: Any) -> None:
-    from rlloom.rollout.server import ServerLimits, create_app
+    from rlloom.rollout.openai.server import ServerLimits, create_app
 
     with server_thread(create_app(engine, "tiny", tok, limits=ServerLimits(max_prompts=3))) as srv:
         over = httpx.post(f"{srv.base_url}/completions", json={"model": "tiny", "prompt": ["a"] * 4, "max_tokens": 1})
@@ -441,7 +441,7 @@ def test_update_weights_refuses_nan_weights_and_keeps_serving(
 def test_update_weights_bodies_over_the_limit_get_413(
     engine: HFEngine, tok: Any, server_thread: Any, peaked_state: Any
 ) -> None:
-    from rlloom.rollout.server import ServerLimits, create_app, update_byte_limit
+    from rlloom.rollout.openai.server import ServerLimits, create_app, update_byte_limit
 
     state = peaked_state(tok, seed=5)
     payload = save(state)

@@ -14,10 +14,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine
-from rlloom.rollout.stopping import StopStringWatcher, TokenPieces, find_stop
+from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout.hf.stopping import StopStringWatcher, TokenPieces, find_stop
 
 CORPUS = [
     "<search> capital of France </search> <answer> Paris </answer>",

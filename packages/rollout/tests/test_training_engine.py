@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.core_rl.config_loading import load_config
+from rlloom.core_rl.config.loading import load_config
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 from rlloom.rollout.training_engine import (
     build_training_engine,
     engine_override,
@@ -104,8 +104,8 @@ def test_without_vllm_it_is_one_line_naming_the_extras(tmp_path: Path) -> None:
 
 
 def test_vllm_server_engine_is_the_configured_server_and_needs_its_url() -> None:
-    from rlloom.core_rl.config_keys import ConfigError
-    from rlloom.rollout.vllm_server import VLLMServerEngine
+    from rlloom.core_rl.config.keys import ConfigError
+    from rlloom.rollout.vllm.server_engine import VLLMServerEngine
 
     with pytest.raises(ConfigError, match=r"rollout\.vllm_server\.url"):
         load_config(None, ["model.path=/m", "rollout.engine=vllm_server"])
@@ -135,7 +135,7 @@ def test_vllm_on_ranks_is_a_pickled_factory_with_a_seed_per_rank_and_a_server_is
 
     from rlloom.core_rl.distributed.rank_engines import ReplicaFactory
     from rlloom.rollout.training_engine import VLLMReplicas, replica_memory_share, replicas_on_ranks
-    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
     replicas = pickle.loads(pickle.dumps(VLLMReplicas(VLLMEngineConfig(model="/m", seed=7), multi_turn=True)))
     assert isinstance(replicas, ReplicaFactory) and replicas.multi_turn

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.vllm_engine import VLLMEngineConfig
+from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 pytestmark = [
@@ -38,7 +38,7 @@ def _ids(text: str) -> list[int]:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
-    from rlloom.rollout.vllm_async import VLLMAsyncEngine
+    from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
 
     folder = tmp_path_factory.mktemp("tiny64-async")
     tok = char_tokenizer()

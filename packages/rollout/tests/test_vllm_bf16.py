@@ -15,9 +15,9 @@ import pytest
 import torch
 from vllm_sync_checks import PROMPTS, SHAPE, ids, perturbed, sampled_logprob_mismatch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.vllm_engine import VLLMEngineConfig
+from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
@@ -30,7 +30,7 @@ needs_vllm = pytest.mark.skipif(
 def bf16_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
-    from rlloom.rollout.vllm_engine import VLLMEngine
+    from rlloom.rollout.vllm.engine import VLLMEngine
 
     folder: Path = tmp_path_factory.mktemp("tiny64-bf16")
     tok = char_tokenizer()

@@ -30,9 +30,9 @@ from vllm_sync_checks import PROMPTS, SHAPE, sampled_logprob_mismatch
 from vllm_sync_checks import ids as _ids
 from vllm_sync_checks import perturbed as _perturbed
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.vllm_engine import (
+from rlloom.rollout.vllm.engine import (
     VLLMEngineConfig,
     _import_vllm,
     attention_head_size,
@@ -41,9 +41,9 @@ from rlloom.rollout.vllm_engine import (
     vllm_sampling_kwargs,
     weight_buckets,
 )
-from rlloom.rollout.vllm_inprocess import resolve_in_process
-from rlloom.rollout.vllm_weights import WeightSyncError, WeightSyncSession, encode_bucket, pass_tensors
-from rlloom.rollout.vllm_worker import decode_bucket
+from rlloom.rollout.vllm.inprocess import resolve_in_process
+from rlloom.rollout.vllm.weights import WeightSyncError, WeightSyncSession, encode_bucket, pass_tensors
+from rlloom.rollout.vllm.worker import decode_bucket
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 REQUIRE_VLLM = os.environ.get("RLLOOM_REQUIRE_VLLM") == "1"
@@ -224,7 +224,7 @@ STARTS: dict[str, dict[str, Any]] = {}  # per mode: start seconds and what the s
 def _start_engine(folder: Path, *, in_process: bool | None, **options: Any) -> Any:
     if not HAVE_VLLM:
         pytest.fail("RLLOOM_REQUIRE_VLLM=1 but vLLM is not installed in this environment")
-    from rlloom.rollout.vllm_engine import VLLMEngine
+    from rlloom.rollout.vllm.engine import VLLMEngine
 
     if not (folder / "model").is_dir():
         tok = char_tokenizer()
@@ -347,7 +347,7 @@ def _check_sync_of_perturbed_weights(vllm_engine: Any, seed: int) -> None:
 def test_bucketed_sync_across_calls_splits_fused_layers(vllm_engine: Any) -> None:
     """The trainer's `sync_weights` with a sharded actor: one `update_weights` call per bucket, here one tensor
     each, so q/k/v (fused into qkv_proj in vLLM) and gate/up arrive in separate calls."""
-    from rlloom.core_rl.weight_sync import sync_weights
+    from rlloom.core_rl.workers.weight_sync import sync_weights
 
     model = _perturbed(seed=2)
 
@@ -413,7 +413,7 @@ def test_sleep_is_a_logged_no_op_without_sleep_mode(vllm_engine: Any, caplog: py
     if vllm_engine.supports_sleep:
         pytest.skip("this platform has vLLM's sleep mode")
     before = _greedy(vllm_engine)
-    with caplog.at_level(logging.INFO, logger="rlloom.rollout.vllm_engine"):
+    with caplog.at_level(logging.INFO, logger="rlloom.rollout.vllm.engine"):
         vllm_engine.sleep()
         vllm_engine.wake_up()
         vllm_engine.sleep(level=2)
@@ -426,7 +426,7 @@ def test_sleep_is_a_logged_no_op_without_sleep_mode(vllm_engine: Any, caplog: py
 def test_head_size_vllm_cpu_cannot_run_is_refused_before_start(tmp_path: Path) -> None:
     from vllm.platforms import current_platform
 
-    from rlloom.rollout.vllm_engine import VLLMEngine
+    from rlloom.rollout.vllm.engine import VLLMEngine
 
     if not current_platform.is_cpu():
         pytest.skip("the head-size check concerns vLLM's CPU attention")

@@ -29,9 +29,9 @@ from vllm_sync_checks import PROMPTS, SHAPE, sampled_logprob_mismatch
 from vllm_sync_checks import ids as _ids
 from vllm_sync_checks import perturbed as _perturbed
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.rollout.vllm_server import (
+from rlloom.rollout.vllm.server_engine import (
     WORKER_EXTENSION,
     VLLMServerConfig,
     VLLMServerEngine,
@@ -39,8 +39,8 @@ from rlloom.rollout.vllm_server import (
     server_root,
     vllm_serve_flags,
 )
-from rlloom.rollout.vllm_weights import WeightSyncError, encode_bucket
-from rlloom.rollout.vllm_worker import decode_bucket
+from rlloom.rollout.vllm.weights import WeightSyncError, encode_bucket
+from rlloom.rollout.vllm.worker import decode_bucket
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 REQUIRE_VLLM = os.environ.get("RLLOOM_REQUIRE_VLLM") == "1"
@@ -226,7 +226,7 @@ def test_a_failed_sync_names_step_and_bucket_and_keeps_everyone_off_stale_weight
 
 
 def _digit_reward(trajectories: Sequence[Any]) -> list[Any]:
-    from rlloom.core_rl.protocols import RewardOutput
+    from rlloom.core_rl.contracts.protocols import RewardOutput
 
     return [RewardOutput(score=sum(c.isdigit() for c in t.response_text) / 8) for t in trajectories]
 
@@ -237,7 +237,7 @@ def test_the_trainer_samples_from_the_server_with_its_own_weights(vllm_server: V
     """Two GRPO steps with `Trainer(engine=VLLMServerEngine)`: the trainer pushes the start weights and each update,
     labelled with its step; each step's rollout log-probs (the server's) equal the trainer's forward on the actor
     (the logged `mismatch/*`), and the server ends on the trained weights (greedy = transformers on them)."""
-    from rlloom.core_rl.config_loading import load_config
+    from rlloom.core_rl.config.loading import load_config
     from rlloom.core_rl.trainer import Trainer
 
     overrides = [

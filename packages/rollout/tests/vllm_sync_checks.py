@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trajectory import Trajectory
 
 SHAPE: dict[str, int] = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 1}  # head_dim 64 for CPU attention
 PROMPTS = ["hello", "abc", "What is 2+3?"]
@@ -36,8 +36,8 @@ def sampled_logprob_mismatch(engine: Any, model: torch.nn.Module) -> tuple[dict[
     """Sample 4 x 16 tokens per prompt at temperature 1 from `engine`, then score them with `model` as the trainer
     does: the mismatch metrics between the two log-probs, and the sampled trajectories."""
     from rlloom.core_rl.algorithms.mismatch import mismatch_metrics
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.model_forward import response_logprobs
+    from rlloom.core_rl.contracts.batch import TrajectoryBatch
+    from rlloom.core_rl.workers.forward import response_logprobs
 
     sampling = SamplingParams(n=4, seed=3, max_tokens=16, ignore_eos=True, logprobs=True)
     results = engine.generate([GenerationRequest(prompt_ids=ids(p), sampling=sampling) for p in PROMPTS])

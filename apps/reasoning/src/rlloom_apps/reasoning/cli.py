@@ -9,7 +9,7 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 
-from rlloom.core_rl.app_cli import (
+from rlloom.core_rl.cli.app_args import (
     HelpFormatter,
     check_file_arguments,
     check_yaml,
@@ -17,8 +17,8 @@ from rlloom.core_rl.app_cli import (
     quiet_interrupt,
     run_interruptible,
 )
-from rlloom.core_rl.curves import add_plot_command, run_plot_command
-from rlloom.core_rl.demo_cli import add_demo_command
+from rlloom.core_rl.cli.demo import add_demo_command
+from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +89,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.demo import run_demo
     from rlloom_apps.reasoning.demo_report import before_after_table
 
-    from rlloom.core_rl.demo_cli import run_demo_command
+    from rlloom.core_rl.cli.demo import run_demo_command
 
     run_demo_command(parser, args, run_demo, before_after_table, title="rlloom demo: GRPO on digit reversal")
 
@@ -123,7 +123,7 @@ def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.evaluate import run_eval
 
-    from rlloom.core_rl.generation import check_chat_template_kwargs
+    from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import read_rows, report, sampling_warnings, settings_from_args
     from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
 
@@ -191,7 +191,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.reasoning.train import load_train_config, run_train
 
-    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config.schema import ConfigError
     from rlloom.rollout.training_engine import engine_override, engine_problem
 
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):

@@ -1,4 +1,5 @@
-"""The demo's closing report: the held-out before/after table (the curves are drawn by rlloom.core_rl.curves)."""
+"""The demo's closing report: the held-out before/after table (the curves are drawn by
+rlloom.core_rl.observe.curves)."""
 
 from __future__ import annotations
 

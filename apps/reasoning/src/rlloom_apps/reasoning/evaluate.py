@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlloom.core_rl.generation import GenerationRequest
+from rlloom.core_rl.contracts.generation import GenerationRequest
 from rlloom.rewards.eval_runner import (
     AsyncSampler,
     EvalResult,

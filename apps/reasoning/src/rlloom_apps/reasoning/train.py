@@ -14,11 +14,11 @@ from pathlib import Path
 
 from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS  # there, the CLI's help reads them without torch
 
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config_loading import bundled_config, load_config
-from rlloom.core_rl.rows_io import read_jsonl
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.config.loading import bundled_config, load_config
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
+from rlloom.core_rl.data.rows import read_jsonl
 from rlloom.core_rl.trainer import train
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout.training_engine import build_training_engine
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.app_cli import (
+from rlloom.core_rl.cli.app_args import (
     HelpFormatter,
     check_file_arguments,
     check_yaml,
@@ -18,7 +18,7 @@ from rlloom.core_rl.app_cli import (
     quiet_interrupt,
     run_interruptible,
 )
-from rlloom.core_rl.curves import add_plot_command, run_plot_command
+from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
 from rlloom.rollout.training_engine import add_engine_argument
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
@@ -172,7 +172,7 @@ def _infer_parser(commands: Any) -> None:
 
 
 def _demo_parser(commands: Any) -> None:
-    from rlloom.core_rl.demo_cli import add_demo_command
+    from rlloom.core_rl.cli.demo import add_demo_command
 
     demo = add_demo_command(
         commands,
@@ -199,7 +199,7 @@ def _demo_parser(commands: Any) -> None:
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.demo import DemoSettings, before_after_table, pretrained_settings, run_demo
 
-    from rlloom.core_rl.demo_cli import run_demo_command
+    from rlloom.core_rl.cli.demo import run_demo_command
 
     settings = DemoSettings()
     if args.tokenizer is not None and args.model is None:
@@ -222,8 +222,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.settings import load_train_config
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
-    from rlloom.core_rl.config import ConfigError
-    from rlloom.core_rl.config_loading import bundled_config
+    from rlloom.core_rl.config.loading import bundled_config
+    from rlloom.core_rl.config.schema import ConfigError
     from rlloom.rollout.training_engine import engine_override, engine_problem
 
     try:

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.agent import SearchEnv
 from rlloom.agent.environment import StepResult
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.rewards.format import search_r1_format_reward, search_r1_sequence
 from rlloom.rewards.qa import exact_match, extract_tagged_answer, qa_golds
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.app_cli import HelpFormatter, check_yaml, parse, quiet_interrupt, run_interruptible
-from rlloom.core_rl.curves import add_plot_command, run_plot_command
-from rlloom.core_rl.demo_cli import add_demo_command
+from rlloom.core_rl.cli.app_args import HelpFormatter, check_yaml, parse, quiet_interrupt, run_interruptible
+from rlloom.core_rl.cli.demo import add_demo_command
+from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +94,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.vlm_geo3k.train import load_config, run_train, vllm_options
 
-    from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config.schema import ConfigError
     from rlloom.rollout.training_engine import engine_override, engine_problem
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -165,7 +165,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
 
-    from rlloom.core_rl.generation import check_chat_template_kwargs
+    from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import (
         flag_errors,
         read_rows,
@@ -223,7 +223,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.demo import before_after_table, run_demo
 
-    from rlloom.core_rl.demo_cli import run_demo_command
+    from rlloom.core_rl.cli.demo import run_demo_command
 
     title = "rlloom vlm demo: GRPO on naming a colour (held-out, sampled)"
     run_demo_command(parser, args, run_demo, before_after_table, title=title)

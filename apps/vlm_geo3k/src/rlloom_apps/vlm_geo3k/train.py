@@ -5,7 +5,7 @@ truth). Rows too long after image expansion are dropped once, before training (E
 `rlloom.multimodal.vision_collector` turns each row into pixel values, image grids and M-RoPE positions once per
 step and samples from the engine `rollout.engine` names (`--engine`): an `HFEngine` on the actor's own module, or
 vLLM synced after every update (`rlloom.rollout.training_engine`; images go to vLLM as `multi_modal_data` with
-the actor's token ids and positions, `rlloom.rollout.vllm_images`); every sample is scored by EasyR1's `math` reward
+the actor's token ids and positions, `rlloom.rollout.vllm.images`); every sample is scored by EasyR1's `math` reward
 (`geo3k_easyr1`: 0.9 accuracy + 0.1 format, reported apart) in `rlloom.rewards` worker processes.
 """
 
@@ -19,11 +19,11 @@ from rlloom_apps.vlm_geo3k.data import check_image_paths
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from transformers import AutoConfig
 
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config_loading import bundled_config
-from rlloom.core_rl.rows_io import DataError, read_jsonl
-from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl.config.loading import bundled_config
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
+from rlloom.core_rl.data.rows import DataError, read_jsonl
 from rlloom.core_rl.trainer import train
+from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 from rlloom.multimodal import QwenVLProcessing
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward

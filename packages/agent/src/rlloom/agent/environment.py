@@ -16,9 +16,9 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.core_rl.data import ground_truth, prompt_messages
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import ground_truth, prompt_messages
 
 
 class Sample(BaseModel):

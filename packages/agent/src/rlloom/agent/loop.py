@@ -20,11 +20,11 @@ from tqdm.auto import tqdm
 from rlloom.agent.conversation import ConversationTokens
 from rlloom.agent.environment import Environment, Sample, step_takes_last_turn
 from rlloom.agent.turns import TurnTemplate
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams, check_chat_template_kwargs
-from rlloom.core_rl.metrics import metric_means
-from rlloom.core_rl.protocols import RolloutEngine
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams, check_chat_template_kwargs
+from rlloom.core_rl.contracts.protocols import RolloutEngine
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe.metrics import metric_means
 
 FINISH_REASONS = ("stop", "length", "max_turns")
 """stop: the environment ended the episode; length: the last model turn was cut by a token limit

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlloom.core_rl.protocols import RewardOutput
+from rlloom.core_rl.contracts.protocols import RewardOutput
 from rlloom.rewards.types import Scorer, as_result
 
 

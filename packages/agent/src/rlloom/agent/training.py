@@ -21,11 +21,11 @@ from typing import Any
 
 from rlloom.agent.environment import Environment
 from rlloom.agent.loop import AgentLoop, AgentLoopConfig
-from rlloom.core_rl.collection import CollectFactory, CollectFn
-from rlloom.core_rl.data import Row
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.protocols import RewardOutput, RolloutEngine
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.protocols import RewardOutput, RolloutEngine
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import Row
+from rlloom.core_rl.phases.collection import CollectFactory, CollectFn
 
 
 class AgentCollector:

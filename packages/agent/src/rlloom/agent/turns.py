@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlloom.agent.environment import Observation, Prompt
-from rlloom.core_rl.generation import check_chat_template_kwargs
+from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
 
 _SENTINEL = "\u2063RLLOOM{}\u2063"  # invisible separator: never produced by a template
 _BASE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]

@@ -1,7 +1,7 @@
 """rlloom.core_rl: the batch protocol, the algorithms, the worker protocols and the single-controller trainer.
 
 The main names are importable from here (`from rlloom.core_rl import train, load_config, TrajectoryBatch`);
-they load lazily so that importing a light module such as `rlloom.core_rl.generation` does not pull in
+they load lazily so that importing a light module such as `rlloom.core_rl.contracts.generation` does not pull in
 transformers.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from rlloom.core_rl.__about__ import __version__
 
 if TYPE_CHECKING:
-    from rlloom.core_rl.batch import TrajectoryBatch
-    from rlloom.core_rl.config import RLConfig
-    from rlloom.core_rl.config_loading import load_config
-    from rlloom.core_rl.protocols import (
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.config.schema import RLConfig
+    from rlloom.core_rl.contracts.batch import TrajectoryBatch
+    from rlloom.core_rl.contracts.protocols import (
         CriticWorker,
         PolicyWorker,
         ReferenceWorker,
@@ -26,25 +26,25 @@ if TYPE_CHECKING:
         RolloutEngine,
         Tracker,
     )
+    from rlloom.core_rl.contracts.trajectory import Trajectory
     from rlloom.core_rl.trainer import RunFinished, Trainer, train
-    from rlloom.core_rl.trajectory import Trajectory
 
 _LAZY = {
-    "TrajectoryBatch": "rlloom.core_rl.batch",
-    "RLConfig": "rlloom.core_rl.config",
-    "load_config": "rlloom.core_rl.config_loading",
-    "CriticWorker": "rlloom.core_rl.protocols",
-    "PolicyWorker": "rlloom.core_rl.protocols",
-    "ReferenceWorker": "rlloom.core_rl.protocols",
-    "RewardFn": "rlloom.core_rl.protocols",
-    "RewardLike": "rlloom.core_rl.protocols",
-    "RewardOutput": "rlloom.core_rl.protocols",
-    "RolloutEngine": "rlloom.core_rl.protocols",
-    "Tracker": "rlloom.core_rl.protocols",
+    "TrajectoryBatch": "rlloom.core_rl.contracts.batch",
+    "RLConfig": "rlloom.core_rl.config.schema",
+    "load_config": "rlloom.core_rl.config.loading",
+    "CriticWorker": "rlloom.core_rl.contracts.protocols",
+    "PolicyWorker": "rlloom.core_rl.contracts.protocols",
+    "ReferenceWorker": "rlloom.core_rl.contracts.protocols",
+    "RewardFn": "rlloom.core_rl.contracts.protocols",
+    "RewardLike": "rlloom.core_rl.contracts.protocols",
+    "RewardOutput": "rlloom.core_rl.contracts.protocols",
+    "RolloutEngine": "rlloom.core_rl.contracts.protocols",
+    "Tracker": "rlloom.core_rl.contracts.protocols",
     "RunFinished": "rlloom.core_rl.trainer",
     "Trainer": "rlloom.core_rl.trainer",
     "train": "rlloom.core_rl.trainer",
-    "Trajectory": "rlloom.core_rl.trajectory",
+    "Trajectory": "rlloom.core_rl.contracts.trajectory",
 }
 
 __all__ = [

@@ -17,19 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlloom.core_rl import trainer_setup as setup
-from rlloom.core_rl.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.algorithms import mask_truncated_responses
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
-from rlloom.core_rl.collection import CollectFactory, CollectFn, GuardedReward, RewardErrorReport, score
-from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.data import PromptLoader, Row
-from rlloom.core_rl.ema import WeightEMA
-from rlloom.core_rl.generation_log import generation_records, record_validation
-from rlloom.core_rl.metrics import PhaseTimer, batch_metrics, mean_advantages, validation_metrics
-from rlloom.core_rl.optim import single_optimizer_step
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.protocols import RewardFn, RolloutEngine, Tracker
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import PromptLoader, Row
+from rlloom.core_rl.data.prompt_filter import PromptFilter
+from rlloom.core_rl.data.sft import next_ptx_batch
+from rlloom.core_rl.observe.generation_log import generation_records, record_validation
+from rlloom.core_rl.observe.metrics import PhaseTimer, batch_metrics, mean_advantages, validation_metrics
 from rlloom.core_rl.phases.advantages import compute_advantages
+from rlloom.core_rl.phases.collection import CollectFactory, CollectFn, GuardedReward, RewardErrorReport, score
 from rlloom.core_rl.phases.controllers import EntropyBonus, kl_controller
 from rlloom.core_rl.phases.dynamic_sampling import StepBatch, collect_step_batch
 from rlloom.core_rl.phases.off_policy import OffPolicyRollouts
@@ -37,16 +36,17 @@ from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import outcome_token_rewards
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.phases.token_weights import old_logprobs_read_before_update, policy_diagnostics, set_token_weights
-from rlloom.core_rl.prompt_filter import PromptFilter
-from rlloom.core_rl.protocols import RewardFn, RolloutEngine, Tracker
-from rlloom.core_rl.run_folder import record_config, resume_checkpoint
-from rlloom.core_rl.run_setup import RunParts, build_run, mini_batch_rows
-from rlloom.core_rl.run_state import RunState
-from rlloom.core_rl.sft import next_ptx_batch
-from rlloom.core_rl.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
-from rlloom.core_rl.trainer_setup import EngineFactory, RunFinished
-from rlloom.core_rl.trajectory import Trajectory
-from rlloom.core_rl.weight_sync import EngineWeights
+from rlloom.core_rl.run import builder as setup
+from rlloom.core_rl.run.builder import EngineFactory, RunFinished
+from rlloom.core_rl.run.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
+from rlloom.core_rl.run.folder import record_config, resume_checkpoint
+from rlloom.core_rl.run.parts import RunParts, build_run, mini_batch_rows
+from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
+from rlloom.core_rl.run.state import RunState
+from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
+from rlloom.core_rl.workers.ema import WeightEMA
+from rlloom.core_rl.workers.optim import single_optimizer_step
+from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 __all__ = ["EMA_DIR", "EngineFactory", "RunFinished", "Trainer", "outcome_token_rewards", "train"]
 

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rlloom.core_rl.collection import CollectFn, sample_trajectories
-from rlloom.core_rl.data import Row, generation_request
-from rlloom.core_rl.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.prompts import render_prompt
-from rlloom.core_rl.protocols import RolloutEngine
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.prompts import render_prompt
+from rlloom.core_rl.contracts.protocols import RolloutEngine
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import Row, generation_request
+from rlloom.core_rl.phases.collection import CollectFn, sample_trajectories
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionInputs, VisionTokenIds, build_vision_inputs
 
 IMAGE_MARKER = "<image>"

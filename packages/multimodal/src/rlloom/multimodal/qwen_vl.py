@@ -19,7 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from rlloom.core_rl.generation import check_chat_template_kwargs
+from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
 from rlloom.multimodal.image import (
     ImageInput,
     VisionGrid,

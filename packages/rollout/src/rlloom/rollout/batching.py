@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rlloom.core_rl.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 
 
 class Ticket:

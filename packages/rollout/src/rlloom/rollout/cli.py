@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         serve.error(str(err))
     import uvicorn
 
+    from rlloom.rollout.openai.server import ServerLimits, create_app
     from rlloom.rollout.policy_spec import build_engine
-    from rlloom.rollout.server import ServerLimits, create_app
 
     try:
         engine, tokenizer = build_engine(spec)

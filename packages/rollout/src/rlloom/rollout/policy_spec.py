@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from rlloom.core_rl.generation import SamplingParams
+from rlloom.core_rl.contracts.generation import SamplingParams
 
 EngineKind = Literal["hf", "vllm"]
 
@@ -68,8 +68,8 @@ class PolicySpec:
     def check_loadable(self) -> None:
         """Refuse, before loading anything, a folder that is not a model, a missing tokenizer, or a runtime
         this machine lacks (no vLLM, no CUDA), naming the flag that fixes it."""
-        from rlloom.core_rl.sharded_checkpoint import refuse_sharded  # imports torch: not at --help
-        from rlloom.core_rl.tokenizer_loading import has_tokenizer_files
+        from rlloom.core_rl.run.sharded_checkpoint import refuse_sharded  # imports torch: not at --help
+        from rlloom.core_rl.workers.tokenizer_loading import has_tokenizer_files
 
         if self.model is not None:
             refuse_sharded(self.model, "--model")
@@ -108,7 +108,7 @@ def check_device(device: str) -> None:
 
 def load_tokenizer(folder: Path) -> Any:
     """The tokenizer saved in `folder`, refused when it cannot encode text (no vocabulary)."""
-    from rlloom.core_rl.tokenizer_loading import load_pretrained_tokenizer
+    from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
 
     try:
         tokenizer = load_pretrained_tokenizer(folder)
@@ -150,7 +150,7 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     assert folder is not None  # check(): a url comes with a tokenizer
     tokenizer = load_tokenizer(folder)
     if spec.url is not None:
-        from rlloom.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+        from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig
 
         base = spec.url.rstrip("/")
         base = base if base.endswith("/v1") else f"{base}/v1"
@@ -159,7 +159,7 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
         return OpenAIEngine(OpenAIEngineConfig(base_url=base, model=name)), tokenizer
     assert spec.model is not None
     if spec.engine == "vllm":
-        from rlloom.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+        from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
 
         vllm_config = VLLMEngineConfig(
             model=str(spec.model),
@@ -171,8 +171,8 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
         return VLLMEngine(vllm_config), tokenizer
     import torch
 
-    from rlloom.core_rl.actor import model_class
-    from rlloom.rollout.hf_engine import HFEngine, HFEngineConfig
+    from rlloom.core_rl.workers.actor import model_class
+    from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
     device = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if spec.dtype == "auto":

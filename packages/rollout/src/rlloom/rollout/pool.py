@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import torch
 
-from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.load_balance import assign_by_tokens, request_tokens
-from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.contracts.dispatch import assign_by_tokens, request_tokens
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.rollout.pool_replicas import LocalReplica, RayReplica, Replica, ray_is_initialized
 
 _CALLER_ERRORS = (ValueError, KeyError, TypeError)

@@ -12,8 +12,8 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.protocols import RolloutEngine
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.protocols import RolloutEngine
 
 
 def ray_is_initialized() -> bool:

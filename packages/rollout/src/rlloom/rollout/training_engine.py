@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config.schema import RLConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from rlloom.core_rl.protocols import RolloutEngine
-    from rlloom.rollout.hf_engine import HFEngineConfig
-    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+    from rlloom.core_rl.contracts.protocols import RolloutEngine
+    from rlloom.rollout.hf.engine import HFEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
     """`rollout.vllm` as `VLLMEngineConfig`: the model and tokenizer the actor loads, its compute dtype (unless
     `rollout.vllm.dtype` names another), the run's seed and weight-bucket size; `vllm_options` adds or replaces
     fields (e.g. a vision model's)."""
-    from rlloom.rollout.vllm_engine import VLLMEngineConfig
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
     model, vllm = config.model, config.rollout.vllm
     fields: dict[str, Any] = {
@@ -117,11 +117,11 @@ class VLLMReplicas:
         config = self.replica_config(rank)
         engine: Any
         if self.multi_turn:
-            from rlloom.rollout.vllm_async import VLLMAsyncEngine
+            from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
 
             engine = VLLMAsyncEngine(config)
         else:
-            from rlloom.rollout.vllm_engine import VLLMEngine
+            from rlloom.rollout.vllm.engine import VLLMEngine
 
             engine = VLLMEngine(config)
         logger.info(
@@ -169,7 +169,7 @@ def vllm_server_engine(config: RLConfig) -> Any:
     """`rollout.vllm_server` as a `VLLMServerEngine`: the server's model name is the configured one, else the one
     model it lists (else model.path's folder name); weight buckets as `distributed.weight_bucket_mb` says."""
     from rlloom.rollout.policy_spec import served_model_name
-    from rlloom.rollout.vllm_server import VLLMServerConfig, VLLMServerEngine
+    from rlloom.rollout.vllm.server_engine import VLLMServerConfig, VLLMServerEngine
 
     server = config.rollout.vllm_server
     assert server.url is not None  # RolloutConfig refuses vllm_server without a url
@@ -214,7 +214,7 @@ def check_training_engine(config: RLConfig, vllm_options: Mapping[str, Any] | No
     check_on_ranks(config)
     if config.rollout.engine != "vllm":
         return
-    from rlloom.rollout.vllm_engine import prepare_platform
+    from rlloom.rollout.vllm.engine import prepare_platform
 
     prepare_platform(vllm_engine_config(config, vllm_options))
 
@@ -233,7 +233,7 @@ def engine_problem(config: RLConfig, vllm_options: Mapping[str, Any] | None = No
         if Path(config.model.path).is_dir():
             check_training_engine(config, vllm_options)
         else:
-            from rlloom.rollout.vllm_engine import _import_vllm
+            from rlloom.rollout.vllm.engine import _import_vllm
 
             _import_vllm()
     except (ImportError, ValueError) as err:
@@ -290,11 +290,11 @@ def build_training_engine(
             return TrainingEngine(engine_factory=replicas)
         engine: Any
         if multi_turn:
-            from rlloom.rollout.vllm_async import VLLMAsyncEngine
+            from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
 
             engine = VLLMAsyncEngine(engine_config)
         else:
-            from rlloom.rollout.vllm_engine import VLLMEngine
+            from rlloom.rollout.vllm.engine import VLLMEngine
 
             engine = VLLMEngine(engine_config)
         logger.info(
@@ -305,7 +305,7 @@ def build_training_engine(
         )
         return TrainingEngine(engine=engine, built=[engine])
 
-    from rlloom.rollout.hf_engine import HFEngine
+    from rlloom.rollout.hf.engine import HFEngine
 
     built: list[Any] = []
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from rlloom.agent.environment import Environment, Prompt, Sample, StepResult, step_takes_last_turn
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 
 
 class EnvGroup:

@@ -25,8 +25,8 @@ from rlloom.agent.environment import Observation, Prompt, Sample, StepResult
 from rlloom.agent.envs.single_turn import chat_messages
 from rlloom.agent.parsers import XMLParser, first_action
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.rewards.qa import qa_em_scorer
 
 SEARCH_R1_TEMPLATE = (

@@ -9,8 +9,8 @@ from typing import Any
 from rlloom.agent.environment import Prompt, Sample, StepResult
 from rlloom.agent.parsers import XMLParser
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 
 
 def chat_messages(

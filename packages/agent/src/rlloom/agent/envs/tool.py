@@ -19,8 +19,8 @@ from rlloom.agent.envs.single_turn import chat_messages
 from rlloom.agent.rewards import AgentRubric, EpisodeSummary
 from rlloom.agent.tool_calls import HermesToolCallParser, ToolCall, ToolCallParser, make_tool_call_parser
 from rlloom.agent.tools import ToolResult, Toolset
-from rlloom.core_rl.protocols import RewardOutput
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.protocols import RewardOutput
+from rlloom.core_rl.contracts.trajectory import Trajectory
 
 TOOL_METRICS = ("tool_calls", "tool_errors", "tool_latency_s", "tool_calls_skipped")
 """Counters every `ToolEnv.step` reports (zeros included), so `rollout/tool_calls/mean` is logged as 0 on a step

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from rlloom.core_rl.naming import closest_name
+from rlloom.core_rl.config.naming import closest_name
 
 F = TypeVar("F", bound=Callable[..., object])
 

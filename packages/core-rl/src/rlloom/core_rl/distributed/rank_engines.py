@@ -23,13 +23,13 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from rlloom.core_rl.contracts.dispatch import assign_by_tokens, request_tokens
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.core_rl.distributed.fsdp import merge_lora_state
-from rlloom.core_rl.generation import Completion, GenerationRequest
-from rlloom.core_rl.load_balance import assign_by_tokens, request_tokens
-from rlloom.core_rl.protocols import RolloutEngine
 
 if TYPE_CHECKING:
-    from rlloom.core_rl.config import RLConfig
+    from rlloom.core_rl.config.schema import RLConfig
     from rlloom.core_rl.distributed.ranks import ShardedPolicyActor
     from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
@@ -81,8 +81,8 @@ class RankEngineHost:
     def build(
         cls, factory: EngineFactory | ReplicaFactory, actor: ShardedPolicyActor, cfg: RLConfig, weights_path: str
     ) -> RankEngineHost:
-        from rlloom.core_rl.actor import load_causal_lm
-        from rlloom.core_rl.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
+        from rlloom.core_rl.workers.actor import load_causal_lm
+        from rlloom.core_rl.workers.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
 
         model = cfg.model
         if isinstance(factory, ReplicaFactory):

@@ -19,9 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from rlloom.core_rl.actor import ADAPTER_DIR, MAX_METRIC_SUFFIX, PolicyActor, ReferencePolicy, micro_batch_logprobs
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.critic import ValueCritic
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.distributed.fsdp import (
     full_model_state,
     full_optimizer_state,
@@ -33,10 +31,18 @@ from rlloom.core_rl.distributed.fsdp import (
     merge_lora_state,
 )
 from rlloom.core_rl.distributed.partition import balance_rows
-from rlloom.core_rl.model_forward import rope_rows
-from rlloom.core_rl.optim import configured_hyperparameters
-from rlloom.core_rl.precision import compute_autocast
-from rlloom.core_rl.weight_sync import bucket_names
+from rlloom.core_rl.workers.actor import (
+    ADAPTER_DIR,
+    MAX_METRIC_SUFFIX,
+    PolicyActor,
+    ReferencePolicy,
+    micro_batch_logprobs,
+)
+from rlloom.core_rl.workers.critic import ValueCritic
+from rlloom.core_rl.workers.forward import rope_rows
+from rlloom.core_rl.workers.optim import configured_hyperparameters
+from rlloom.core_rl.workers.precision import compute_autocast
+from rlloom.core_rl.workers.weight_sync import bucket_names
 
 RowLogprobs = tuple[list[int], torch.Tensor, torch.Tensor | None]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from rlloom.core_rl.batch import TrajectoryBatch, scatter_rows
-from rlloom.core_rl.config import RLConfig
+from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.distributed.cluster import (
     enter_driver_folder,
     gpus_per_rank,
@@ -80,8 +80,6 @@ class RankWorker:
         this rank (None: use one when this process sees one and trainer.device allows)."""
         import torch.distributed as dist
 
-        from rlloom.core_rl.actor import load_causal_lm
-        from rlloom.core_rl.critic import ValueModel
         from rlloom.core_rl.distributed.fsdp import fsdp_mesh, shard_model
         from rlloom.core_rl.distributed.ranks import (
             RankContext,
@@ -89,8 +87,10 @@ class RankWorker:
             ShardedPolicyActor,
             ShardedReference,
         )
-        from rlloom.core_rl.precision import fsdp_mixed_precision, model_precision
-        from rlloom.core_rl.worker_settings import actor_settings, critic_settings, reference_settings
+        from rlloom.core_rl.workers.actor import load_causal_lm
+        from rlloom.core_rl.workers.critic import ValueModel
+        from rlloom.core_rl.workers.precision import fsdp_mixed_precision, model_precision
+        from rlloom.core_rl.workers.settings import actor_settings, critic_settings, reference_settings
 
         cfg = RLConfig.model_validate_json(config_json)
         dcfg = cfg.distributed
@@ -172,18 +172,18 @@ class RankWorker:
 
     def save_shards(self, role: str, path: str) -> None:
         """This rank's shard of `role`'s weights and optimizer into the DCP folder `path` (sharded_checkpoint)."""
-        from rlloom.core_rl.sharded_checkpoint import save_worker_shards
+        from rlloom.core_rl.run.sharded_checkpoint import save_worker_shards
 
         save_worker_shards(self._worker(role), path, with_config=role == "actor")
 
     def shard_state(self, role: str) -> dict[str, Any]:
-        from rlloom.core_rl.sharded_checkpoint import shard_state
+        from rlloom.core_rl.run.sharded_checkpoint import shard_state
 
         return shard_state(self._worker(role), role)
 
     def load_state(self, role: str, state: Mapping[str, Any]) -> None:
         """`role`'s entry of a checkpoint: DCP shards (any number of ranks wrote them) or a full-size state."""
-        from rlloom.core_rl.sharded_checkpoint import SHARDS_KEY, load_worker_shards
+        from rlloom.core_rl.run.sharded_checkpoint import SHARDS_KEY, load_worker_shards
 
         if SHARDS_KEY in state:
             load_worker_shards(self._worker(role), state)

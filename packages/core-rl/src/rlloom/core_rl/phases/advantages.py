@@ -9,10 +9,10 @@ import torch
 
 from rlloom.core_rl.algorithms import AdvantageInputs, apply_kl_in_reward, get_advantage_estimator
 from rlloom.core_rl.algorithms.kl_control import KLController
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import AlgorithmConfig
+from rlloom.core_rl.config.schema import AlgorithmConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.phases.reward_shaping import outcome_token_rewards
-from rlloom.core_rl.trajectory import Trajectory
 
 
 def compute_advantages(

@@ -7,7 +7,7 @@ from typing import Any
 
 from rlloom.core_rl.algorithms import AdaptiveEntropyController, make_kl_controller
 from rlloom.core_rl.algorithms.kl_control import KLController
-from rlloom.core_rl.config import AlgorithmConfig
+from rlloom.core_rl.config.schema import AlgorithmConfig
 
 
 def kl_controller(algo: AlgorithmConfig) -> KLController:

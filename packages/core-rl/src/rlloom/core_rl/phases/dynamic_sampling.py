@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 import torch
 
 from rlloom.core_rl.algorithms import filter_groups_by_mean, filter_zero_variance_groups
-from rlloom.core_rl.collection import RewardErrorReport
-from rlloom.core_rl.config import AlgorithmConfig, ConfigError
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.config.schema import AlgorithmConfig, ConfigError
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe.metrics import PhaseTimer
+from rlloom.core_rl.phases.collection import RewardErrorReport
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import OVERLONG_COMPONENT, overlong_metrics
 from rlloom.core_rl.phases.rollout_round import RoundRunner
-from rlloom.core_rl.trajectory import Trajectory
 
 
 @dataclass(slots=True)

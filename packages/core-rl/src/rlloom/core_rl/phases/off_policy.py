@@ -15,16 +15,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlloom.core_rl.collection import RewardErrorReport
-from rlloom.core_rl.config import RolloutConfig
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.config.schema import RolloutConfig
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe.metrics import PhaseTimer
+from rlloom.core_rl.phases.collection import RewardErrorReport
 from rlloom.core_rl.phases.dynamic_sampling import StepBatch
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import overlong_metrics
 from rlloom.core_rl.phases.rollout_round import RoundRunner
-from rlloom.core_rl.trajectory import Trajectory
-from rlloom.core_rl.weight_sync import EngineWeights
+from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 
 @dataclass(slots=True)

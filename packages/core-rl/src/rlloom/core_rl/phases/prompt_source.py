@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlloom.core_rl.data import PromptLoader, Row
-from rlloom.core_rl.prompt_filter import PromptFilter, prompt_ids_of
-from rlloom.core_rl.samplers import SamplerFeedback
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import PromptLoader, Row
+from rlloom.core_rl.data.prompt_filter import PromptFilter, prompt_ids_of
+from rlloom.core_rl.data.samplers import SamplerFeedback
 
 
 class PromptSource:

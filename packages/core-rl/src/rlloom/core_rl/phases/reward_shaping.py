@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import torch
 
 from rlloom.core_rl.algorithms import overlong_reward_penalty
-from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.trajectory import Trajectory
+from rlloom.core_rl.config.schema import ConfigError
+from rlloom.core_rl.contracts.trajectory import Trajectory
 
 OVERLONG_COMPONENT = "overlong_penalty"
 """The reward component that holds DAPO's overlong punishment (dynamic sampling filters on the score without it)."""

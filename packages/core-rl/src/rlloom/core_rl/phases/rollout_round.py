@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rlloom.core_rl.collection import CollectFn, score
-from rlloom.core_rl.config import AlgorithmConfig
-from rlloom.core_rl.data import Row
-from rlloom.core_rl.generation import SamplingParams
-from rlloom.core_rl.metrics import PhaseTimer
+from rlloom.core_rl.config.schema import AlgorithmConfig
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.protocols import RewardFn
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.data.loader import Row
+from rlloom.core_rl.observe.metrics import PhaseTimer
+from rlloom.core_rl.phases.collection import CollectFn, score
 from rlloom.core_rl.phases.reward_shaping import punish_overlong
-from rlloom.core_rl.protocols import RewardFn
-from rlloom.core_rl.trajectory import Trajectory
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import torch
 
 from rlloom.core_rl.algorithms import high_entropy_token_mask, kl_penalty, masked_mean, mismatch_metrics, tis_weights
-from rlloom.core_rl.batch import TrajectoryBatch
-from rlloom.core_rl.config import AlgorithmConfig
+from rlloom.core_rl.config.schema import AlgorithmConfig
+from rlloom.core_rl.contracts.batch import TrajectoryBatch
 
 OLD_LOGPROB_READERS: dict[str, Callable[[AlgorithmConfig], bool]] = {
     "algorithm.use_kl_in_reward": lambda algo: algo.use_kl_in_reward,

@@ -1,0 +1,1 @@
+"""Command-line pieces: the shared app options and demo subcommand, and `rlloom-core-rl` itself."""

@@ -1,0 +1,3 @@
+"""The prompt stream: row files, the stateful loader, samplers, online prompt filtering, user code and supervised
+(ptx) rows.
+"""

@@ -1,0 +1,272 @@
+"""Building what `Trainer` runs with, from its config and arguments, checked before anything trains.
+
+Each function does one part of the construction (the data, the step count and resume point, the engine and
+collector, the optional features' objects), so `trainer.py` holds only the loop and its checkpoint registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rlloom.core_rl.config.loading import config_from_dict
+from rlloom.core_rl.config.schema import ConfigError, KeyedValueError, RLConfig, TrainerConfig, check_warmup
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.protocols import RolloutEngine
+from rlloom.core_rl.data.loader import PromptLoader, Row, check_rows, limit_prompt_length
+from rlloom.core_rl.data.prompt_filter import PromptFilter
+from rlloom.core_rl.data.samplers import make_sampler
+from rlloom.core_rl.data.sft import read_ptx_rows
+from rlloom.core_rl.observe.generation_log import GenerationDump
+from rlloom.core_rl.phases.collection import CollectFactory, CollectFn, single_turn_collector
+from rlloom.core_rl.run.parts import RunParts, load_tokenizer
+from rlloom.core_rl.run.sharded_checkpoint import weights_source
+from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
+from rlloom.core_rl.workers.tokenizer_loading import check_engine_tokenizer
+
+EngineFactory = Callable[[nn.Module], RolloutEngine]
+"""Builds the rollout engine from the actor's own module, so it samples from the weights being trained (no copy,
+no per-step weight transfer); the in-process default. Only the in-process `PolicyActor` has a module to give."""
+
+logger = logging.getLogger(__name__)
+
+
+class RunFinished(SystemExit):
+    """Raised when asked to resume a run that already reached `trainer.total_steps` (exit status 1)."""
+
+
+def checked_config(
+    config: RLConfig,
+    engine: RolloutEngine | None,
+    engine_factory: EngineFactory | None,
+    collect: CollectFn | None,
+    collect_factory: CollectFactory | None,
+) -> RLConfig:
+    """The config, re-validated (a config changed after it was built, `cfg.rollout.n = 1`, skipped the load-time
+    cross-field checks), once the engine and collector arguments are known to make sense together."""
+    if collect is not None and collect_factory is not None:
+        raise ValueError(
+            "give the Trainer at most one of collect= (a ready CollectFn) or collect_factory= (a callable that "
+            "builds one on the trainer's engine, e.g. rlloom.agent.agent_collector(...))"
+        )
+    if (engine is None) == (engine_factory is None):
+        raise ValueError(
+            "give the Trainer exactly one of engine= (a RolloutEngine with its own weights, synced every step) "
+            "or engine_factory= (a callable that builds one on the actor's module, e.g. "
+            "lambda module: HFEngine(module, tokenizer))"
+        )
+    return config_from_dict(config.model_dump(), source="the config given to Trainer")
+
+
+@dataclass(frozen=True)
+class RunData:
+    """The rows a run trains and validates on, after the prompt-length limit."""
+
+    train: list[Row]
+    val: list[Row]
+    tokenizer: PreTrainedTokenizerBase | None  # loaded for the limit; None when there is none
+
+
+def prepare_data(
+    config: RLConfig, train_data: Sequence[Row], val_data: Sequence[Row] | None, *, own_collector: bool
+) -> RunData:
+    """Every row checked before anything loads (a bad row otherwise fails at its first rollout), then
+    `data.max_prompt_length` applied (before the loader: the limit decides the steps per epoch)."""
+    check_rows(train_data, split="train", agent_rows=own_collector)
+    check_rows(val_data or [], split="validation", agent_rows=own_collector)
+    # measured as given, so a JsonlRows' errors name file:line
+    train: Sequence[Row] = train_data
+    val: Sequence[Row] = val_data or []
+    tokenizer = None
+    data = config.data
+    if data.max_prompt_length is not None:
+        tokenizer, limit, drop = load_tokenizer(config), data.max_prompt_length, data.filter_overlong_prompts
+        template = data.apply_chat_template_kwargs
+        train = limit_prompt_length(train, tokenizer, limit, drop=drop, split="train", chat_template_kwargs=template)
+        val = limit_prompt_length(val, tokenizer, limit, drop=drop, split="validation", chat_template_kwargs=template)
+    if config.trainer.val_only and not val:
+        dropped = " (data.filter_overlong_prompts dropped every one)" if val_data else ""
+        raise ConfigError(
+            f"trainer.val_only: there are no validation rows to validate on{dropped}; pass val_data= (the apps' "
+            "--val-data) or set trainer.val_only=false"
+        )
+    return RunData(list(train), list(val), tokenizer)
+
+
+def prompt_loader(config: RLConfig, rows: Sequence[Row]) -> PromptLoader:
+    """The training prompts' loader, drawing through `data.sampler`."""
+    data, seed = config.data, config.trainer.seed
+    sampler = make_sampler(data.sampler.class_path, data.sampler.kwargs, rows, seed=seed, shuffle=data.shuffle)
+    return PromptLoader(
+        rows, data.train_batch_size, shuffle=data.shuffle, seed=seed, drop_last=data.drop_last, sampler=sampler
+    )
+
+
+def ptx_loader(config: RLConfig) -> PromptLoader | None:
+    """PPO-ptx: supervised/pretraining rows in a loader of their own, one batch per actor optimizer step."""
+    ptx = config.algorithm.ptx
+    if ptx is None:
+        return None
+    rows = read_ptx_rows(ptx.files)
+    return PromptLoader(
+        rows, ptx.batch_size, shuffle=config.data.shuffle, seed=config.trainer.seed, source="algorithm.ptx.files"
+    )
+
+
+def prompt_filter(config: RLConfig) -> PromptFilter | None:
+    """Skywork-OR1's online filtering, when asked for."""
+    data = config.data
+    if not (data.filter_solved or data.filter_unsolved):
+        return None
+    return PromptFilter(
+        drop_solved=data.filter_solved, drop_unsolved=data.filter_unsolved, solved_threshold=data.solved_threshold
+    )
+
+
+def total_training_steps(config: RLConfig, loader: PromptLoader) -> int:
+    """`trainer.total_steps`, or `total_epochs` epochs of the loader; the warm-up checked against it."""
+    total = config.trainer.total_steps or config.trainer.total_epochs * loader.batches_per_epoch
+    try:  # validated at load when trainer.total_steps is set; here for steps counted from epochs
+        check_warmup(config, total)
+    except KeyedValueError as err:
+        raise ConfigError(f"{err.key}: {err}") from None
+    return total
+
+
+def start_step(config: RLConfig, state: Mapping[str, Any] | None, total_steps: int, where: str) -> int:
+    """The step a run starts after: 0, or the checkpoint's; a finished run is refused (`val_only` may validate
+    one)."""
+    step = int(state["step"]) if state else 0
+    if step >= total_steps and not config.trainer.val_only:
+        raise RunFinished(
+            f"the run in {config.trainer.output_dir} already finished: checkpoint {where} is at step {step} of "
+            f"trainer.total_steps={total_steps}. Ask for more steps (trainer.total_steps={total_steps + 100}) or "
+            "use a new trainer.output_dir."
+        )
+    return step
+
+
+def generation_dumps(trainer: TrainerConfig, start: int) -> tuple[GenerationDump | None, GenerationDump | None]:
+    """`trainer.rollout_data_dir` and `trainer.validation_data_dir` writers (None when off)."""
+    train = GenerationDump(trainer.rollout_data_dir, start_step=start) if trainer.rollout_data_dir else None
+    val = GenerationDump(trainer.validation_data_dir, start_step=start) if trainer.validation_data_dir else None
+    return train, val
+
+
+def build_engine(
+    config: RLConfig,
+    parts: RunParts,
+    engine: RolloutEngine | None,
+    factory: EngineFactory | None,
+    resume_from: Path | None,
+) -> RolloutEngine:
+    """The rollout engine: the one given, or `factory` called with the actor's module (a `ReplicaFactory`, e.g.
+    vLLM's, is asked for an engine with weights of its own instead). A sharded actor has no
+    whole module here, so the engine gets its own copy of the policy, kept current by the weight sync every step:
+    one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else one on the driver.
+    The engine's tokenizer must be the run's."""
+    if engine is None:
+        from rlloom.core_rl.distributed.rank_engines import ReplicaFactory, start_rank_engines
+
+        if factory is None:
+            raise TypeError("engine_factory is None; pass engine= or engine_factory=")
+        actor = parts.actor
+        on_ranks = not isinstance(actor, PolicyActor) and config.distributed.rollout_on_ranks
+        if on_ranks:
+            from rlloom.core_rl.distributed.ray_group import RayActorGroup
+
+            if not isinstance(actor, RayActorGroup):
+                raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
+            # each rank checks its replica's tokenizer against the run's; a ReplicaFactory (vLLM) loads its own
+            # weights there, an EngineFactory gets a copy of the policy
+            return start_rank_engines(actor, factory, config, weights_source(resume_from, config.model.path))
+        if isinstance(factory, ReplicaFactory):
+            engine = factory.build_replica(0)  # weights of its own (e.g. vLLM): synced every step, as engine= is
+        elif isinstance(actor, PolicyActor):
+            if config.trainer.one_step_off_policy:
+                raise ConfigError(
+                    "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine "
+                    "needs weights of its own: pass engine= (e.g. HFEngine on a separate copy of the model) instead "
+                    "of engine_factory=, which here samples from the very module the update is changing"
+                )
+            engine = factory(actor.model)
+        else:
+            weights = weights_source(resume_from, config.model.path)
+            # never trained here: held in the compute dtype, synced from the sharded actor every step
+            copy = config.model.model_copy(update={"lora_rank": 0})
+            engine = factory(load_causal_lm(copy, weights, parts.device, trained=False))
+    return checked_engine(engine, config, parts)
+
+
+def checked_engine(engine: RolloutEngine, config: RLConfig, parts: RunParts) -> RolloutEngine:
+    """`engine` once it is known to be a `RolloutEngine` with the run's tokenizer."""
+    if not isinstance(engine, RolloutEngine):
+        raise TypeError(
+            f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
+            "(the RolloutEngine protocol)"
+        )
+    model = config.model
+    source = f"model.tokenizer_path={model.tokenizer_path}" if model.tokenizer_path else f"model.path={model.path}"
+    check_engine_tokenizer(engine, parts.tokenizer, source)
+    return engine
+
+
+def build_collector(
+    config: RLConfig, engine: RolloutEngine, collect: CollectFn | None, collect_factory: CollectFactory | None
+) -> CollectFn:
+    """The rollout collector: the one given, one the factory builds on the engine, or single-turn sampling."""
+    template = config.data.apply_chat_template_kwargs
+    check_template_variables(template, collect_factory or collect)
+    if collect_factory is not None:
+        collect = collect_factory(engine)
+    return collect or single_turn_collector(engine, template)
+
+
+def check_template_variables(wanted: Mapping[str, Any], collector: Any) -> None:
+    """`data.apply_chat_template_kwargs` against a custom collector's: one that declares its own
+    (`chat_template_kwargs`, as rlloom.agent's does) must render with the same, or the prompt-length check and the
+    rollouts would see different prompts; one that declares none cannot be checked, so say where they go."""
+    if not wanted or collector is None:
+        return
+    declared = getattr(collector, "chat_template_kwargs", None)
+    if declared is None:
+        logger.warning(
+            "data.apply_chat_template_kwargs %s reaches the prompt-length check only: the custom collector renders "
+            "its own prompts, so give it the same variables",
+            dict(wanted),
+        )
+    elif dict(declared) != dict(wanted):
+        raise ConfigError(
+            f"data.apply_chat_template_kwargs: {dict(wanted)} differs from the collector's chat_template_kwargs "
+            f"{dict(declared)} (e.g. AgentLoopConfig.chat_template_kwargs); the rollouts would render other prompts "
+            "than the ones measured: give both the same"
+        )
+
+
+def sampling_params(config: RLConfig, step: int) -> SamplingParams:
+    """Training sampling at `step`'s response limit (`rollout.max_tokens_schedule`)."""
+    rollout = config.rollout
+    return SamplingParams(
+        n=rollout.n,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        min_p=rollout.min_p,
+        stop=list(rollout.stop),
+        max_tokens=rollout.max_tokens_at(step),
+    )
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

