@@ -100,11 +100,14 @@ def _pytest_args(session: nox.Session, tests: Path) -> list[str]:
 def _make_tests_session(folder: str) -> None:
     @nox.session(name=f"tests-{folder}", python=PYTHON, default=False)
     def tests(session: nox.Session) -> None:
-        """Run one package's tests against the editable workspace (fast iteration)."""
+        """Run one package's quick tests against the editable workspace (fast iteration): the `slow` and `ray`
+        ones (rank processes, Ray clusters, long learning runs) are left out unless you pass your own `-m`
+        (`nox -s tests-core-rl -- -m ""` runs them all, as CI's isolated sessions do)."""
         pkg = ROOT / "packages" / folder
         extras = ",".join(TEST_EXTRAS.get(folder, []))
         session.install("-e", f"{pkg}[{extras}]" if extras else str(pkg), *_test_group(pkg / "pyproject.toml"))
-        session.run("pytest", *_pytest_args(session, pkg / "tests"), env=_test_env())
+        quick = [] if "-m" in session.posargs else ["-m", "not slow and not ray"]
+        session.run("pytest", *_pytest_args(session, pkg / "tests"), *quick, env=_test_env())
 
 
 def _build_wheels(session: nox.Session, out: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from rlloom_apps.reasoning.cli import main
 from rlloom_apps.reasoning.train import load_train_config
 
-from rlloom.rollout.training_engine import engine_override
+from rlloom.rollout import engine_override
 
 
 def test_the_flag_overrides_the_config_key() -> None:

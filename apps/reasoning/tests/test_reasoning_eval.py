@@ -16,7 +16,7 @@ from rlloom_apps.reasoning.cli import main
 from rlloom_apps.reasoning.data import read_jsonl, to_row
 from rlloom_apps.reasoning.evaluate import EvalSettings, default_ks, run_eval, summary_text, write_outputs
 
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts import Completion, GenerationRequest
 from rlloom.rewards.math import math_scorer
 
 DATA = Path(__file__).parent / "data"

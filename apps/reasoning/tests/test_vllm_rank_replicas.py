@@ -21,12 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from rlloom.core_rl.config.loading import config_from_dict
-from rlloom.core_rl.config.schema import RLConfig
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.contracts.protocols import RewardOutput
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.config import RLConfig, config_from_dict
+from rlloom.core_rl.contracts import Completion, GenerationRequest, RewardOutput, SamplingParams, Trajectory
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -104,10 +101,10 @@ def test_a_vllm_replica_on_each_rank_samples_as_transformers_before_and_after_an
     import ray
     from transformers import AutoModelForCausalLM
 
+    from rlloom.core_rl import Trainer
     from rlloom.core_rl.distributed.rank_engines import RankEngines
     from rlloom.core_rl.distributed.ray_group import RayActorGroup
     from rlloom.core_rl.distributed.ray_start import start_ray
-    from rlloom.core_rl.trainer import Trainer
     from rlloom.rollout.training_engine import VLLMReplicas, build_training_engine
 
     tok = char_tokenizer()

@@ -19,7 +19,7 @@ import torch
 import yaml
 from rlloom_apps.reasoning.cli import main
 
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl import char_tokenizer, tiny_qwen2
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 pytestmark = [

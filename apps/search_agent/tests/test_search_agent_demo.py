@@ -15,11 +15,11 @@ from rlloom_apps.search_agent.synthetic import ENV_CONFIG, Demonstrator, World, 
 from transformers import AutoModelForCausalLM
 
 from rlloom.agent import AgentLoop, SearchEnv
-from rlloom.core_rl.contracts.generation import SamplingParams
-from rlloom.core_rl.tiny import word_tokenizer
-from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl import word_tokenizer
+from rlloom.core_rl.contracts import SamplingParams
+from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.retrieval import build_index, load_index
-from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout import HFEngine
 
 
 def test_world_is_reproducible_and_held_out_names_are_new_pairs_of_known_syllables() -> None:

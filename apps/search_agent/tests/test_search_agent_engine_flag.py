@@ -14,7 +14,7 @@ from rlloom_apps.search_agent.data import prepare
 from rlloom_apps.search_agent.settings import load_train_config
 from rlloom_apps.search_agent.train import CONFIGS
 
-from rlloom.rollout.training_engine import engine_override
+from rlloom.rollout import engine_override
 
 
 @pytest.mark.parametrize("config", ["grpo", "ppo", "grpo_8gpu"])

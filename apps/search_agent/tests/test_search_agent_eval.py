@@ -28,7 +28,7 @@ from rlloom_apps.search_agent.evaluate import (
 )
 from rlloom_apps.search_agent.infer import ask
 
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts import Completion, GenerationRequest
 from rlloom.core_rl.tiny import char_tokenizer, save_tiny_model
 from rlloom.retrieval import build_index, load_index
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rlloom_apps.search_agent.settings import load_train_config
 from rlloom_apps.search_agent.train import CONFIGS
 
-from rlloom.core_rl.run.parts import mini_batch_rows
+from rlloom.core_rl.workers.settings import mini_batch_rows
 
 # Search-R1's published values (v0.2 launch script + its ppo_trainer.yaml)
 TRAIN_BATCH_SIZE = 512  # data.train_batch_size

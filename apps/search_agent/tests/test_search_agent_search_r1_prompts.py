@@ -15,8 +15,8 @@ from typing import Any
 from rlloom_apps.search_agent.data import prepare
 from rlloom_apps.search_agent.evaluate import EvalSettings, evaluate
 
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-from rlloom.core_rl.tiny import char_tokenizer
+from rlloom.core_rl import char_tokenizer
+from rlloom.core_rl.contracts import Completion, GenerationRequest
 from rlloom.retrieval import build_index, load_index
 
 

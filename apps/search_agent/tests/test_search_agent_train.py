@@ -20,8 +20,8 @@ from rlloom_apps.search_agent.train import CONFIGS, loop_config
 
 from rlloom.agent import AgentLoop, SearchEnv, SearchEnvConfig, ThreadedRetriever
 from rlloom.agent.training import loop_config_for
-from rlloom.core_rl.config.schema import ConfigError
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
+from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.contracts import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer, save_tiny_model
 from rlloom.retrieval import build_index, load_index
 
@@ -256,7 +256,7 @@ def test_chat_template_variables_reach_the_loop_and_the_prompt_length_check() ->
     from rlloom.agent.environment import Sample
     from rlloom.agent.envs.search import search_prompt
     from rlloom.agent.turns import TurnTemplate
-    from rlloom.core_rl.data.rows import DataError
+    from rlloom.core_rl.data import DataError
     from rlloom.core_rl.tiny import CHATML_TEMPLATE
 
     tok = char_tokenizer()

@@ -19,7 +19,7 @@ import torch
 from rlloom_apps.search_agent.cli import main
 from rlloom_apps.search_agent.data import prepare
 
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl import char_tokenizer, tiny_qwen2
 from rlloom.retrieval import build_index
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

@@ -14,7 +14,7 @@ from rlloom_apps.vlm_geo3k.data import to_row
 from rlloom_apps.vlm_geo3k.evaluate import vision_request
 from transformers import AutoTokenizer
 
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts import Completion, GenerationRequest
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionTokenIds
 from rlloom.multimodal.tiny import save_tiny_vl_model
 from rlloom.rewards.eval_runner import EvalSettings, run_eval
@@ -167,7 +167,7 @@ def test_cli_names_bad_rows_and_flags_before_sampling(
 def test_train_names_a_row_whose_markers_and_images_disagree(tiny: Any, tmp_path: Path) -> None:
     from rlloom_apps.vlm_geo3k.train import load_config, run_train
 
-    from rlloom.core_rl.config.schema import ConfigError
+    from rlloom.core_rl.config import ConfigError
 
     row = to_row(DATA / "11", "train")
     row["prompt"][0]["content"] = "<image>" + row["prompt"][0]["content"]  # two markers, one image

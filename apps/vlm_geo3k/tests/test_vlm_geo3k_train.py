@@ -18,12 +18,12 @@ from rlloom_apps.vlm_geo3k.data import to_row
 from rlloom_apps.vlm_geo3k.train import config_file, load_config
 
 from rlloom.core_rl.config.schema import ConfigError, ModelConfig
-from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts import SamplingParams
 from rlloom.core_rl.workers.actor import load_causal_lm
 from rlloom.multimodal.collection import vision_collector
 from rlloom.multimodal.qwen_vl import QwenVLProcessing, VisionTokenIds
 from rlloom.multimodal.tiny import save_tiny_vl_model
-from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout import HFEngine
 
 DATA = Path(__file__).parent / "data"
 SHARED = Path("/work/shared/data/geometry3k_examples")  # all 10 InterGPS examples, where this checkout has them

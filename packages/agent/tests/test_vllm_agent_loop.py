@@ -26,9 +26,9 @@ from rlloom.agent import AgentLoop, AgentLoopConfig, AgentRubric, Sample, Search
 from rlloom.agent.loop import to_batch
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.data.sft import supervised_train
 from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
 from rlloom.core_rl.workers.forward import response_logprobs
+from rlloom.core_rl.workers.supervised import supervised_train
 from rlloom.retrieval import Hit
 from rlloom.rollout.hf.engine import HFEngine
 

@@ -34,7 +34,7 @@ from rlloom.core_rl.distributed.rank_engines import RankEngines  # noqa: E402
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
 from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.ray]
 CPU = torch.device("cpu")
 TESTS = Path(__file__).resolve().parent
 SHIP_TESTS = {"env_vars": {"PYTHONPATH": str(TESTS)}}  # the ranks unpickle SeededEngine from this folder

@@ -26,6 +26,8 @@ from rlloom.core_rl.distributed.ranks import RankContext, ShardedPolicyActor
 from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.workers.settings import actor_settings
 
+pytestmark = [pytest.mark.slow]
+
 CPU = torch.device("cpu")
 WORLD = 2
 LAYOUTS = {  # name: (shard_size, cpu_offload)

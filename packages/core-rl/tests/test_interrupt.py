@@ -15,6 +15,8 @@ import pytest
 
 from rlloom.core_rl.cli.app_args import interrupted_message, last_checkpoint_step, last_logged_step, quiet_interrupt
 
+pytestmark = [pytest.mark.slow]
+
 SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})

@@ -22,6 +22,8 @@ from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.workers.actor import PolicyActor, load_causal_lm
 from rlloom.core_rl.workers.precision import compute_autocast, fsdp_mixed_precision, load_dtype, model_precision
 
+pytestmark = [pytest.mark.slow]
+
 CPU = torch.device("cpu")
 STEPS = 20
 LR = 1e-6

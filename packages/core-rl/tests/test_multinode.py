@@ -32,6 +32,8 @@ from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.distributed import cluster
 from rlloom.core_rl.distributed.ray_start import GCS_WAIT_ENV, RETRY_GCS_WAIT_S, start_ray
 
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
 TESTS = Path(__file__).parent
 
 

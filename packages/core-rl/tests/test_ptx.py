@@ -19,8 +19,8 @@ from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, ModelConf
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.data.loader import PromptLoader
+from rlloom.core_rl.data.ptx import ptx_trajectory, read_ptx_rows
 from rlloom.core_rl.data.rows import DataError
-from rlloom.core_rl.data.sft import ptx_trajectory, read_ptx_rows
 from rlloom.core_rl.run.checkpoint import load_trainer_state
 from rlloom.core_rl.tiny import char_tokenizer
 from rlloom.core_rl.trainer import Trainer

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.data.sft import supervised_loss, supervised_train
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.workers.supervised import supervised_loss, supervised_train
 
 
 def traj(tok, prompt: str, response: str, mask: list[int] | None = None) -> Trajectory:  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from rlloom.core_rl.distributed.ray_group import RayActorGroup  # noqa: E402
 from rlloom.core_rl.distributed.ray_start import start_ray  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.ray]
 CPU = torch.device("cpu")
 
 

@@ -60,6 +60,27 @@ def encode(tok: Any) -> Any:
     return _encode
 
 
+def _signalling_server_class() -> Any:
+    import threading
+
+    import uvicorn
+
+    class SignallingServer(uvicorn.Server):
+        """uvicorn's server, setting `ready` once its start-up has finished or failed (tests wait on it)."""
+
+        def __init__(self, config: uvicorn.Config) -> None:
+            super().__init__(config)
+            self.ready = threading.Event()
+
+        async def startup(self, sockets: Any = None) -> None:
+            try:
+                await super().startup(sockets=sockets)
+            finally:
+                self.ready.set()
+
+    return SignallingServer
+
+
 class ServerThread:
     """A real uvicorn server on 127.0.0.1 and a free port, run in a background thread of the test process."""
 
@@ -72,7 +93,9 @@ class ServerThread:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = _signalling_server_class()(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -80,14 +103,9 @@ class ServerThread:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> ServerThread:
-        import time
-
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
+        if not self.server.ready.wait(timeout=30) or not self.server.started:
+            raise RuntimeError("uvicorn did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:

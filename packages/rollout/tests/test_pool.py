@@ -145,6 +145,7 @@ def test_restart_budget_is_enforced(tok: Any, encode: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (extra `ray`)")
 def test_ray_replicas(tok: Any, encode: Any, peaked_state: Any) -> None:
     import ray
@@ -180,6 +181,7 @@ def test_pool_reports_its_replicas_context_window_and_eos_ids(tok: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (extra `ray`)")
 def test_ray_replica_that_cannot_be_placed_is_a_clear_error_and_frees_the_others(tok: Any) -> None:
     """Two replicas of one CPU each on a one-CPU cluster: the second stays pending. The pool must say what it

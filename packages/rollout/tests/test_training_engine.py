@@ -11,10 +11,10 @@ import pytest
 
 from rlloom.core_rl.config.loading import load_config
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.arguments import engine_override
 from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 from rlloom.rollout.training_engine import (
     build_training_engine,
-    engine_override,
     engine_problem,
     logprobs_mode,
     vllm_engine_config,

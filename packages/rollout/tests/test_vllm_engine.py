@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator, Mapping
@@ -94,12 +95,14 @@ class _FakeRpc:
         self.calls: list[str] = []
         self.payloads: list[Any] = []
         self.slow, self.fail, self.sleep_s = slow, fail, sleep_s
+        self.slow_call_returned = threading.Event()  # tests wait on this, not on a guessed sleep
 
     def __call__(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         self.calls.append(method)
         self.payloads.extend(args)
         if method == self.slow:
             time.sleep(self.sleep_s)
+            self.slow_call_returned.set()
         if method == self.fail:
             raise RuntimeError("Worker failed with error 'boom'")
         return [None]
@@ -118,7 +121,7 @@ def test_sync_timeout_names_step_and_bucket_and_blocks_generation() -> None:
         session.check_ready()
     # once the stuck call has returned, the next sync opens a fresh session (the worker closes the stale one)
     # and clears the failure when done
-    time.sleep(0.8)
+    assert rpc.slow_call_returned.wait(timeout=30)
     session.timeout_s = 5.0
     rpc.slow = None
     session.load(tensors, bucket_bytes=1 << 20)
@@ -155,7 +158,7 @@ def test_a_call_past_its_deadline_blocks_the_next_sync_until_it_returns() -> Non
         session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
     with pytest.raises(WeightSyncError, match="still running in the engine"):
         session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
-    time.sleep(1.2)
+    assert rpc.slow_call_returned.wait(timeout=30)
     rpc.slow = None
     session.load({"a": torch.zeros(2)}, bucket_bytes=1 << 20)
     assert session.finish() and session.failure is None

@@ -9,16 +9,16 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 
-from rlloom.core_rl.cli.app_args import (
+from rlloom.core_rl.cli import (
     HelpFormatter,
+    add_demo_command,
     check_file_arguments,
     check_yaml,
     parse,
     quiet_interrupt,
     run_interruptible,
 )
-from rlloom.core_rl.cli.demo import add_demo_command
-from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
+from rlloom.core_rl.observe import add_plot_command, run_plot_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,14 +89,14 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.demo import run_demo
     from rlloom_apps.reasoning.demo_report import before_after_table
 
-    from rlloom.core_rl.cli.demo import run_demo_command
+    from rlloom.core_rl.cli import run_demo_command
 
     run_demo_command(parser, args, run_demo, before_after_table, title="rlloom demo: GRPO on digit reversal")
 
 
 def _eval_parser(commands: Any) -> None:
     from rlloom.rewards.eval_runner import add_eval_arguments
-    from rlloom.rollout.policy_spec import add_policy_arguments
+    from rlloom.rollout import add_policy_arguments
 
     ev = commands.add_parser(
         "eval",
@@ -123,9 +123,9 @@ def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.reasoning.evaluate import run_eval
 
-    from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
+    from rlloom.core_rl.contracts import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import read_rows, report, sampling_warnings, settings_from_args
-    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+    from rlloom.rollout import PolicySpec, build_engine, close_engine
 
     if args.limit is not None and args.limit < 0:
         parser.error(f"--limit must be 0 or more, got {args.limit}")
@@ -165,7 +165,7 @@ def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -
 def _train_parser(commands: Any) -> None:
     from rlloom_apps.reasoning.bundled import ALGORITHMS
 
-    from rlloom.rollout.training_engine import add_engine_argument
+    from rlloom.rollout import add_engine_argument
 
     fit = commands.add_parser(
         "train",
@@ -191,8 +191,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.reasoning.train import load_train_config, run_train
 
-    from rlloom.core_rl.config.schema import ConfigError
-    from rlloom.rollout.training_engine import engine_override, engine_problem
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.rollout import engine_override, engine_problem
 
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
         if path is not None and not path.is_file():

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.data.rows import DataError, atomic_output, read_jsonl
+from rlloom.core_rl.data import DataError, atomic_output, read_jsonl
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 CODE_INSTRUCTION = "Write the complete function in one ```python code block."

@@ -23,17 +23,13 @@ from rlloom_apps.reasoning.toy_task import answer_of, reversal_rubric, reverse_s
 from rlloom_apps.reasoning.warmup import supervised_warmup
 from torch import nn
 
-from rlloom.core_rl.config.loading import demo_overrides, load_config
-from rlloom.core_rl.config.schema import RLConfig
-from rlloom.core_rl.contracts.generation import SamplingParams
-from rlloom.core_rl.contracts.protocols import RewardOutput
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.observe.curves import read_curves
-from rlloom.core_rl.phases.collection import score, single_turn_collector
-from rlloom.core_rl.run.checkpoint import fresh_run_dir
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trainer import Trainer
-from rlloom.rollout.hf.engine import HFEngine
+from rlloom.core_rl import Trainer, char_tokenizer, tiny_qwen2
+from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
+from rlloom.core_rl.contracts import RewardOutput, SamplingParams, Trajectory
+from rlloom.core_rl.observe import read_curves
+from rlloom.core_rl.phases import score, single_turn_collector
+from rlloom.core_rl.run import fresh_run_dir
+from rlloom.rollout import HFEngine
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 REWARD = reversal_rubric()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlloom.core_rl.contracts.generation import GenerationRequest
+from rlloom.core_rl.contracts import GenerationRequest
 from rlloom.rewards.eval_runner import (
     AsyncSampler,
     EvalResult,
@@ -23,7 +23,7 @@ from rlloom.rewards.eval_runner import (
 from rlloom.rewards.eval_runner import (
     run_eval as run_rows,
 )
-from rlloom.rollout.policy_spec import eval_sampling
+from rlloom.rollout import eval_sampling
 
 
 def text_request(settings: EvalSettings) -> RequestFor:

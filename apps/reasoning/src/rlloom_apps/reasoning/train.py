@@ -14,13 +14,12 @@ from pathlib import Path
 
 from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS  # there, the CLI's help reads them without torch
 
-from rlloom.core_rl.config.loading import bundled_config, load_config
-from rlloom.core_rl.config.schema import ConfigError, RLConfig
-from rlloom.core_rl.data.rows import read_jsonl
-from rlloom.core_rl.trainer import train
-from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl import train
+from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
+from rlloom.core_rl.data import read_jsonl
+from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.rewards.trainer_reward import RegistryReward
-from rlloom.rollout.training_engine import build_training_engine
+from rlloom.rollout import build_training_engine
 
 
 def config_file(name: str) -> Path:

@@ -4,7 +4,8 @@ GRPO learns only from groups whose rewards differ; a randomly initialised model 
 every advantage would be zero. A few seconds of teacher forcing on a slice of the task gives it some correct
 answers to reinforce. The loss covers the answer and the EOS token only, and the prompt is rendered with the
 same chat template the rollout engine uses, so the warmed-up model sees exactly the token ids RL will send it.
-The training loop is core-rl's (`rlloom.core_rl.data.sft.supervised_train`); this module only renders the pairs.
+The training loop is core-rl's (`rlloom.core_rl.workers.supervised_train`); this module only renders the
+pairs.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ from collections.abc import Callable, Sequence
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from rlloom.core_rl.contracts.generation import GenerationRequest
-from rlloom.core_rl.contracts.prompts import render_prompt
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.data.sft import supervised_train
+from rlloom.core_rl.contracts import GenerationRequest, Trajectory, render_prompt
+from rlloom.core_rl.workers import supervised_train
 
 
 def warmup_trajectories(

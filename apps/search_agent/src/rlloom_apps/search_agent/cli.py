@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.cli.app_args import (
+from rlloom.core_rl.cli import (
     HelpFormatter,
     check_file_arguments,
     check_yaml,
@@ -18,8 +18,8 @@ from rlloom.core_rl.cli.app_args import (
     quiet_interrupt,
     run_interruptible,
 )
-from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
-from rlloom.rollout.training_engine import add_engine_argument
+from rlloom.core_rl.observe import add_plot_command, run_plot_command
+from rlloom.rollout import add_engine_argument
 
 DATA_SOURCES = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 
@@ -107,7 +107,7 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     """The policy, retrieval and Search-R1's limits, shared by `eval` and `infer`."""
     from rlloom_apps.search_agent.eval_settings import EvalSettings
 
-    from rlloom.rollout.policy_spec import add_policy_arguments
+    from rlloom.rollout import add_policy_arguments
 
     add_policy_arguments(parser, model_help="a saved model folder, e.g. a checkpoints/step_N of train")
     for action in parser._actions:  # help for the policy flags that rlloom-rollout leaves undescribed
@@ -172,7 +172,7 @@ def _infer_parser(commands: Any) -> None:
 
 
 def _demo_parser(commands: Any) -> None:
-    from rlloom.core_rl.cli.demo import add_demo_command
+    from rlloom.core_rl.cli import add_demo_command
 
     demo = add_demo_command(
         commands,
@@ -199,7 +199,7 @@ def _demo_parser(commands: Any) -> None:
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.demo import DemoSettings, before_after_table, pretrained_settings, run_demo
 
-    from rlloom.core_rl.cli.demo import run_demo_command
+    from rlloom.core_rl.cli import run_demo_command
 
     settings = DemoSettings()
     if args.tokenizer is not None and args.model is None:
@@ -222,9 +222,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.search_agent.settings import load_train_config
     from rlloom_apps.search_agent.train import CONFIGS, run_train
 
-    from rlloom.core_rl.config.loading import bundled_config
-    from rlloom.core_rl.config.schema import ConfigError
-    from rlloom.rollout.training_engine import engine_override, engine_problem
+    from rlloom.core_rl.config import ConfigError, bundled_config
+    from rlloom.rollout import engine_override, engine_problem
 
     try:
         config = bundled_config(args.config, CONFIGS, ("grpo", "ppo", "grpo_8gpu"))
@@ -362,7 +361,7 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
     from rlloom_apps.search_agent.retrieval import check_retrieval, open_retriever
 
     from rlloom.rewards.eval_runner import flag_errors
-    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+    from rlloom.rollout import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlloom.agent.environment import Sample
 from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv itself uses
-from rlloom.core_rl.data.rows import PARQUET_HINT, DataError, open_text, read_parquet, write_jsonl
+from rlloom.core_rl.data import PARQUET_HINT, DataError, open_text, read_parquet, write_jsonl
 
 
 def search_r1_question(question: str) -> str:

@@ -27,17 +27,14 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward
-from rlloom.core_rl.config.loading import demo_overrides, load_config
-from rlloom.core_rl.config.schema import RLConfig
-from rlloom.core_rl.contracts.generation import SamplingParams
-from rlloom.core_rl.data.sft import supervised_train
-from rlloom.core_rl.observe.curves import read_curves
-from rlloom.core_rl.run.checkpoint import fresh_run_dir
-from rlloom.core_rl.tiny import tiny_qwen2, word_tokenizer
-from rlloom.core_rl.trainer import train
-from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl import tiny_qwen2, train, word_tokenizer
+from rlloom.core_rl.config import RLConfig, demo_overrides, load_config
+from rlloom.core_rl.contracts import SamplingParams
+from rlloom.core_rl.observe import read_curves
+from rlloom.core_rl.run import fresh_run_dir
+from rlloom.core_rl.workers import load_pretrained_tokenizer, supervised_train
 from rlloom.retrieval import build_index, load_index
-from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout import HFEngine
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 PRETRAINED_CONFIG = Path(__file__).parent / "configs" / "demo_pretrained.yaml"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlloom.core_rl.contracts.generation import SamplingParams, template_arguments_clash
+from rlloom.core_rl.contracts import SamplingParams, template_arguments_clash
 
 if TYPE_CHECKING:
     from rlloom.agent import AgentLoopConfig

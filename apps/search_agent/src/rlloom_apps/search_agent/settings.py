@@ -14,8 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rlloom_apps.search_agent.format_reward import FormatRewardSettings
 
-from rlloom.core_rl.config.loading import load_config_with_section
-from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.config import RLConfig, load_config_with_section
 
 
 class SearchSettings(BaseModel):

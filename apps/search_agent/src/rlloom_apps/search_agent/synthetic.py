@@ -21,7 +21,7 @@ from typing import Any
 
 from rlloom.agent import SearchEnvConfig
 from rlloom.agent.envs.search import SEARCH_R1_INVALID_ACTION
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts import Completion, GenerationRequest
 
 TEMPLATE = "Look up with <search> name </search> , reply with <answer> code </answer> . Code of {question}"
 ENV_CONFIG = SearchEnvConfig(template=TEMPLATE, top_k=1)

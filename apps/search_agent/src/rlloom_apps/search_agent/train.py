@@ -26,12 +26,11 @@ from transformers import AutoConfig
 from rlloom.agent import AgentLoopConfig, Sample, SearchEnv, SearchEnvConfig, agent_collector, env_reward
 from rlloom.agent.envs.search import search_prompt
 from rlloom.agent.turns import TurnTemplate
-from rlloom.core_rl.config.schema import ConfigError
-from rlloom.core_rl.data.loader import rows_that_fit
-from rlloom.core_rl.trainer import train
-from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
-from rlloom.rollout.hf.engine import HFEngineConfig
-from rlloom.rollout.training_engine import build_training_engine
+from rlloom.core_rl import train
+from rlloom.core_rl.config import ConfigError
+from rlloom.core_rl.data import rows_that_fit
+from rlloom.core_rl.workers import load_pretrained_tokenizer
+from rlloom.rollout import HFEngineConfig, build_training_engine
 
 CONFIGS = Path(__file__).parent / "configs"
 logger = logging.getLogger(__name__)

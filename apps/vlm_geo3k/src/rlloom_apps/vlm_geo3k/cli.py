@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.cli.app_args import HelpFormatter, check_yaml, parse, quiet_interrupt, run_interruptible
-from rlloom.core_rl.cli.demo import add_demo_command
-from rlloom.core_rl.observe.curves import add_plot_command, run_plot_command
+from rlloom.core_rl.cli import HelpFormatter, add_demo_command, check_yaml, parse, quiet_interrupt, run_interruptible
+from rlloom.core_rl.observe import add_plot_command, run_plot_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rlloom.rollout.training_engine import add_engine_argument
+    from rlloom.rollout import add_engine_argument
 
     parser = argparse.ArgumentParser(
         prog="vlm-geo3k", description="VLM RL on Geometry3K.", formatter_class=HelpFormatter
@@ -94,8 +93,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
     from rlloom_apps.vlm_geo3k.train import load_config, run_train, vllm_options
 
-    from rlloom.core_rl.config.schema import ConfigError
-    from rlloom.rollout.training_engine import engine_override, engine_problem
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.rollout import engine_override, engine_problem
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
@@ -134,7 +133,7 @@ def _eval_parser(commands: Any) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
 
     from rlloom.rewards.eval_runner import add_eval_arguments
-    from rlloom.rollout.policy_spec import add_policy_arguments
+    from rlloom.rollout import add_policy_arguments
 
     ev = commands.add_parser(
         "eval",
@@ -165,7 +164,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.settings import VisionSettings
     from transformers import AutoConfig
 
-    from rlloom.core_rl.contracts.generation import check_chat_template_kwargs
+    from rlloom.core_rl.contracts import check_chat_template_kwargs
     from rlloom.rewards.eval_runner import (
         flag_errors,
         read_rows,
@@ -174,7 +173,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         sampling_warnings,
         settings_from_args,
     )
-    from rlloom.rollout.policy_spec import PolicySpec, build_engine, close_engine
+    from rlloom.rollout import PolicySpec, build_engine, close_engine
 
     spec = PolicySpec.from_args(args)
     if spec.url is not None or spec.engine != "hf":
@@ -223,7 +222,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom_apps.vlm_geo3k.demo import before_after_table, run_demo
 
-    from rlloom.core_rl.cli.demo import run_demo_command
+    from rlloom.core_rl.cli import run_demo_command
 
     title = "rlloom vlm demo: GRPO on naming a colour (held-out, sampled)"
     run_demo_command(parser, args, run_demo, before_after_table, title=title)

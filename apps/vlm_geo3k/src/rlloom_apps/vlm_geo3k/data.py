@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.data.rows import DataError, write_jsonl
+from rlloom.core_rl.data import DataError, write_jsonl
 from rlloom.multimodal import load_image
 
 # EasyR1:examples/format_prompt/math.jinja, which its math reward's format check expects

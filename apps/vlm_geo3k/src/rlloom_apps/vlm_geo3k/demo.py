@@ -3,8 +3,8 @@
 Wiring only. The pictures are synthetic (`synthetic.py`: one coloured square on noise, 56 x 56 pixels, 4 image
 tokens); the question is the same for every picture, so the answer is only in the image. The steps:
 1. a randomly initialised Qwen2.5-VL (`rlloom.multimodal.tiny`, 0.17M parameters) gets a short supervised
-   warm-up (`rlloom.core_rl.data.sft`, through the actor's own forward with pixels and M-RoPE positions) that stops as
-   soon as it names the colour of some training pictures, leaving the rest to RL;
+   warm-up (`rlloom.core_rl.workers.supervised`, through the actor's own forward with pixels and M-RoPE
+   positions) that stops as soon as it names the colour of some training pictures, leaving the rest to RL;
 2. GRPO through `vlm-geo3k train`'s wiring: `rlloom.multimodal.vision_collector` rollouts from an `HFEngine` on
    the actor's module, rewarded by the math checker on the `\\boxed{}` answer (`rlloom.rewards`), validated
    greedily on held-out pictures before training and every few steps.
@@ -28,18 +28,17 @@ from rlloom_apps.vlm_geo3k.train import run_train
 from torch import nn
 from transformers import AutoModelForImageTextToText
 
-from rlloom.core_rl.config.loading import demo_overrides
-from rlloom.core_rl.contracts.generation import SamplingParams
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.data.loader import ground_truth
-from rlloom.core_rl.data.sft import supervised_train
-from rlloom.core_rl.observe.curves import read_curves
-from rlloom.core_rl.run.checkpoint import fresh_run_dir, latest_checkpoint
+from rlloom.core_rl.config import demo_overrides
+from rlloom.core_rl.contracts import SamplingParams, Trajectory
+from rlloom.core_rl.data import ground_truth
+from rlloom.core_rl.observe import read_curves
+from rlloom.core_rl.run import fresh_run_dir, latest_checkpoint
+from rlloom.core_rl.workers import supervised_train
 from rlloom.multimodal.collection import row_vision_inputs, vision_collector
 from rlloom.multimodal.qwen_vl import QwenVLProcessing
 from rlloom.multimodal.tiny import qwen_vl_char_tokenizer, tiny_qwen2_5_vl
 from rlloom.rewards.math import math_scorer
-from rlloom.rollout.hf.engine import HFEngine
+from rlloom.rollout import HFEngine
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 SCORERS = {"synthetic_color": "math"}  # the math checker compares the \boxed{} text with the colour

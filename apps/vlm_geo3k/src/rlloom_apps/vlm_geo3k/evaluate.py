@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlloom.core_rl.contracts.generation import GenerationRequest
+from rlloom.core_rl.contracts import GenerationRequest
 from rlloom.multimodal import QwenVLProcessing, VisionTokenIds, row_request
 from rlloom.rewards.eval_runner import EvalSettings, RequestFor
-from rlloom.rollout.policy_spec import eval_sampling
+from rlloom.rollout import eval_sampling
 
 
 def vision_request(settings: EvalSettings, tokenizer: Any, processing: QwenVLProcessing) -> RequestFor:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:  # imported where used: `vlm-geo3k --help` reads VisionSettings' defaults without torch
-    from rlloom.core_rl.config.schema import RLConfig
+    from rlloom.core_rl.config import RLConfig
     from rlloom.multimodal import QwenVLProcessing
 
 
@@ -62,6 +62,6 @@ class VisionSettings(BaseModel):
 
 def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
     """Read the YAML, apply `key=value` overrides (values parsed as YAML), validate both parts."""
-    from rlloom.core_rl.config.loading import load_config_with_section
+    from rlloom.core_rl.config import load_config_with_section
 
     return load_config_with_section(path, "vision", VisionSettings, overrides)

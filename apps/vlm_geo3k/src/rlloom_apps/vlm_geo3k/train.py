@@ -19,15 +19,14 @@ from rlloom_apps.vlm_geo3k.data import check_image_paths
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 from transformers import AutoConfig
 
-from rlloom.core_rl.config.loading import bundled_config
-from rlloom.core_rl.config.schema import ConfigError, RLConfig
-from rlloom.core_rl.data.rows import DataError, read_jsonl
-from rlloom.core_rl.trainer import train
-from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+from rlloom.core_rl import train
+from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
+from rlloom.core_rl.data import DataError, read_jsonl
+from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.multimodal import QwenVLProcessing
 from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
-from rlloom.rollout.training_engine import build_training_engine
+from rlloom.rollout import build_training_engine
 
 CONFIGS = Path(__file__).parent / "configs"
 ALGORITHMS = ("grpo",)

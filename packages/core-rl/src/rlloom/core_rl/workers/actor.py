@@ -32,7 +32,6 @@ from rlloom.core_rl.algorithms import (
 )
 from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch, scatter_rows
-from rlloom.core_rl.data.sft import supervised_nll_sum
 from rlloom.core_rl.run.sharded_checkpoint import refuse_sharded
 from rlloom.core_rl.workers.attention import model_attn_implementation
 from rlloom.core_rl.workers.dropout import disable_dropout
@@ -46,6 +45,7 @@ from rlloom.core_rl.workers.optim import (
     training_state,
 )
 from rlloom.core_rl.workers.precision import compute_autocast, load_dtype
+from rlloom.core_rl.workers.supervised import supervised_nll_sum
 
 ADAPTER_DIR = "adapter"
 MAX_METRIC_SUFFIX = "_max"
