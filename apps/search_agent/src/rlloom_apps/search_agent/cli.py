@@ -1,4 +1,5 @@
-"""`search-agent` console script: `demo`, `prepare-data`, `train`, `eval` (Search-R1's results table), `infer`."""
+"""`search-agent` console script: `demo`, `prepare-data`, `warmup`, `train`, `eval` (Search-R1's results table),
+`infer`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from rlloom_apps.search_agent.warmup_cli import add_warmup_parser, run_warmup_command
 
 from rlloom.core_rl.cli import (
     HelpFormatter,
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_parser(commands)
     _infer_parser(commands)
     _demo_parser(commands)
+    add_warmup_parser(commands, _retrieval_args)
     add_plot_command(commands, "search-agent")
     return parser
 
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         _eval(parser, args)
     elif args.command == "infer":
         _infer(parser, args)
+    elif args.command == "warmup":
+        run_warmup_command(parser, args)
     else:
         _prepare(parser, args)
 
