@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicLayer
 from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.contracts.packing import pack, unpack
-from rlloom.core_rl.workers.attention import packed_attention_kwargs
+from rlloom.core_rl.workers.attention import packed_attention_kwargs, packed_stream
 
 CHUNK_ELEMENTS = 256 * 32_768
 """Logit elements per chunk of the log-prob/entropy reductions (32 MiB in float32): chunking by elements rather
@@ -240,7 +240,8 @@ def _batched_logprobs(
         scoring = ((column >= width_p - 1) & (column < seqs.padded_shape[1] - 1)).nonzero().squeeze(-1)
         kept = keep_logits(model, scoring)
         varlen = packed_attention_kwargs(model, seqs.cu_seqlens, seqs.max_seqlen)
-        out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **kept, **varlen)
+        with packed_stream():  # sdpa_varlen: no [nnz, nnz] mask, the layers attend within the boundaries
+            out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **kept, **varlen)
         logits = (out.logits[0] if kept else out.logits[0][scoring]) / temperature
         # Next token in the stream; at a sequence's last token this is the next sequence's first token, a junk
         # value that lands on the response column after the last real token, which is padding.
@@ -296,7 +297,8 @@ def _batched_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packe
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
         varlen = packed_attention_kwargs(backbone, seqs.cu_seqlens, seqs.max_seqlen)
-        hidden = backbone(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **varlen)
+        with packed_stream():
+            hidden = backbone(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **varlen)
         return unpack(hidden.last_hidden_state[0], seqs)[:, width_p - 1 : -1]
     hidden = backbone(
         input_ids=batch["input_ids"],
