@@ -1,10 +1,11 @@
 """Padding removal for varlen attention, and token-budget bin packing for dynamic micro-batches.
 
 Packing concatenates the real tokens of every row into one `[1, nnz]` stream whose `position_ids` restart at 0
-for each sequence. Hugging Face models detect that layout when `attention_mask` is None and attend within each
-sequence only: flash-attention's varlen kernel on the boundaries `cu_seqlens` (which the forwards pass, see
-`attention.packed_attention_kwargs`), a dense block-diagonal mask with sdpa or eager. `unpack` is the exact
-inverse for any per-token output.
+for each sequence. The forwards hand the boundaries `cu_seqlens` to the attention (see
+`attention.packed_attention_kwargs`), which attends within each sequence only: flash-attention's varlen kernel,
+or rlloom's `sdpa_varlen` (torch's `varlen_attn`, or SDPA per sequence) with no mask at all; transformers'
+plain sdpa or eager detect the layout from the restarting positions and build a dense block-diagonal mask.
+`unpack` is the exact inverse for any per-token output.
 """
 
 from __future__ import annotations
