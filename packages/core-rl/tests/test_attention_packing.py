@@ -1,5 +1,7 @@
 """The attention kernel is chosen explicitly, and a packed stream reaches flash-attention's varlen path without a
-dense mask, while sdpa builds the dense block-diagonal mask transformers 5 makes for packed position ids (logged).
+dense mask, while plain sdpa (chosen explicitly; auto without flash-attn is sdpa_varlen, see
+test_packed_attention_varlen.py) builds the dense block-diagonal mask transformers 5 makes for packed position ids
+(logged).
 
 flash-attn needs a GPU, so its varlen kernel is stood in for by a reference that runs causal SDPA on each sequence
 cut out by the boundaries it is handed: the model runs transformers' real flash-attention dispatch (mask
@@ -34,10 +36,11 @@ def test_auto_picks_flash_attention_only_where_it_can_run(monkeypatch: pytest.Mo
     resolve = attention.resolve_attn_implementation
     monkeypatch.setattr(attention, "flash_attn_installed", lambda: True)
     assert resolve("auto", CUDA, bf16_compute=True) == "flash_attention_2"
-    assert resolve("auto", CUDA, bf16_compute=False) == "sdpa"  # the kernel has no fp32 path
-    assert resolve("auto", CPU, bf16_compute=True) == "sdpa"
+    assert resolve("auto", CUDA, bf16_compute=False) == "sdpa_varlen"  # the kernel has no fp32 path
+    assert resolve("auto", CPU, bf16_compute=True) == "sdpa_varlen"
     monkeypatch.setattr(attention, "flash_attn_installed", lambda: False)
-    assert resolve("auto", CUDA, bf16_compute=True) == "sdpa"
+    assert resolve("auto", CUDA, bf16_compute=True) == "sdpa_varlen"  # torch's own varlen path, no flash-attn
+    assert resolve("sdpa", CUDA, bf16_compute=True) == "sdpa"
     assert resolve("eager", CUDA, bf16_compute=True) == "eager"
     with pytest.raises(ConfigError, match=r"flash_attention_2 needs the flash-attn package .* and a CUDA device"):
         resolve("flash_attention_2", CPU, bf16_compute=True)
@@ -51,7 +54,7 @@ def test_auto_picks_flash_attention_only_where_it_can_run(monkeypatch: pytest.Mo
 def test_models_load_with_the_resolved_kernel(tiny_model_dir: Path) -> None:
     cfg = ModelConfig(path=str(tiny_model_dir))
     assert cfg.attn_implementation == "auto"
-    assert load_causal_lm(cfg, str(tiny_model_dir), CPU).config._attn_implementation == "sdpa"
+    assert load_causal_lm(cfg, str(tiny_model_dir), CPU).config._attn_implementation == "sdpa_varlen"
     eager = cfg.model_copy(update={"attn_implementation": "eager"})
     assert ValueModel.from_pretrained(eager, str(tiny_model_dir), CPU).backbone.config._attn_implementation == "eager"
     with pytest.raises(ConfigError, match="flash_attention_2 needs"):
@@ -138,7 +141,8 @@ def test_critic_packed_stream_reaches_the_varlen_kernel(tiny_model_dir: Path, fa
 def test_sdpa_packing_builds_the_dense_block_mask_and_logs_its_size_once(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    model = load_causal_lm(ModelConfig(path=str(tiny_model_dir)), str(tiny_model_dir), CPU).eval()
+    cfg = ModelConfig(path=str(tiny_model_dir), attn_implementation="sdpa")  # chosen explicitly (auto: sdpa_varlen)
+    model = load_causal_lm(cfg, str(tiny_model_dir), CPU).eval()
     batch = random_batch(model.config.vocab_size)
     nnz = int(batch["attention_mask"].sum())
     monkeypatch.setattr(attention, "_LOGGED_DENSE_MASK", set())
