@@ -1,12 +1,12 @@
-"""GPU check: the parts of rlloom that only a GPU exercises, in one run of under 9 minutes on one H100.
+"""GPU check: the parts of rlloom that only a GPU exercises, in one run of under 8 minutes on one H100/H200.
 
 Checks (each prints PASS/FAIL/SKIP with its figures; the run writes a JSON report):
   env                  torch / CUDA / NCCL versions, the device and its bf16 dense peak
   fsdp2_api            the FSDP2 and DTensor calls `distributed/fsdp.py` and `ranks.py` make exist on this torch
   nccl_vs_inprocess    a 1-rank FSDP2 actor (NCCL process group started in-process over tcp://127.0.0.1, no Ray)
                        against the in-process `PolicyActor` on a Qwen2.5-0.5B-shaped model: log-probs, grad norm,
-                       and the weights after one update; packed against padded log-probs (the varlen kernel under
-                       flash-attention, a dense block-diagonal mask under sdpa)
+                       and the weights after one update; packed against padded log-probs and gradients (the varlen
+                       kernel: flash-attn's, else torch's own `varlen_attn` through rlloom's sdpa_varlen)
   bf16_fp32_masters    both actors hold fp32 parameters and AdamW moments while the matmuls run in bf16; the share
                        of weights an lr-1e-5 step moves in fp32 against the share it would move in bf16 storage
   weight_sync          bucketed sync of the FSDP2 actor's weights (and the in-process actor's) into an `HFEngine`
@@ -15,17 +15,23 @@ Checks (each prints PASS/FAIL/SKIP with its figures; the run writes a JSON repor
                        at 64 and 256 rows
   update_3b            peak memory and update time of a Qwen2.5-3B-shaped in-process actor (fp32 masters, bf16
                        compute, gradient checkpointing), padded against packed (padding-free) micro-batches;
-                       packed may cost more only without flash-attn (sdpa's dense mask, reported, not failed)
-Models attend as a run with model.attn_implementation=auto would: flash_attention_2 where flash-attn is installed.
-  mfu_update           model FLOPs utilisation of that update (goal >= 35% on an H100)
+                       packed must cost no more than padded when it runs a varlen kernel
+  mfu_update           model FLOPs utilisation of that update, padded and packed side by side (goal >= 35%)
   shared_prompt        `actor.share_prompt_forward` on the 0.5B shape in bf16, 8 samples a prompt, two layouts:
                        the update's time against the full forward's (must not be slower), the model calls each
                        update made (the shared path: 2) and the log-prob gap (bf16 rounding)
+  grpo_step            one end-to-end GRPO step of `rlloom.core_rl.Trainer` with the HF engine on the actor's own
+                       module (rollout, reward, advantages, packed update, weight sync) on the 0.5B shape: step time
+                       by phase, and every metric finite
+Models attend as a run with model.attn_implementation=auto would: flash_attention_2 where flash-attn is installed,
+else sdpa_varlen (transformers' sdpa for padded rows, torch's varlen_attn for packed streams).
 
-Models are built from `Qwen2Config` with random weights (nothing is downloaded). A global deadline (default 510 s
-from start) turns the checks that would not fit into SKIP lines instead of overrunning.
+Models are built from `Qwen2Config` with random weights (nothing is downloaded). A global deadline (default 480 s
+from start; bench/gpu_check.sh sets it from the device call's timeout) turns the checks that would not fit into SKIP
+lines instead of overrunning.
 
-Run on a GPU machine:   python bench/gpu_check.py [--out report.json]   (or `nox -s gpu`)
+Run on a GPU machine:   bash bench/gpu_check.sh   (carried wheels, no nox; docs/gpu_check.md), or
+                        python bench/gpu_check.py [--out report.json]   where rlloom's dependencies are installed
 Prove the code paths on a CPU:   python bench/gpu_check.py --dry-run   (= --device cpu --tiny; what a plain run does
 without a GPU; about 30 s on 2 idle cores)
 How to run it on a lent machine (wheels to carry, the exact command): docs/gpu_check.md.
@@ -50,10 +56,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-PYDANTIC_WHEELS = "pydantic, pydantic-core, typing-inspection, annotated-types (and typing-extensions if absent)"
+PYDANTIC_WHEELS = (
+    "pydantic, pydantic-core, typing-inspection, annotated-types, typing-extensions, rich, markdown-it-py, mdurl, "
+    "pygments"
+)
 MISSING_PYDANTIC = (
-    "gpu_check: pydantic is not importable; rlloom's packages need it. Carry these wheels and install them "
-    f"with --no-deps before running: {PYDANTIC_WHEELS}. See docs/gpu_check.md."
+    "gpu_check: pydantic or rich is not importable; rlloom's packages need them. Collect the wheels here with "
+    "`python scripts/gpu_wheels.py` (" + PYDANTIC_WHEELS + "), carry .whl and run bench/gpu_check.sh, which "
+    "installs them for the machine's Python. See docs/gpu_check.md."
 )
 MISSING_RLLOOM = (
     "gpu_check: rlloom is not importable, neither installed nor from packages/*/src of this working tree; run "
@@ -110,8 +120,9 @@ FULL = Sizes(QWEN25_05B, QWEN25_3B, 16, 128, 256, (64, 256), 128, 128, 2, 32, 25
 TINY_SIZES = Sizes(TINY, TINY, 4, 8, 16, (8, 16), 8, 4, 1, 8, 8, 32, 128, 1)  # decode rows cut: CPU time only
 
 # Seconds each check may take at full size on an H100, about twice what it took on the first H100 run (2026-11-27:
-# 0, 3-5, 16-19, 1, 4, 53-56, 30-35, 0 and 10-28 s, model builds included); the deadline skips a check that would
-# not fit. Tiny runs use a tenth.
+# 0, 3-5, 16-19, 1, 4, 53-56, 30-35, 0 and 10-28 s, model builds included; grpo_step not yet measured: a guess of
+# twice its parts, a 1 GB save, two 0.5B loads, 2 steps of 64 x 128-token rollouts); the deadline skips a check that
+# would not fit. Tiny runs use a tenth. They add up to 436 s, under the default deadline.
 BUDGET_S = {
     "env": 5,
     "fsdp2_api": 10,
@@ -122,7 +133,9 @@ BUDGET_S = {
     "update_3b": 70,
     "mfu_update": 1,
     "shared_prompt": 60,
+    "grpo_step": 120,
 }
+DEFAULT_DEADLINE_S = 480.0
 
 
 @dataclass
@@ -412,7 +425,7 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
     rows_b, lp_b_rows, _ = sharded.rank_logprobs(batch, temperature=1.0)
     lp_b = scatter_rows([(rows_b, lp_b_rows)], batch.batch_size, batch.response_width)
     diff = (lp_a - lp_b).abs()[mask]
-    packed_diff = packed_vs_padded_logprobs(inproc.model, batch, ctx)
+    packed_diff, packed_grad_cosine = packed_vs_padded(inproc.model, batch, ctx)
     ctx.sync()
     t0 = time.perf_counter()
     m_a = inproc.update_policy(batch)
@@ -443,9 +456,10 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
         "logprob_mean": float(lp_a[mask].mean()),
         "logprob_absdiff_mean": float(diff.mean()),
         "logprob_absdiff_max": float(diff.max()),
-        "packed_attention": packed_attention(inproc.model),
+        "packed_attention": packed_attention(inproc.model, ctx),
         "packed_vs_padded_logprob_absdiff_mean": float(packed_diff.mean()),
         "packed_vs_padded_logprob_absdiff_max": float(packed_diff.max()),
+        "packed_vs_padded_grad_cosine": packed_grad_cosine,
         "grad_norm_inproc": m_a["actor/grad_norm"],
         "grad_norm_fsdp": m_b["actor/grad_norm"],
         "grad_norm_ratio_fsdp_over_inproc": m_b["actor/grad_norm"] / max(m_a["actor/grad_norm"], 1e-30),
@@ -460,6 +474,8 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
         problems.append("log-probs differ beyond bf16 rounding (mean <= 0.01, max <= 0.1)")
     if not packed_diff.mean() <= 1e-2 or not packed_diff.max() <= 0.1:
         problems.append(f"packed log-probs ({figures['packed_attention']}) differ from padded beyond bf16 rounding")
+    if not packed_grad_cosine >= 0.99:
+        problems.append(f"packed gradients ({figures['packed_attention']}) differ from padded (cosine < 0.99)")
     if not abs(figures["grad_norm_ratio_fsdp_over_inproc"] - 1) <= 0.05:
         problems.append("grad norms differ by more than 5%")
     if not cosine >= 0.9:
@@ -469,27 +485,34 @@ def check_nccl_vs_inprocess(ctx: Context) -> dict[str, Any]:
     return figures
 
 
-def packed_attention(model: Any) -> str:
-    """How a packed stream attends with this model's kernel (rlloom.core_rl.workers.attention)."""
-    from rlloom.core_rl.workers.attention import attn_implementation_of, uses_varlen_kernel
+def packed_attention(model: Any, ctx: Context) -> str:
+    """How a packed stream attends with this model's kernel here (rlloom.core_rl.workers.attention)."""
+    from rlloom.core_rl.workers.attention import packed_attention_backend
 
-    name = attn_implementation_of(model)
-    return f"{name} varlen (cu_seq_lens)" if uses_varlen_kernel(model) else f"{name} dense [nnz, nnz] mask"
+    return packed_attention_backend(model, ctx.device, bf16_compute=True)
 
 
-def packed_vs_padded_logprobs(model: Any, batch: Any, ctx: Context) -> Any:
-    """|packed - padded| response log-probs of `batch` (bf16 compute), at the response tokens: the packed forward
-    runs the varlen kernel under flash-attention, a dense block-diagonal mask under sdpa."""
+def packed_vs_padded(model: Any, batch: Any, ctx: Context) -> tuple[Any, float]:
+    """(|packed - padded| response log-probs at the response tokens, cosine of the two gradients of the
+    advantage-weighted log-probs), bf16 compute: the packed forward and backward run the varlen kernel."""
     import torch
 
     from rlloom.core_rl.workers.forward import response_logprobs
     from rlloom.core_rl.workers.precision import compute_autocast
 
     on_device = batch.to(ctx.device)
-    with torch.no_grad(), compute_autocast(ctx.device, True):
-        padded, _ = response_logprobs(model, on_device, packed=False)
-        packed, _ = response_logprobs(model, on_device, packed=True)
-    return (packed - padded).abs()[on_device.loss_mask.bool()].float().cpu()
+    logprobs, grads = [], []
+    for packed in (False, True):
+        model.zero_grad(set_to_none=True)
+        with compute_autocast(ctx.device, True):
+            lp, _ = response_logprobs(model, on_device, packed=packed)
+        (lp.float() * on_device["advantages"]).sum().backward()
+        logprobs.append(lp.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    model.zero_grad(set_to_none=True)
+    cosine = float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+    del grads
+    return (logprobs[1] - logprobs[0]).abs()[on_device.loss_mask.bool()].float().cpu(), cosine
 
 
 def check_bf16_fp32_masters(ctx: Context) -> dict[str, Any]:
@@ -686,7 +709,7 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
         "real_tokens": real,
         "padded_tokens": int(batch["attention_mask"].numel()),
         "micro_batch_token_budget": s.big_micro_tokens,
-        "packed_attention": packed_attention(model),
+        "packed_attention": packed_attention(model, ctx),
     }
     modes: dict[str, float] = {}
     for mode, packed in (("padded", False), ("packed", True)):
@@ -722,6 +745,7 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
         "sum_sq_lengths": sum(int(n) ** 2 for n in lengths),
         "layers": s.large.layers,
         "hidden": s.large.hidden,
+        "packed_attention": figures["packed_attention"],
     }
     del model
     release_memory()
@@ -731,10 +755,10 @@ def check_update_3b(ctx: Context) -> dict[str, Any]:
     if ctx.cuda:
         figures["packed_over_padded_peak"] = figures["packed_peak_GiB"] / figures["padded_peak_GiB"]
         costlier = figures["packed_over_padded_peak"] > 1.05 or figures["packed_over_padded_time"] > 1.05
-        if costlier and "varlen" in figures["packed_attention"]:
+        if costlier and "dense" not in figures["packed_attention"]:
             raise CheckFailedError("packed micro-batches should cost no more than padded ones", figures)
-        if costlier:  # sdpa: transformers attends over a dense [nnz, nnz] mask, nnz^2 work (attention.py)
-            figures["packed_note"] = "costlier than padded: no flash-attn here, so no varlen kernel"
+        if costlier:  # plain sdpa / eager: transformers attends over a dense [nnz, nnz] mask, nnz^2 work
+            figures["packed_note"] = "costlier than padded: a dense [nnz, nnz] mask, no varlen path"
     return figures
 
 
@@ -849,7 +873,11 @@ def check_mfu_update(ctx: Context) -> dict[str, Any]:
     # not counted: this is MFU, not hardware FLOPs utilisation) plus causal attention, 6 x layers x hidden x
     # sum(T_i^2) over rows (PaLM's 12 L H Q T per token, halved for the causal mask).
     flops = 6 * up["params"] * up["real_tokens"] + 6 * up["layers"] * up["hidden"] * up["sum_sq_lengths"]
-    figures: dict[str, Any] = {"update_TFLOPs": flops / 1e12, "flops_formula": "6*N*tokens + 6*L*d*sum(T^2)"}
+    figures: dict[str, Any] = {
+        "update_TFLOPs": flops / 1e12,
+        "flops_formula": "6*N*T + 6*L*d*sum(T_i^2): N params, T real tokens, L layers, d hidden, T_i row lengths",
+        "packed_attention": up.get("packed_attention", ""),
+    }
     for mode, seconds in up["seconds"].items():
         figures[f"{mode}_achieved_TFLOP_s"] = flops / seconds / 1e12
     peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.cuda else None
@@ -864,6 +892,134 @@ def check_mfu_update(ctx: Context) -> dict[str, Any]:
     return figures
 
 
+def even_word_reward(trajectories: Any) -> list[Any]:
+    """GRPO needs rewards that differ within a group, and a random model writes random words: the share of the
+    response's words with an even index (`w0`, `w2`, ...), about 0.5 with row-to-row spread."""
+    from rlloom.core_rl.contracts.protocols import RewardOutput
+
+    outputs = []
+    for traj in trajectories:
+        words = [w for w in traj.response_text.split() if w[1:].isdigit()]
+        even = sum(int(w[1:]) % 2 == 0 for w in words) / len(words) if words else 0.0
+        outputs.append(RewardOutput(score=even, components={"even_share": even}))
+    return outputs
+
+
+def grpo_config(ctx: Context, folder: Path, prompts: int, group: int, max_tokens: int) -> Any:
+    """A GRPO run on the saved model in `folder`: bf16 compute over fp32 masters, packed micro-batches (the varlen
+    path), one optimizer step per update, no reference model (kl off), no checkpoint (steps are driven here)."""
+    from rlloom.core_rl.config.schema import RLConfig
+
+    return RLConfig.model_validate(
+        {
+            "model": {"path": str(folder / "model"), "tokenizer_path": str(folder / "tokenizer"), "dtype": "bfloat16"},
+            "data": {"train_batch_size": prompts},
+            "rollout": {"engine": "hf", "n": group, "max_tokens": max_tokens, "temperature": 1.0},
+            "algorithm": {"advantage": {"estimator": "grpo"}},
+            "actor": {
+                "lr": 1e-6,
+                "mini_batch_size": prompts,
+                "padding_free": True,
+                "max_tokens_per_micro_batch": 16_384 if not ctx.tiny else 256,
+            },
+            "trainer": {
+                "total_steps": 2,
+                "output_dir": str(folder / "run"),
+                "device": "cuda" if ctx.cuda else "cpu",
+                "trackers": ["jsonl"],
+                "seed": 0,
+            },
+        }
+    )
+
+
+def check_grpo_step(ctx: Context) -> dict[str, Any]:
+    """One end-to-end GRPO step of `rlloom.core_rl.Trainer` with rollout.engine=hf (an `HFEngine` on the actor's own
+    module, built by the engine factory the trainer calls) on a randomly initialised model saved to a temporary
+    folder: a warm-up step, then the timed one. Passes when every metric is finite and the update moved
+    the policy (a non-zero grad norm)."""
+    import math
+    import tempfile
+
+    import torch
+
+    from rlloom.core_rl.trainer import Trainer
+    from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
+
+    for key in list(ctx.shared):
+        if not key.startswith("tokenizer_"):
+            ctx.shared.pop(key)
+    release_memory()
+    s = ctx.sizes
+    prompts, group, max_tokens = (8, 8, 128) if not ctx.tiny else (2, 4, 8)
+    tok = cached_tokenizer(ctx, s.small.vocab)
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": " ".join(f"w{(7 * i + j) % 1000}" for j in range(16 + 4 * i))}],
+            "data_source": "gpu_check",
+            "reward_model": {"ground_truth": ""},
+        }
+        for i in range(2 * prompts)
+    ]
+    with tempfile.TemporaryDirectory(prefix="gpu_check_grpo_") as tmp:
+        folder = Path(tmp)
+        t0 = time.perf_counter()
+        model = build_model(s.small, tok, ctx.device, torch.bfloat16, seed=17)
+        model.save_pretrained(folder / "model")
+        tok.save_pretrained(folder / "tokenizer")
+        del model
+        release_memory()
+        config = grpo_config(ctx, folder, prompts, group, max_tokens)
+        engines: list[Any] = []
+
+        def engine_on(module: Any) -> Any:
+            engines.append(HFEngine(module, tok, HFEngineConfig(max_batch_rows=prompts * group)))
+            return engines[-1]
+
+        try:
+            trainer = Trainer(config, reward_fn=even_word_reward, train_data=rows, engine_factory=engine_on)
+            setup_s = time.perf_counter() - t0
+            actor_model = trainer.parts.actor.model
+            trainer.weights.sync()
+            steps = []
+            for _ in range(2):
+                trainer.step += 1
+                ctx.sync()
+                t1 = time.perf_counter()
+                metrics = trainer.train_step()
+                ctx.sync()
+                steps.append((time.perf_counter() - t1, metrics))
+            attn = packed_attention(actor_model, ctx)
+            del trainer, actor_model
+        finally:
+            for engine in engines:
+                engine.close()
+            release_memory()
+    step_s, metrics = steps[-1]
+    timing = {k.removeprefix("timing/"): v for k, v in metrics.items() if k.startswith("timing/")}
+    figures: dict[str, Any] = {
+        "model": s.small.name,
+        "rows": f"{prompts} prompts x {group}",
+        "max_tokens": max_tokens,
+        "packed_attention": attn,
+        "setup_s": setup_s,
+        "warmup_step_s": steps[0][0],
+        "step_s": step_s,
+        **{f"phase_{k}": v for k, v in sorted(timing.items())},
+        "tokens_per_s": metrics.get("perf/tokens_per_s"),
+        "reward_mean": metrics.get("reward/mean", metrics.get("critic/score/mean")),
+        "grad_norm": metrics.get("actor/grad_norm"),
+        "metrics": len(metrics),
+    }
+    bad = sorted(k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v))
+    if bad:
+        figures["non_finite"] = ",".join(bad[:10])
+        raise CheckFailedError(f"{len(bad)} metrics are not finite", figures)
+    if not metrics.get("actor/grad_norm", 0.0) > 0:
+        raise CheckFailedError("the update did not run (actor/grad_norm missing or 0)", figures)
+    return figures
+
+
 CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("env", check_env),
     ("fsdp2_api", check_fsdp2_api),
@@ -874,6 +1030,7 @@ CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("update_3b", check_update_3b),
     ("mfu_update", check_mfu_update),
     ("shared_prompt", check_shared_prompt),
+    ("grpo_step", check_grpo_step),
 ]
 
 
@@ -935,7 +1092,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (code paths only; figures meaningless)")
     parser.add_argument("--dry-run", action="store_true", help="the same as --device cpu --tiny")
     parser.add_argument("--out", type=Path, default=None, help="JSON report path (default $OUT/gpu_check.json)")
-    parser.add_argument("--deadline-s", type=float, default=510.0, help="skip checks that would end past this")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help="skip checks that would end past this many seconds from the start",
+    )
     parser.add_argument("--only", default="", help="comma-separated check names (default: all)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -974,6 +1136,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_MISSING_DEPENDENCY
     try:
         import pydantic  # noqa: F401  # rlloom's configs are pydantic models
+        import rich  # noqa: F401  # the trainer's console tracker (grpo_step)
     except ImportError:
         print(MISSING_PYDANTIC, flush=True)
         write_report(out, [Result("env", "FAIL", note=MISSING_PYDANTIC)], {"error": "pydantic missing"})
