@@ -1,6 +1,7 @@
 """bench/gpu_check.py on a CPU: its dry run goes through every check's code (FSDP2 on a 1-rank gloo group, the
-in-process actor, weight sync into HFEngine, decode against transformers.generate, padded and packed updates),
-so a GPU session finds a script that runs; plus its deadline, missing-pydantic and MFU arithmetic."""
+in-process actor, weight sync into HFEngine, decode against transformers.generate, padded and packed updates, a
+GRPO step of the Trainer), so a GPU session finds a script that runs; plus its deadline, missing-pydantic and MFU
+arithmetic, and that its budgets fit the deadline the documented device command gives it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ CHECK_NAMES = [
     "update_3b",
     "mfu_update",
     "shared_prompt",
+    "grpo_step",
 ]
 
 
@@ -73,6 +75,9 @@ def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
     # one rank sums nothing across ranks: the FSDP2 step is the in-process step up to bf16 rounding
     assert actors["logprob_absdiff_max"] <= 0.1
     assert abs(actors["grad_norm_ratio_fsdp_over_inproc"] - 1) <= 0.05
+    # auto without flash-attn: packed rows through sdpa_varlen (per-sequence sdpa on a CPU), no dense mask
+    assert actors["packed_attention"] == "sdpa_varlen: causal sdpa per sequence"
+    assert actors["packed_vs_padded_grad_cosine"] >= 0.99
     masters = found["bf16_fp32_masters"]["figures"]
     assert isinstance(masters, dict)
     assert masters["inproc_param_dtypes"] == masters["fsdp_param_dtypes"] == "torch.float32"
@@ -89,6 +94,14 @@ def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
     assert isinstance(update, dict)
     assert update["real_tokens"] < update["padded_tokens"]
     assert "no bf16 dense peak" in str(found["mfu_update"]["note"])
+    mfu = found["mfu_update"]["figures"]
+    assert isinstance(mfu, dict)
+    assert {"padded_achieved_TFLOP_s", "packed_achieved_TFLOP_s"} <= set(mfu) and "6*N*T" in mfu["flops_formula"]
+    assert mfu["packed_attention"] == update["packed_attention"]
+    grpo = found["grpo_step"]["figures"]
+    assert isinstance(grpo, dict)
+    assert grpo["step_s"] > 0 and grpo["grad_norm"] > 0 and "non_finite" not in grpo
+    assert 0.0 <= grpo["reward_mean"] <= 1.0
     shared = found["shared_prompt"]["figures"]
     assert isinstance(shared, dict)
     for layout in ("even", "long_prompt"):
@@ -112,7 +125,7 @@ def test_missing_pydantic_names_the_wheels_to_carry(tmp_path: Path) -> None:
     assert proc.returncode == 2
     lines = [line for line in proc.stdout.splitlines() if "pydantic" in line]
     assert len(lines) == 1
-    for wheel in ("pydantic-core", "typing-inspection", "annotated-types", "docs/gpu_check.md"):
+    for wheel in ("pydantic-core", "typing-inspection", "annotated-types", "rich", "scripts/gpu_wheels.py"):
         assert wheel in lines[0]
     assert checks(out)["env"]["status"] == "FAIL"
 
@@ -154,3 +167,38 @@ def test_runs_from_the_working_tree_sources_when_rlloom_is_not_installed(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert report["rlloom_core_rl_from"] == str(ROOT / "packages" / "core-rl" / "src" / "rlloom" / "core_rl")
+
+
+def test_budgets_fit_inside_the_default_deadline() -> None:
+    """Every check can run when the launcher hands the script its default deadline (docs/gpu_check.md)."""
+    script = load_script()
+    assert [name for name, _ in script.CHECKS] == CHECK_NAMES == list(script.BUDGET_S)
+    assert sum(script.BUDGET_S.values()) <= script.DEFAULT_DEADLINE_S
+
+
+def run_launcher(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """bench/gpu_check.sh with this interpreter (pydantic and rich present: nothing to install)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "OUT": str(out)}
+    return subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_check.sh"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def test_launcher_gives_the_check_a_deadline_inside_the_device_timeout(tmp_path: Path) -> None:
+    proc = run_launcher(tmp_path, "--timeout-s", "200", "--dry-run", "--only", "env")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    deadline = float(report["argv"][report["argv"].index("--deadline-s") + 1])
+    assert 200 - 60 - 10 <= deadline <= 200 - 60  # the timeout less the margin and the seconds already spent
+    assert "PASS env" in (tmp_path / "gpu_check.log").read_text()
+
+
+def test_launcher_refuses_a_timeout_too_short_for_any_check(tmp_path: Path) -> None:
+    proc = run_launcher(tmp_path, "--timeout-s", "80", "--dry-run")
+    assert proc.returncode == 2
+    assert "give the device call more time" in proc.stdout
