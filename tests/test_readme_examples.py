@@ -61,7 +61,6 @@ def _vlm_world(cwd: Path) -> dict[str, Any]:
 
 SETUP: dict[str, Setup] = {
     "packages/agent/README.md": _search_corpus,
-    "packages/retrieval/README.md": _search_corpus,
     "packages/core-rl/README.md": _grpo_run,
     "packages/multimodal/README.md": _vlm_world,
 }
