@@ -76,10 +76,15 @@ def {entry}(*args, **kwargs):
 
 
 def _humaneval(code_for: Any) -> list[CodeTask]:
+    """HumanEval tasks with their prompts as trusted helpers: HumanEval/32, 38 and 50 test with `poly`,
+    `encode_cyclic` and `encode_shift`, which only the prompt defines (the checker refuses them without it)."""
     return [
-        CodeTask(kind="function", code=code_for(r), test=r["test"], entry_point=r["entry_point"], limits=LIMITS)
+        CodeTask(
+            kind="function", code=code_for(r), test=r["test"], entry_point=r["entry_point"], helpers=r["prompt"],
+            limits=LIMITS,
+        )
         for r in HUMANEVAL
-    ]
+    ]  # fmt: skip
 
 
 def test_corpora_are_complete() -> None:
@@ -103,10 +108,17 @@ def test_humaneval_wrong_variants_all_fail() -> None:
 
 
 def test_humaneval_always_equal_hack_earns_nothing() -> None:
+    """Nothing beyond what a constant empty answer earns: HumanEval/33 has a statement comparing the candidate
+    with itself (`tuple(candidate(l)) == tuple(sort_third(l))`), which the object passes by iterating as empty,
+    its items being data; `return []` passes it too. Its own `__eq__` decides nothing anywhere."""
     code = lambda r: r["prompt"] + ALWAYS_EQUAL.format(entry=r["entry_point"])  # noqa: E731
     results = check_many(_humaneval(code), max_workers=2)
-    credited = [r["task_id"] for r, res in zip(HUMANEVAL, results, strict=True) if res.passed > 0]
-    assert credited == []
+    credited = {r["task_id"]: res.passed for r, res in zip(HUMANEVAL, results, strict=True) if res.passed > 0}
+    assert set(credited) <= {"HumanEval/33"}
+    empty = lambda r: r["prompt"] + f"\ndef {r['entry_point']}(*args, **kwargs):\n    return []\n"  # noqa: E731
+    tasks = [t for t, r in zip(_humaneval(empty), HUMANEVAL, strict=True) if r["task_id"] in credited]
+    baseline = dict(zip(credited, (res.passed for res in check_many(tasks, max_workers=2)), strict=True))
+    assert all(credited[task] <= baseline[task] for task in credited), (credited, baseline)
 
 
 def test_mbpp_reference_solutions_all_pass() -> None:

@@ -327,6 +327,71 @@ def test_redefining_a_task_helper_earns_zero(host: dict[str, str]) -> None:
     assert humaneval_scorer(honest, {"test": test, "entry_point": "find_zero", "prompt": prompt}).score == 1.0
 
 
+# --- free names: a test's unbound names are the standard library's or the task's, never the solution's ----------
+
+FREE_TESTS = ["assert math.isclose(root(2.0), 1.4142135623730951)", "assert biggest() == sys.maxsize"]
+FREE_HONEST = "import math, sys\ndef root(x):\n    return math.sqrt(x)\ndef biggest():\n    return sys.maxsize\n"
+FREE_NAMES = {
+    "patches the module the tests use unimported": "import math\nmath.isclose = lambda *a, **k: True\n"
+    + "import sys\nsys.maxsize = 7\ndef root(x):\n    return -1.0\ndef biggest():\n    return 7\n",
+    "defines its own `math` and `sys`": "class math:\n    isclose = staticmethod(lambda *a, **k: True)\n"
+    + "class sys:\n    maxsize = 7\ndef root(x):\n    return -1.0\ndef biggest():\n    return 7\n",
+}
+
+
+def test_free_names_task_is_solvable() -> None:
+    """MBPP-style tests that use `math` and `sys` without importing them get the real modules."""
+    assert check_asserts(FREE_HONEST, FREE_TESTS).score == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(FREE_NAMES))
+def test_modules_the_tests_use_unimported_are_the_real_ones(name: str, host: dict[str, str]) -> None:
+    result = check_asserts(FREE_NAMES[name], FREE_TESTS, timeout=5)
+    assert result.passed == 0 and result.score == 0.0, (name, result)
+
+
+def test_a_task_helper_without_the_prompt_is_refused_not_taken_from_the_solution(host: dict[str, str]) -> None:
+    """HumanEval/32 called without its prompt: the solution's own `poly` would grade it; the scorer says the
+    prompt is needed instead, for the cheat and the honest answer alike."""
+    test = "def check(candidate):\n    assert abs(poly([-4, 0, 1], candidate([-4, 0, 1]))) < 1e-6\n"
+    truth = {"test": test, "entry_point": "find_zero"}
+    cheat = "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 0.0\n"
+    honest = (
+        "def poly(xs, x):\n    return sum(c * x**i for i, c in enumerate(xs))\n\ndef find_zero(xs):\n    return 2.0\n"
+    )
+    for answer in (cheat, honest):
+        result = humaneval_scorer(answer, truth)
+        assert result.score == 0.0 and result.error is not None and "prompt" in result.error, result
+        assert "poly" in result.error
+    with pytest.raises(ValueError, match="poly"):
+        check_function(cheat, test, "find_zero")
+    prompt = "def poly(xs, x):\n    return sum(c * x**i for i, c in enumerate(xs))\n\ndef find_zero(xs):\n"
+    assert humaneval_scorer("    return 2.0\n", {**truth, "prompt": prompt}).score == 1.0
+    assert humaneval_scorer(cheat, {**truth, "prompt": prompt}).score == 0.0
+
+
+# --- iteration: the solution's StopIteration does not end the tests' loops ----------------------------------------
+
+STOP_TESTS = ["assert all(map(lambda x: square(x) == x * x, [3, -4, 12]))", "assert list(filter(square, [1])) == [1]"]
+STOP_ITERATION = {
+    "raises StopIteration from the entry point": "def square(x):\n    raise StopIteration\n",
+    "raises a subclass of StopIteration": "class Done(StopIteration):\n    pass\ndef square(x):\n    raise Done()\n",
+    "raises StopAsyncIteration": "def square(x):\n    raise StopAsyncIteration\n",
+}
+
+
+def test_stop_iteration_task_is_solvable() -> None:
+    honest = "def square(x):\n    it = iter([x * x])\n    return next(it)\n"  # its own iteration ends normally
+    assert check_asserts(honest, STOP_TESTS).score == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(STOP_ITERATION))
+def test_stop_iteration_from_the_solution_is_an_error(name: str, host: dict[str, str]) -> None:
+    result = check_asserts(STOP_ITERATION[name], STOP_TESTS, timeout=5)
+    assert result.passed == 0 and result.score == 0.0, (name, result)
+    assert all("does not end the test's loop" in t.reason for t in result.tests), result
+
+
 # --- interpreter flags: asserts are kept whatever the scoring process's optimisation level ----------------------
 
 SCORE_WRONG = (

@@ -116,7 +116,7 @@ def test_io_scorer_call_based_apps_task() -> None:
 def test_io_scorer_call_based_refuses_always_equal_results() -> None:
     cheat = "class Eq:\n    def __eq__(self, other):\n        return True\n\ndef f(x):\n    return Eq()"
     result = io_scorer(cheat, {"fn_name": "f", "inputs": [[1]], "outputs": [[2]]})
-    assert result.score == 0.0 and "needs a value" in result.details["tests"][0]["reason"]
+    assert result.score == 0.0 and "own __eq__ would decide" in result.details["tests"][0]["reason"]
 
 
 def test_extra_info_knobs_are_validated_not_coerced() -> None:

@@ -18,10 +18,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rlloom.rewards.code.containment import SandboxError
+from rlloom.rewards.code.containment import SandboxError, mentions_scientific
 from rlloom.rewards.code.probe import require
 from rlloom.rewards.code.runner import Limits, Run, run_program
-from rlloom.rewards.code.testplan import Unit, assert_units, function_units, helper_units, solution_names
+from rlloom.rewards.code.testplan import (
+    Unit,
+    assert_units,
+    defined_names,
+    function_units,
+    helper_units,
+    solution_names,
+)
 
 CodeStatus = Literal[
     "passed", "failed", "error", "timeout", "memory", "output_limit", "killed", "incomplete", "tampered"
@@ -50,6 +57,18 @@ class CodeResult(BaseModel):
     stdout: str = Field(default="", description="What the program printed (first 2,000 characters).")
     stderr: str = Field(default="", description="Its standard error (last 2,000 characters).")
     duration: float = Field(default=0.0, description="Wall-clock seconds spent running it.")
+
+
+class MissingHelpersError(ValueError):
+    """The tests read names that only the task's own code (HumanEval's prompt) defines, and it was not given."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        super().__init__(
+            f"the test reads {', '.join(names)}, which the task's prompt defines, not the solution: pass the "
+            "prompt as helpers= (humaneval_scorer: extra_info['prompt'] or ground_truth['prompt']); the solution's "
+            "own definitions are never used for them, or it could grade itself"
+        )
 
 
 def _score(passed: int, total: int, partial: bool) -> float:
@@ -122,8 +141,11 @@ def check_asserts(
     """MBPP style: load `code`, run `setup`, then each assert statement; `timeout` covers the whole run."""
     units = assert_units(asserts, setup)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    names, shadowed = solution_names(setup, *asserts)
-    job = {"kind": "asserts", "code": code, "required": [], "names": names, "shadowed": shadowed, "bind": []}
+    names, shadowed, imports = solution_names(setup, *asserts)
+    job = {
+        "kind": "asserts", "code": code, "required": [], "names": names, "shadowed": shadowed, "bind": [],
+        "imports": imports, "scientific": mentions_scientific(setup, *asserts),
+    }  # fmt: skip
     return _run_units(job, units, chosen, partial, allow_weak_isolation)
 
 
@@ -142,18 +164,26 @@ def check_function(
     """HumanEval style: load `code`, bind `entry_point` to check's argument, run check's assertions one by one.
 
     `helpers` is trusted code shipped with the task (HumanEval's prompt), run on the test side first, so helpers
-    the tests use (`poly`, `encode_cyclic`) are the task's own and not the solution's redefinitions.
+    the tests use (`poly`, `encode_cyclic`) are the task's own and not the solution's redefinitions. The solution
+    provides the entry point only: a test that reads any other name neither it, the helpers nor the standard library
+    defines raises `MissingHelpersError` (a ValueError) naming it, instead of taking the solution's.
     """
     units, param = function_units(test, entry_point)
     chosen = limits or Limits(timeout=timeout, memory_mb=memory_mb)
-    names, shadowed = solution_names(test)
+    names, _, imports = solution_names(test)
+    provided = defined_names(helpers)
+    missing = [name for name in names if name not in (entry_point, param) and name not in provided]
+    if missing:
+        raise MissingHelpersError(missing)
     job = {
         "kind": "function",
         "code": code,
         "required": [entry_point],
-        "names": names,
-        "shadowed": shadowed,
+        "names": [name for name in names if name == entry_point],
+        "shadowed": [],
         "bind": [[param, entry_point], [entry_point, entry_point]],
+        "imports": imports,
+        "scientific": mentions_scientific(test, helpers),
     }
     return _run_units(job, helper_units(helpers) + units, chosen, partial, allow_weak_isolation)
 

@@ -71,7 +71,7 @@ def _probe(mode: Mode, python: str) -> Isolation:
     read_only = facts["ro"] == "1"
     unprivileged = facts["uid"] != "0"
     own_pids = facts["pid"] == "2" and facts["procs"] == "2"  # the supervisor is 1, the program 2, no others
-    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp"}
+    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp", "site"}
     allowed |= {Path(p).parts[1] for p in stdlib_dirs()}
     minimal_root = set(facts["top"].split(",")) <= allowed
     strong = no_network and read_only and unprivileged and own_pids and minimal_root

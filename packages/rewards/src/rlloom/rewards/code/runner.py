@@ -29,7 +29,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlloom.rewards.code.containment import Mode, SandboxError, empty_netns, hidden_stdlib, launcher, stdlib_dirs
+from rlloom.rewards.code.containment import (
+    Mode,
+    SandboxError,
+    hidden_stdlib,
+    launcher,
+    mentions_scientific,
+    site_packages,
+    stdlib_dirs,
+)
 
 SETUP_FAILED = 121
 _HERE = Path(__file__).parent
@@ -47,7 +55,11 @@ def harness_modules() -> list[tuple[str, CodeType]]:
 
 
 ExecStatus = Literal["ok", "error", "timeout", "memory", "output_limit", "killed", "sandbox_error"]
-_ENV_BASE = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+_ENV_BASE = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+    # numpy's BLAS would start a thread per host core: over the run's process limit, and its CPU is one budget
+    "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+}  # fmt: skip
 
 
 class Limits(BaseModel):
@@ -56,11 +68,17 @@ class Limits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout: float = Field(default=5.0, gt=0, le=3600, description="Wall-clock seconds; CPU time is capped too.")
+    cpu_seconds: float | None = Field(
+        default=None, gt=0, le=3600,
+        description="CPU seconds of all the run's processes together (one budget they share, whatever the kernel's "
+        "scheduler groups), checked every 20 ms; None: the timeout rounded up, plus one.",
+    )  # fmt: skip
     memory_mb: int = Field(
         default=512,
         ge=64,
         description="Memory budget of the whole run in MiB: the resident memory of all its processes together "
-        "(supervisor and test code included), checked every 20 ms; also each process's address-space cap.",
+        "(supervisor and test code included), its System V shared memory and its tmpfs files (/tmp, /dev/shm), "
+        "checked every 20 ms; also each process's address-space cap and the largest message a test receives.",
     )
     max_processes: int = Field(default=16, ge=1, description="Processes and threads the program may have.")
     max_file_mb: int = Field(default=16, ge=1, description="Largest file the program may write, in MiB.")
@@ -132,23 +150,29 @@ def run_program(
     stdin: str | bytes | None = None,
     tests: list[Any] | None = None,
 ) -> Run:
-    """Run one harness job under `mode` and `limits`; never raises for anything the program does."""
+    """Run one harness job under `mode` and `limits`; never raises for anything the program does.
+
+    The scientific packages are mounted when the job's code names one or the caller sets `job["scientific"]`
+    (its tests do: the harness checks their text, which never travels in the job the candidate sees)."""
+    job = dict(job)
+    scientific = bool(job.pop("scientific", False)) or mentions_scientific(str(job.get("code", "")))
     nonce = secrets.token_hex(16)
     uid = 1_000_000 + secrets.randbelow(1 << 30)
     workdir = "/tmp" if mode == "namespaces" else tempfile.mkdtemp(prefix="rlloom-code-")
     if mode != "namespaces" and os.geteuid() == 0:
         os.chown(workdir, uid, uid)
-    netns = [empty_netns()] if mode == "namespaces" else []
-    cpu = math.ceil(limits.timeout) + 1
+    cpu = math.ceil(limits.timeout) + 1 if limits.cpu_seconds is None else math.ceil(limits.cpu_seconds)
     rlimits = {
         "RLIMIT_CPU": cpu, "RLIMIT_AS": limits.memory_mb << 20, "RLIMIT_FSIZE": limits.max_file_mb << 20,
         "RLIMIT_NOFILE": limits.max_open_files, "RLIMIT_NPROC": limits.max_processes, "RLIMIT_CORE": 0,
+        "RLIMIT_MSGQUEUE": 0, "RLIMIT_MEMLOCK": 1 << 16,  # POSIX message queues and locked pages: kernel memory
     }  # fmt: skip
     cfg = {
         **job, "nonce": nonce, "mode": mode, "uid": uid, "workdir": workdir, "limits": rlimits,
         "tmpfs_mb": limits.tmpfs_mb, "budget_mb": limits.memory_mb, "stdlib": stdlib_dirs(),
-        "stdlib_hidden": bool(hidden_stdlib()),
-        "netns_fd": netns[0] if netns else -1, "modules": harness_modules(),
+        "cpu_budget": limits.cpu_seconds if limits.cpu_seconds is not None else cpu,
+        "stdlib_hidden": bool(hidden_stdlib()), "site": [list(p) for p in site_packages()] if mode == "namespaces" and
+        scientific else [], "modules": harness_modules(),
     }  # fmt: skip
     cfg_fd = _memfd("rlloom-job", marshal.dumps(cfg))
     tests_fd = _memfd("rlloom-tests", marshal.dumps(tests or []))
@@ -160,7 +184,7 @@ def run_program(
         proc = subprocess.Popen(
             [*launcher(mode, python), str(cfg_fd), str(tests_fd), str(res_w)],
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, tests_fd, res_w, *netns), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(cfg_fd, tests_fd, res_w), env=env,
             start_new_session=True, cwd="/" if mode == "namespaces" else workdir,
         )  # fmt: skip
     except OSError as exc:
@@ -234,16 +258,22 @@ def _watch(proc: subprocess.Popen[bytes], res_r: int, *, nonce: str, limits: Lim
     body = records[1:] if sealed else records
     reported = [value for key, value, _ in body if key == "EXIT"]  # how the candidate's own process ended
     over_budget = any(key == "MEMORY" for key, _, _ in body)
-    body = [r for r in body if r[0] not in ("EXIT", "MEMORY")]
+    over_cpu = any(key == "CPU" for key, _, _ in body)
+    body = [r for r in body if r[0] not in ("EXIT", "MEMORY", "CPU")]
     # A run we stopped (deadline, output cap) died of our SIGKILL; `unshare`'s own status would say 1 or SIGPIPE.
+    # One the supervisor stopped for its CPU budget ends as a CPU rlimit would end a process: SIGXCPU.
     code = -signal.SIGKILL if verdict is not None else proc.returncode
     if verdict is None and sealed and reported and reported[-1].lstrip("-").isdigit():
         code = int(reported[-1])
+    if verdict is None and over_cpu:
+        code = -signal.SIGXCPU
     if verdict is None:
         if not sealed:
             verdict = "sandbox_error" if code == SETUP_FAILED or not records else "killed"
         elif over_budget:
             verdict = "memory"
+        elif over_cpu:
+            verdict = "timeout"
         elif code == 0:
             verdict = "ok"
         elif code == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu - 0.05:

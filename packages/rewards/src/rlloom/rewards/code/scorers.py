@@ -16,7 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlloom.rewards.code.harness import CodeResult, check_asserts, check_calls, check_function, check_io
+from rlloom.rewards.code.harness import (
+    CodeResult,
+    MissingHelpersError,
+    check_asserts,
+    check_calls,
+    check_function,
+    check_io,
+)
 from rlloom.rewards.code.runner import Limits
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
@@ -108,12 +115,16 @@ def _scored(check: Callable[[], CodeResult], code: str) -> ScoreResult:
     never raises here), so it scores 0 with the message instead of raising for one bad row."""
     try:
         return _as_score(check(), code)
+    except MissingHelpersError as exc:
+        return ScoreResult(score=0.0, extracted=code, error=f"missing prompt: {exc}")
     except ValueError as exc:
         return ScoreResult(score=0.0, extracted=code, error=f"bad ground_truth: {exc}")
 
 
 def humaneval_scorer(response: Any, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
-    """ground_truth = {"test", "entry_point"}; a completion-style answer is appended to `extra_info["prompt"]`."""
+    """ground_truth = {"test", "entry_point"}; a completion-style answer is appended to `extra_info["prompt"]`
+    (or `ground_truth["prompt"]`). The prompt is required when the tests use helpers it defines (HumanEval/32's
+    `poly`): without it the result is a 0 with `error` saying so, never the solution's own `poly`."""
     text, ground_truth = response_text(response), plain(ground_truth)
     if text is None:
         return ScoreResult(score=0.0, error=not_text_error(response))

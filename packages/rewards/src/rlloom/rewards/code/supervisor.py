@@ -17,10 +17,15 @@ limits. Then it forks:
 
 Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, then `NONCE END COUNT`; how the candidate
 process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`. The candidate has no
-descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget for the whole
-run: every 20 ms (an interval timer) it sums the resident memory of every process in the run (all of the PID
-namespace; in weak mode itself and its descendants, as a child subreaper) and ends the run when the sum passes
-`memory_mb`. When the supervisor ends, for any reason, the kernel kills every process in its PID namespace.
+descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget and one CPU budget
+for the whole run: every 20 ms (an interval timer) it sums, over every process in the run (all of the PID
+namespace; in weak mode itself and its descendants, as a child subreaper), the resident memory and the CPU time
+(with that of exited children), adds the memory no process's resident set shows (the run's System V shared
+memory segments, attached or not, and its tmpfs, which also holds /dev/shm and POSIX shared memory), and ends the
+run when either sum passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp
+filter answers memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and
+allows no message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID
+namespace.
 """
 
 import _signal
@@ -68,16 +73,19 @@ def _libc_caller():
 
 
 EXPOSED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # plus /dev, /proc, /tmp
+SITE = "/site"  # where the host's scientific packages (numpy, scipy ...) appear, read-only
 _BIND, _REC, _REMOUNT, _RDONLY, _NOSUID, _NODEV = 4096, 16384, 32, 1, 2, 4
 
 
-def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
-    """Chroot into a minimal read-only root: system dirs, a minimal /dev, /proc, the stdlib, a private /tmp.
+def _seal_filesystem(call, uid, tmpfs_mb, stdlib, site):
+    """Chroot into a minimal read-only root: system dirs, a minimal /dev, /proc, the stdlib, the host's scientific
+    packages (numpy ...) under /site, a private /tmp.
 
     Everything else on the host (home directories, the repository, data sets with their answers) is not there at
     all. The host tree is first made read-only and nosuid (mount_setattr, recursive), so every bind inherits that.
     """
     fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in stdlib}
+    site_fds = [(os.open(source, os.O_PATH), target) for source, target in site]
     attr = (_RDONLY | _NOSUID).to_bytes(8, "little") + bytes(24)  # struct mount_attr: attr_set
     call("syscall", 442, -100, b"/", 0x8000, attr, 32)  # SYS_mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, ...)
     root = "/tmp"  # any existing directory serves as the mount point of the new root
@@ -101,6 +109,14 @@ def _seal_filesystem(call, uid, tmpfs_mb, stdlib):
             os.makedirs(root + path, 0o755)
             bind(f"/proc/self/fd/{fd}", root + path)
         os.close(fd)
+    for fd, target in site_fds:  # a package directory, its bundled libraries (numpy.libs), or a one-file module
+        os.makedirs(os.path.dirname(root + target), 0o755, exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.mkdir(root + target)
+        else:
+            open(root + target, "w").close()
+        bind(f"/proc/self/fd/{fd}", root + target)
+        os.close(fd)
     os.mkdir(root + "/tmp")
     options = f"size={tmpfs_mb}m,nr_inodes=4096,mode=0700,uid={uid},gid={uid}".encode()
     call("mount", b"tmpfs", (root + "/tmp").encode(), b"tmpfs", _NOSUID | _NODEV, options)
@@ -121,13 +137,23 @@ def _minimal_dev(call, dev):
     call("mount", None, dev.encode(), None, _REMOUNT | _RDONLY | _NOSUID, b"size=64k,nr_inodes=64,mode=0755")
 
 
+def _limit_ipc(budget):
+    """The run's own IPC namespace (`unshare --ipc`): System V shared memory capped at the run's budget, a few
+    segments at most, no message queues (kernel memory no count sees). Its sysctls are the namespace's own."""
+    pages = max(1, budget // PAGE)
+    for name, value in (("shmmax", budget), ("shmall", pages), ("shmmni", 16), ("msgmni", 0)):
+        with open(f"/proc/sys/kernel/{name}", "w") as f:
+            f.write(str(value))
+
+
 def _seal_root(cfg):
     """Network, filesystem and limits: what the supervisor and the candidate share. Returns the libc caller."""
     call = _libc_caller()
-    if cfg["mode"] == "namespaces":
-        call("setns", cfg["netns_fd"], 0x40000000)  # CLONE_NEWNET: join the shared empty network namespace
-        os.close(cfg["netns_fd"])
-        _seal_filesystem(call, cfg["uid"], cfg["tmpfs_mb"], cfg["stdlib"])
+    if cfg["mode"] == "namespaces":  # `unshare` gave the run its own network namespace: no interface is up
+        _limit_ipc(cfg["budget_mb"] << 20)
+        _seal_filesystem(call, cfg["uid"], cfg["tmpfs_mb"], cfg["stdlib"], cfg["site"])
+        if cfg["site"]:
+            sys.path.append(SITE)
     else:
         call("prctl", 36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the candidate's orphans stay ours to count and kill
     os.chdir(cfg["workdir"])
@@ -144,6 +170,45 @@ def _become(call, uid, cfg):
         os.setresuid(uid, uid, uid)
     call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
     call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL (a uid change clears it, so set it after)
+    _deny_memfd(call)
+
+
+# audit arch, memfd_create, memfd_secret, whether x32 syscall numbers exist (they would bypass the number check)
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 319, 447, True), "aarch64": (0xC00000B7, 279, 447, False)}
+
+
+def _deny_memfd(call):
+    """A seccomp filter: memfd_create and memfd_secret fail with ENOSYS (a memfd's pages are in no process's
+    resident set, so the run's budget could not count them), as does every syscall of a foreign ABI (32-bit
+    int 0x80 on x86_64, x32). Inherited by every process the run starts; no_new_privs is already set."""
+    import _ctypes
+
+    arch = _SECCOMP_ARCH.get(os.uname().machine)
+    if arch is None:
+        return
+    audit, memfd, secret, x32 = arch
+    deny, allow = 0x00050000 | 38, 0x7FFF0000  # SECCOMP_RET_ERRNO | ENOSYS, SECCOMP_RET_ALLOW
+    steps = [("ld", 4), ("jeq", audit, "next", "deny"), ("ld", 0)]
+    steps += [("jge", 0x40000000, "deny", "next")] if x32 else []
+    steps += [("jeq", memfd, "deny", "next"), ("jeq", secret, "deny", "next"), ("ret", allow), ("ret", deny)]
+    codes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
+    program = b""
+    for i, step in enumerate(steps):
+        jt = jf = 0
+        if len(step) == 4:
+            jt, jf = ((len(steps) - 2 - i) if t == "deny" else 0 for t in step[2:])
+        program += codes[str(step[0])].to_bytes(2, "little") + bytes((jt, jf)) + int(step[1]).to_bytes(4, "little")
+
+    class c_char(_ctypes._SimpleCData):  # noqa: N801
+        _type_ = "c"
+
+    class Buffer(_ctypes.Array):
+        _type_ = c_char
+        _length_ = len(program)
+
+    buffer = Buffer.from_buffer_copy(program)
+    fprog = (len(steps)).to_bytes(2, "little") + bytes(6) + _ctypes.addressof(buffer).to_bytes(8, "little")
+    call("prctl", 22, 2, fprog, 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 def _run_script(source):
@@ -176,11 +241,26 @@ def _candidate(cfg, ready_w, req_r, rep_w):
     except BaseException as exc:
         status = "solution failed to load: " + _describe(exc)
     try:
-        wire.send(rep_w, ["loaded", status, [name for name in cfg["shadowed"] if name in namespace]])
-    except (OSError, ValueError):
+        shadowed = [name for name in cfg["shadowed"] if name in namespace]
+        wire.send(rep_w, ["loaded", status, shadowed, _exception_classes(namespace, cfg["names"] + shadowed)])
+    except (OSError, ValueError, TypeError, wire.UnencodableError):
         os._exit(0)
     channel.serve(namespace, req_r, rep_w)
     os._exit(0)
+
+
+def _exception_classes(namespace, names):
+    """[name, class lineage] for each of `names` that the solution defines as an exception class: the tests get a
+    stand-in class of their own for it (see `Channel.stand_in`), so `except TheSolutionsError` works."""
+    found = []
+    for name in names:
+        value = namespace.get(name)
+        try:
+            if isinstance(value, type) and issubclass(value, BaseException):
+                found.append([name, [f"{c.__module__}.{c.__qualname__}" for c in value.__mro__][:16]])
+        except BaseException:
+            continue
+    return found
 
 
 class _Watch:
@@ -189,6 +269,7 @@ class _Watch:
     def __init__(self, pid, cfg, emit):
         self.pid, self.emit = pid, emit
         self.budget = cfg["budget_mb"] << 20
+        self.cpu_ticks = cfg["cpu_budget"] * os.sysconf("SC_CLK_TCK")
         self.ns = cfg["mode"] == "namespaces"
 
     def pids(self):
@@ -208,16 +289,31 @@ class _Watch:
         return found
 
     def check(self):
-        """End the run when the resident memory of all its processes together passes the budget."""
-        total = 0
+        """End the run when its memory (the resident sets of all its processes, its System V shared memory and its
+        tmpfs) or its CPU time (all its processes, live, exited or zombie) passes the budget."""
+        resident = ticks = 0
         for pid in self.pids():
             try:
-                with open(f"/proc/{pid}/statm", "rb") as f:
-                    total += int(f.read().split()[1]) * PAGE
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rpartition(b")")[2].split()
+                resident += int(fields[21]) * PAGE  # rss; utime, stime, cutime, cstime:
+                ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
             except (OSError, ValueError, IndexError):
                 continue
+        shared = tmpfs = 0
+        if self.ns:
+            shared = _sysv_shm()
+            try:
+                st = os.statvfs("/tmp")
+                tmpfs = (st.f_blocks - st.f_bfree) * st.f_frsize
+            except OSError:
+                pass
+        total = resident + shared + tmpfs
         if total > self.budget:
-            self.emit(f"MEMORY {total >> 20}")
+            self.emit(f"MEMORY {total >> 20} {resident >> 20} {shared >> 20} {tmpfs >> 20}")
+            self.end()
+        if ticks > self.cpu_ticks:
+            self.emit(f"CPU {ticks}")
             self.end()
 
     def end(self):
@@ -247,6 +343,23 @@ class _Watch:
         self.emit(f"EXIT {self.exit_code(True)}")
 
 
+def _sysv_shm():
+    """Bytes resident in the run's System V shared memory segments (its IPC namespace's), attached or not."""
+    total = 0
+    try:
+        with open("/proc/sysvipc/shm", "rb") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split()
+        try:
+            total += int(fields[14])  # rss
+        except (ValueError, IndexError):
+            continue
+    return total
+
+
 def _describe(exc):
     """`Type: message`, short."""
     try:
@@ -255,8 +368,16 @@ def _describe(exc):
         return "exception (unprintable)"
 
 
-def _run_tests(units, cfg, calls, report):
-    """Run each unit in a fresh namespace whose only link to the solution is its names, as `Remote` objects."""
+IDENTITY = (
+    " (an identity test, `is`, is never true across the sandbox boundary: the tests get copies of the solution's "
+    "values; refused, as sharing objects would let a solution decide its own comparisons)"
+)
+
+
+def _run_tests(units, cfg, calls, report, exceptions):
+    """Run each unit in a fresh namespace whose only links to the solution are the names the tests read from it:
+    `Remote` objects, and stand-in classes for its exception classes. The modules the tests use without importing
+    them (MBPP's `math`, `sys`) are the real ones, imported here, never the solution's."""
     ns = {"__name__": "__test__", "__builtins__": __builtins__}
     for kind, code in units:
         if kind == "helper":  # trusted code shipped with the task (HumanEval's prompt): defines what tests use
@@ -264,6 +385,15 @@ def _run_tests(units, cfg, calls, report):
                 exec(code, ns)
             except Exception:
                 pass
+    for name in cfg["imports"]:
+        if name not in ns:
+            try:
+                ns[name] = __import__(name)
+            except Exception:
+                pass
+    for name, lineage in sorted(exceptions, key=lambda e: len(e[1]) if type(e[1]) is list else 0):  # bases first
+        if type(name) is str and name in cfg["names"] and name not in ns and type(lineage) is list and lineage:
+            ns[name] = calls.stand_in(name, lineage)
     for name in cfg["names"]:
         if name not in ns:
             ns[name] = calls.remote(["n", name], name)
@@ -278,6 +408,8 @@ def _run_tests(units, cfg, calls, report):
             raise
         except BaseException as exc:
             reason = _describe(exc)
+            if type(exc) is AssertionError and code.co_filename.endswith(" (is)"):
+                reason += IDENTITY
             if kind == "setup":
                 for later in range(index, len(units)):
                     if units[later][0] == "test":
@@ -295,14 +427,17 @@ def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
     tests = [i for i in range(len(units)) if units[i][0] == "test"]
     try:
         loaded = wire.receive(rep_r)
-        if type(loaded) is not list or len(loaded) != 3 or loaded[0] != "loaded" or type(loaded[1]) is not str:
+        if type(loaded) is not list or len(loaded) != 4 or loaded[0] != "loaded" or type(loaded[1]) is not str:
+            raise wire.ProtocolError("bad load notice")
+        if type(loaded[2]) is not list or type(loaded[3]) is not list:
             raise wire.ProtocolError("bad load notice")
         cfg["names"] += [name for name in cfg["shadowed"] if name in loaded[2]]  # only names the tests call alone
         if loaded[1]:
             for index in tests:
                 report(index, False, loaded[1][:200])
         else:
-            _run_tests(units, cfg, channel.Channel(req_w, rep_r), report)
+            exceptions = [e for e in loaded[3] if type(e) is list and len(e) == 2]
+            _run_tests(units, cfg, channel.Channel(req_w, rep_r), report, exceptions)
     except wire.CandidateGoneError:  # the solution's process ended before the tests did: no completion record
         os.close(req_w)
         if select.select([os.pidfd_open(watch.pid)], [], [], 0.5)[0]:
@@ -317,6 +452,7 @@ def _supervise_tests(cfg, tests_fd, watch, *, req_w, rep_r, report, emit):
 
 def main(cfg, tests_fd, result_fd):
     """Seal the run, fork the candidate, supervise it (called by `sandboxed.py` with the job already read)."""
+    wire.MAX_FRAME = cfg["budget_mb"] << 20  # no message may be larger than the run's whole memory budget
     try:
         cfg["call"] = _seal_root(cfg)
         ready_r, ready_w = os.pipe()

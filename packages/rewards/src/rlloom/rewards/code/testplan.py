@@ -4,13 +4,16 @@ Done in the parent, from the data set's test text (never from the model's answer
 ready code objects. They are compiled with `optimize=0` whatever this interpreter's flags: under `python -O` or
 PYTHONOPTIMIZE the default would drop every `assert`, and every wrong answer would pass. `solution_names` lists
 the names the tests read but never bind (and that are not builtins): the only names the test namespace takes
-from the solution.
+from the solution, except standard-library modules the tests use without importing them (MBPP's `math.`,
+`sys.`), which are the real modules. A test statement with an identity comparison (`is`, other than against
+None, True, False) is compiled with a filename ending in " (is)", so its failure can say why.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import sys
 import threading
 from types import CodeType
 
@@ -22,7 +25,23 @@ two threads at once (the batch pool's workers) can fail with "SystemError: AST c
 mismatch" (python/cpython#106905). Test text is short, so parsing one at a time costs nothing."""
 
 
+def _identity(statements: list[ast.stmt]) -> bool:
+    """Whether the statements compare identities (`a is b`) other than against None, True, False or `...`."""
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for i, op in enumerate(node.ops):
+                    pair = operands[i : i + 2]
+                    constant = any(isinstance(v, ast.Constant) and v.value in (None, True, False, ...) for v in pair)
+                    if isinstance(op, ast.Is | ast.IsNot) and not constant:
+                        return True
+    return False
+
+
 def _compile(statements: list[ast.stmt], filename: str) -> CodeType:
+    if _identity(statements):
+        filename += " (is)"
     module = ast.Module(body=statements, type_ignores=[])
     with _AST_LOCK:
         return compile(ast.fix_missing_locations(module), filename, "exec", dont_inherit=True, optimize=0)
@@ -53,16 +72,34 @@ def _bound_and_read(tree: ast.AST) -> tuple[set[str], set[str]]:
     return bound, read
 
 
-def solution_names(*sources: str) -> tuple[list[str], list[str]]:
-    """(names, builtin_names): what the test code expects the solution to define.
+def _module_like(trees: list[ast.AST]) -> set[str]:
+    """Names read only as `name.attribute` (as a module is), never called, passed or compared themselves."""
+    based: set[str] = set()
+    other: set[str] = set()
+    for tree in trees:
+        as_base = {
+            id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                (based if id(node) in as_base else other).add(node.id)
+    return based - other
+
+
+def solution_names(*sources: str) -> tuple[list[str], list[str], list[str]]:
+    """(names, builtin_names, modules): what the test code expects the solution to define, and the
+    standard-library modules it uses without importing them.
 
     `names` are read and never bound by the tests, builtins excepted: a builtin name means the builtin (a solution
-    cannot redefine `sorted` for the tests), and a module the tests import is theirs. The one exception is a test
-    statement that reads builtin names only (MBPP's `assert sum(10, 15) == 6`, whose entry point is named `sum`):
-    the names it calls are `builtin_names`, taken from the solution when it defines them.
+    cannot redefine `sorted` for the tests), and a module the tests import is theirs. A free name that is a
+    standard-library module and that the tests only use as one (`math.sqrt(2)`, never `math(2)`) is in `modules`
+    instead: the real module, never the solution's (MBPP's tests use `sys` and `math` unimported). The one exception
+    is a test statement that reads builtin names only (MBPP's `assert sum(10, 15) == 6`, whose entry point is
+    named `sum`): the names it calls are `builtin_names`, taken from the solution when it defines them.
     """
     bound: set[str] = set()
     read: set[str] = set()
+    trees: list[ast.AST] = []
     statements: list[ast.stmt] = []
     for source in sources:
         try:
@@ -70,6 +107,7 @@ def solution_names(*sources: str) -> tuple[list[str], list[str]]:
                 tree = ast.parse(source)
         except SyntaxError:
             continue
+        trees.append(tree)
         more_bound, more_read = _bound_and_read(tree)
         bound |= more_bound
         read |= more_read
@@ -82,18 +120,36 @@ def solution_names(*sources: str) -> tuple[list[str], list[str]]:
         if stmt_read and all(name in builtin and name not in bound for name in stmt_read):
             calls = (n.func for n in ast.walk(stmt) if isinstance(n, ast.Call))
             shadowed |= {f.id for f in calls if isinstance(f, ast.Name)}
-    return sorted(read - bound - builtin), sorted(shadowed)
+    free = read - bound - builtin
+    modules = {n for n in free & _module_like(trees) if n in sys.stdlib_module_names and not n.startswith("_")}
+    return sorted(free - modules), sorted(shadowed), sorted(modules)
+
+
+def defined_names(helpers: str) -> set[str]:
+    """Every name trusted helpers bind (functions, classes, assignments, imports): what they provide the tests."""
+    tree = _parse_helpers(helpers)
+    return _bound_and_read(tree)[0] if tree is not None else set()
+
+
+def _parse_helpers(helpers: str) -> ast.Module | None:
+    """The helpers' syntax tree; a prompt that stops at the entry point's signature (no docstring, so no body)
+    gets a `pass` body; None if it still does not parse."""
+    if not helpers.strip():
+        return None
+    for source in (helpers, helpers.rstrip() + "\n    pass\n"):
+        try:
+            with _AST_LOCK:
+                return ast.parse(source)
+        except SyntaxError:
+            continue
+    return None
 
 
 def helper_units(helpers: str) -> list[Unit]:
     """Trusted code shipped with the task (HumanEval's prompt) run first on the test side: the helpers it defines
     (`poly` for find_zero, `encode_cyclic` ...) are the task's, not the solution's. Empty if it does not parse."""
-    if not helpers.strip():
-        return []
-    try:
-        return [("helper", _compile(_parse(helpers, "helpers").body, "<helpers>"))]
-    except ValueError:
-        return []
+    tree = _parse_helpers(helpers)
+    return [("helper", _compile(tree.body, "<helpers>"))] if tree is not None else []
 
 
 def assert_units(asserts: list[str], setup: str = "") -> list[Unit]:

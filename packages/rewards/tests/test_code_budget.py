@@ -1,0 +1,242 @@
+"""One memory budget, one CPU budget and one network namespace per run (issue 39).
+
+Memory that no process's resident set shows (System V shared memory touched and detached, message queues, memfd
+files kept open, tmpfs files under /tmp and /dev/shm) is counted against the run's budget or cannot be made at
+all; a run's processes share one CPU budget however many there are; concurrent runs cannot reach each other. Each
+hostile program has an honest twin that must pass, so a zero means the trick failed, not that the task broke.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlloom.rewards.code import Limits, check_asserts, execute
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(os.geteuid() != 0, reason="strong isolation needs root (CI runs as root)"),
+]
+SANDBOX_UIDS = 1_000_000
+TESTS = ["assert square(3) == 9", "assert square(-4) == 16"]
+SQUARE = "\ndef square(x):\n    return x * x\n"
+BUDGET = Limits(timeout=20, memory_mb=256)
+
+
+def _sandbox_processes() -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "Uid: 0")
+        if int(uid_line.split()[1]) >= SANDBOX_UIDS:
+            found.append(f"{entry.name}: {status.splitlines()[0]}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    assert _sandbox_processes() == [], "a sandboxed process outlived its run"
+
+
+def _code(body: str) -> str:
+    return textwrap.dedent(body) + SQUARE
+
+
+# --- memory no resident set shows ------------------------------------------------------------------------------
+
+LIBC = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+def segment(size):
+    sid = libc.shmget(0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    if sid < 0:
+        return ctypes.get_errno()
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memset(addr, 1, size)
+    libc.shmdt(ctypes.c_void_p(addr))  # detached: in no process's resident set any more
+    return 0
+"""
+
+HOSTILE_MEMORY = {
+    "System V shared memory touched, then detached": LIBC
+    + """
+held = 0
+for _ in range(12):  # 1.5 GiB under a 256 MiB budget
+    if segment(128 << 20):
+        break
+    held += 128
+print("held", held, "MiB", flush=True)
+""",
+    "tmpfs files in /tmp and /dev/shm beside a large resident set": """
+block = bytearray(200 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+for i in range(4):  # 4 x 15 MiB of files: each under the file-size cap, together over the run's budget
+    with open(("/dev/shm/f%d" if i % 2 else "/tmp/f%d") % i, "wb") as f:
+        f.write(b"x" * (15 << 20))
+import time
+time.sleep(1)
+""",
+}
+
+HONEST_MEMORY = {
+    "a small System V segment": LIBC + "assert segment(8 << 20) == 0\n",
+    "a resident set and files that fit together": """
+block = bytearray(150 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+with open("/dev/shm/f", "wb") as f:
+    f.write(b"x" * (15 << 20))
+with open("/tmp/g", "wb") as f:
+    f.write(b"x" * (15 << 20))
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_MEMORY))
+def test_memory_outside_resident_sets_counts_against_the_budget(name: str) -> None:
+    result = check_asserts(_code(HOSTILE_MEMORY[name]), TESTS, limits=BUDGET)
+    assert (result.status, result.score) == ("memory", 0.0), result
+    assert "held" not in result.stdout  # stopped at the budget, before it held what it wanted
+
+
+@pytest.mark.parametrize("name", sorted(HONEST_MEMORY))
+def test_memory_outside_resident_sets_within_the_budget_passes(name: str) -> None:
+    result = check_asserts(_code(HONEST_MEMORY[name]), TESTS, limits=BUDGET)
+    assert (result.status, result.score) == ("passed", 1.0), result
+
+
+def test_memfd_and_message_queues_cannot_be_made() -> None:
+    """memfd pages and System V / POSIX message queues are in no resident set: they are refused outright."""
+    code = LIBC + textwrap.dedent(
+        """
+        import os
+        try:
+            os.memfd_create("hold")
+            print("memfd made")
+        except OSError as e:
+            print("memfd", e.errno)
+        print("msgget", libc.msgget(0, 0o1000 | 0o600), ctypes.get_errno())
+        """
+    )
+    result = execute(code, limits=BUDGET)
+    assert result.status == "ok", result
+    lines = result.stdout.split("\n")
+    assert lines[0] == f"memfd {errno.ENOSYS}"
+    assert lines[1].split()[1] == "-1"  # no queue
+    hostile = "import os\nfds = []\nfor _ in range(100):\n    fd = os.memfd_create('m')\n"
+    hostile += "    os.write(fd, b'x' * (15 << 20))\n    fds.append(fd)\n"
+    assert check_asserts(hostile + SQUARE, TESTS, limits=BUDGET).score == 0.0  # the run fails at the first one
+
+
+def test_system_v_shared_memory_is_capped_at_the_budget_in_the_runs_own_namespace() -> None:
+    """The run's IPC namespace allows shared memory up to its budget; nothing of it outlives the run."""
+    code = LIBC + "print(segment(300 << 20), segment(64 << 20))\n"
+    result = execute(code, limits=BUDGET)
+    assert result.status == "ok" and result.stdout.split() == [str(errno.EINVAL), "0"], result
+    before = Path("/proc/sysvipc/shm").read_text()
+    assert execute(LIBC + "segment(1 << 20)\n", limits=BUDGET).status == "ok"
+    assert Path("/proc/sysvipc/shm").read_text() == before  # the segment was the run's, gone with it
+
+
+# --- CPU: one budget for all of a run's processes --------------------------------------------------------------
+
+BURNERS = """
+import os
+for _ in range(7):
+    if os.fork() == 0:
+        while True:
+            pass
+while True:
+    pass
+"""
+
+
+def test_processes_of_a_run_share_one_cpu_budget() -> None:
+    """Eight busy processes spend the run's one CPU budget together (the run stops with SIGXCPU, as an rlimit
+    would stop one process), not eight budgets, whatever the kernel's autogroup setting."""
+    result = execute(BURNERS, limits=Limits(timeout=30, cpu_seconds=1))
+    assert (result.status, result.exit_code) == ("timeout", -signal.SIGXCPU), result
+    assert result.duration < 25, result
+
+
+def test_a_run_within_its_cpu_budget_is_not_stopped() -> None:
+    code = "import os\nif os.fork() == 0:\n    sum(range(10**6))\n    os._exit(0)\nos.wait()\nprint(sum(range(10**6)))"
+    result = execute(code, limits=Limits(timeout=30, cpu_seconds=2))
+    assert (result.status, result.stdout) == ("ok", "499999500000\n"), result
+
+
+# --- network: each run its own namespace -----------------------------------------------------------------------
+
+LISTENER = """
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0rlloom-batch-peer")
+s.listen(1)
+s.settimeout(4)
+try:
+    c, _ = s.accept()
+    print("got", c.recv(10))
+except OSError as e:
+    print("alone", type(e).__name__)
+"""
+CALLER = """
+import socket, time
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect("\\0rlloom-batch-peer")
+        c.send(b"hi")
+        print("reached a peer")
+        break
+    except OSError:
+        time.sleep(0.05)
+else:
+    print("alone")
+"""
+
+
+def test_concurrent_runs_cannot_reach_each_other() -> None:
+    """Two runs of one batch at the same time: an abstract Unix socket one listens on is not the other's to reach
+    (a network namespace shared by all runs would connect them)."""
+    out: dict[str, str] = {}
+
+    def run(key: str, code: str) -> None:
+        out[key] = execute(code, timeout=10).stdout
+
+    threads = [
+        threading.Thread(target=run, args=(key, code)) for key, code in (("listener", LISTENER), ("caller", CALLER))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert out == {"listener": "alone TimeoutError\n", "caller": "alone\n"}
+
+
+def test_processes_of_one_run_can_talk_to_each_other() -> None:
+    code = (
+        "import os, socket, time\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ns.bind('\\0rlloom-own-peer')\ns.listen(1)\n"
+        "if os.fork() == 0:\n    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    c.connect('\\0rlloom-own-peer')\n    c.send(b'hi')\n    os._exit(0)\n"
+        "conn, _ = s.accept()\nprint(conn.recv(10))\nos.wait()\n"
+    )
+    result = execute(code, timeout=10)
+    assert (result.status, result.stdout) == ("ok", "b'hi'\n"), result
