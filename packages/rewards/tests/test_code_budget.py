@@ -1,9 +1,10 @@
 """One memory budget, one CPU budget and one network namespace per run (issue 39).
 
 Memory that no process's resident set shows (System V shared memory touched and detached, message queues, memfd
-files kept open, tmpfs files under /tmp and /dev/shm) is counted against the run's budget or cannot be made at
-all; a run's processes share one CPU budget however many there are; concurrent runs cannot reach each other. Each
-hostile program has an honest twin that must pass, so a zero means the trick failed, not that the task broke.
+files kept open, tmpfs files under /tmp and /dev/shm, socket buffers in flight) is counted against the run's
+budget or cannot be made at all; a run's processes share one CPU budget however many there are; concurrent runs
+cannot reach each other. Each hostile program has an honest twin that must pass, so a zero means the trick
+failed, not that the task broke.
 """
 
 from __future__ import annotations
@@ -94,7 +95,31 @@ time.sleep(1)
 """,
 }
 
+HOSTILE_MEMORY["socket buffers in flight"] = """
+import socket
+held = []
+for _ in range(28):  # 8 MiB and more in flight per socket, in the kernel, in no resident set
+    a, b = socket.socketpair()
+    for end in (a, b):
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+        end.setblocking(False)
+        try:
+            while True:
+                end.send(b"x" * 65536)
+        except OSError:
+            pass
+    held.append((a, b))
+import time
+time.sleep(1)
+print("held", len(held) * 16, "MiB or more", flush=True)
+"""
+
 HONEST_MEMORY = {
+    "a message waiting in a socket pair": """
+import socket
+a, b = socket.socketpair()
+a.sendall(b"x" * 100_000)
+""",
     "a small System V segment": LIBC + "assert segment(8 << 20) == 0\n",
     "a resident set and files that fit together": """
 block = bytearray(150 << 20)

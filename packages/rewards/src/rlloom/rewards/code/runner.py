@@ -77,8 +77,9 @@ class Limits(BaseModel):
         default=512,
         ge=64,
         description="Memory budget of the whole run in MiB: the resident memory of all its processes together "
-        "(supervisor and test code included), its System V shared memory and its tmpfs files (/tmp, /dev/shm), "
-        "checked every 20 ms; also each process's address-space cap and the largest message a test receives.",
+        "(supervisor and test code included), its System V shared memory, its tmpfs files (/tmp, /dev/shm) and "
+        "what its sockets hold in flight, checked every 20 ms; also each process's address-space cap and the "
+        "largest message a test receives.",
     )
     max_processes: int = Field(default=16, ge=1, description="Processes and threads the program may have.")
     max_file_mb: int = Field(default=16, ge=1, description="Largest file the program may write, in MiB.")

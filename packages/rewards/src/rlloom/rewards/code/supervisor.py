@@ -16,16 +16,16 @@ limits. Then it forks:
   so they never exist in the candidate's memory), runs them in a fresh namespace, and alone holds RESULT_FD.
 
 Test outcomes go to RESULT_FD as `NONCE INDEX P|F reason` lines, then `NONCE END COUNT`; how the candidate
-process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`. The candidate has no
-descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory budget and one CPU budget
-for the whole run: every 20 ms (an interval timer) it sums, over every process in the run (all of the PID
-namespace; in weak mode itself and its descendants, as a child subreaper), the resident memory and the CPU time
-(with that of exited children), adds the memory no process's resident set shows (the run's System V shared
-memory segments, attached or not, and its tmpfs, which also holds /dev/shm and POSIX shared memory), and ends the
-run when either sum passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp
-filter answers memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and
-allows no message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID
-namespace.
+process ended goes as `NONCE EXIT CODE`, a blown memory budget as `NONCE MEMORY`, a spent CPU budget as `NONCE
+CPU`. The candidate has no descriptor to that pipe, so it cannot forge a record. The supervisor keeps one memory
+budget and one CPU budget for the whole run: every 20 ms (an interval timer) it sums, over every process in the
+run (all of the PID namespace; in weak mode itself and its descendants, as a child subreaper), the resident
+memory and the CPU time (with that of exited children), adds the memory no process's resident set shows (the
+run's System V shared memory segments, attached or not; its tmpfs, which also holds /dev/shm and POSIX shared
+memory; what its Unix and netlink sockets hold in flight, from sock_diag), and ends the run when either sum
+passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp filter answers
+memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and allows no
+message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID namespace.
 """
 
 import _signal
@@ -301,8 +301,8 @@ class _Watch:
             except (OSError, ValueError, IndexError):
                 continue
         shared = tmpfs = 0
-        if self.ns:
-            shared = _sysv_shm()
+        if self.ns:  # the run's own IPC and network namespaces: what they hold is the run's
+            shared = _sysv_shm() + _socket_memory(1) + _socket_memory(16)
             try:
                 st = os.statvfs("/tmp")
                 tmpfs = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -358,6 +358,51 @@ def _sysv_shm():
         except (ValueError, IndexError):
             continue
     return total
+
+
+_UNIX_DIAG = bytes((1, 0, 0, 0)) + b"\xff\xff\xff\xff" + bytes(4) + (0x20).to_bytes(4, "little") + bytes(8)
+_NETLINK_DIAG = bytes((16, 255, 0, 0)) + bytes(4) + (1).to_bytes(4, "little") + bytes(8)
+
+
+def _socket_memory(family):
+    """Bytes queued in the sockets of `family` (1: AF_UNIX, 16: AF_NETLINK) of the run's network namespace, from
+    the kernel's sock_diag (as `ss` reads it): a socket pair can hold megabytes in flight that are in no process's
+    resident set. Sums each socket's receive and send allocations (SK_MEMINFO_RMEM_ALLOC, WMEM_ALLOC)."""
+    import _socket
+
+    req, header, meminfo = (_UNIX_DIAG, 16, 5) if family == 1 else (_NETLINK_DIAG, 28, 0)
+    # nlmsghdr: length, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, sequence, port
+    message = (16 + len(req)).to_bytes(4, "little") + (20).to_bytes(2, "little") + (0x301).to_bytes(2, "little")
+    total = 0
+    try:
+        sock = _socket.socket(16, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, 4)  # AF_NETLINK, NETLINK_SOCK_DIAG
+    except OSError:
+        return 0
+    try:
+        sock.sendto(message + bytes(8) + req, (0, 0))
+        while True:
+            data = sock.recv(1 << 16)
+            at = 0
+            while at + 16 <= len(data):
+                length = int.from_bytes(data[at : at + 4], "little")
+                if length < 16 or int.from_bytes(data[at + 4 : at + 6], "little") in (2, 3):  # ERROR, DONE
+                    return total
+                attr, end = at + 16 + header, min(at + length, len(data))
+                while attr + 4 <= end:
+                    size = int.from_bytes(data[attr : attr + 2], "little")
+                    if size < 4:
+                        break
+                    if int.from_bytes(data[attr + 2 : attr + 4], "little") == meminfo and size >= 16:
+                        total += int.from_bytes(data[attr + 4 : attr + 8], "little")
+                        total += int.from_bytes(data[attr + 12 : attr + 16], "little")
+                    attr += (size + 3) & ~3
+                at += (length + 3) & ~3
+            if not data:
+                return total
+    except OSError:
+        return total
+    finally:
+        sock.close()
 
 
 def _describe(exc):
