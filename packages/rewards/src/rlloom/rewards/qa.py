@@ -8,6 +8,14 @@ scores 0 with the reason recorded: falling back to the whole text would reward a
 a list of candidates (a known hack with substring rewards), so the fallback is opt-in via `extra_info`.
 Also opt-in: veRL's penalty for answer-tag spam (`search_r1_like_qa_em.py`: a correct answer with more than 10
 `<answer>` or `</answer>` tags scores a quarter), set with `extra_info={"max_answer_tags": 10}`.
+
+Two departures from the official scripts close reward hacks (issue 39):
+- A gold that normalises to nothing ("A+", ")", the band "The The") would make every answer that also normalises
+  to nothing, the empty answer included, an exact match. Against such a gold the answer is compared as stripped
+  raw text instead (`raw_form`: whitespace collapsed, case folded, punctuation and articles kept) by EM, F1 and
+  cover-EM: "A+" matches "a+", not "A" and not "".
+- Cover-EM refuses an answer that lists several candidates (`listed_candidates`): "Paris or London" contains
+  "Paris", but it is a hedge, not an answer.
 """
 
 from __future__ import annotations
@@ -37,6 +45,21 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def raw_form(text: str) -> str:
+    """Stripped raw text, whitespace collapsed and case folded: what an answer is compared as against a gold that
+    SQuAD normalisation empties ("A+" -> "a+", "The The" -> "the the")."""
+    return " ".join(text.split()).casefold()
+
+
+def _forms(pred: str, gold: str) -> tuple[str, str]:
+    """(pred, gold) in the form they are compared in: SQuAD-normalised, or raw (`raw_form`) when the gold
+    normalises to nothing."""
+    g = normalize_answer(gold)
+    if g:
+        return normalize_answer(pred), g
+    return raw_form(pred), raw_form(gold)
+
+
 def _gold_list(golds: str | Sequence[str]) -> list[str]:
     golds = plain(golds)  # a numpy array of aliases (parquet rows) becomes a list
     if isinstance(golds, str):
@@ -49,9 +72,9 @@ def _gold_list(golds: str | Sequence[str]) -> list[str]:
 
 
 def exact_match(pred: str, golds: str | Sequence[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised gold alias, else 0.0."""
-    p = normalize_answer(pred)
-    return float(any(p == normalize_answer(g) for g in _gold_list(golds)))
+    """1.0 if the normalised prediction equals any normalised gold alias, else 0.0 (raw text against a gold that
+    normalises to nothing: "" is not "A+")."""
+    return float(any(p == g for p, g in (_forms(pred, gold) for gold in _gold_list(golds))))
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -69,27 +92,108 @@ def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
 
 def f1(pred: str, golds: str | Sequence[str]) -> float:
     """SQuAD token-level F1 (bag-of-tokens overlap after normalisation), max over gold aliases."""
-    pred_tokens = normalize_answer(pred).split()
-    return max(_token_f1(pred_tokens, normalize_answer(g).split()) for g in _gold_list(golds))
+    return max(_token_f1(p.split(), g.split()) for p, g in (_forms(pred, gold) for gold in _gold_list(golds)))
 
 
-def substring_match(pred: str, golds: str | Sequence[str], *, word_boundary: bool = True) -> float:
+def _covers(pred: str, gold: str, word_boundary: bool) -> bool:
+    """Whether gold occurs in pred (both in the form `_forms` picks); as whole tokens with `word_boundary`."""
+    p, g = _forms(pred, gold)
+    if not g:
+        return False
+    if not word_boundary:
+        return g in p
+    if normalize_answer(gold):
+        return f" {g} " in f" {p} "
+    return re.search(r"(?<![^\W_])" + re.escape(g) + r"(?![^\W_])", p) is not None
+
+
+# Words that only say the answer is one of several: "either Paris or Lyon".
+_ALTERNATIVE_RE = re.compile(r"[;|]|\band/or\b|\bor\b|(?<!\d)/|/(?!\d)", re.IGNORECASE)
+# A comma, except a thousands separator ("1,000").
+_COMMA_RE = re.compile(r",(?!(?<=\d,)\d{3}(?!\d))")
+_NUMBER_ITEM_RE = re.compile(r"[-+]?\$?\d[\d.]*%?")
+_FILLER = frozenset({"either", "maybe", "perhaps", "possibly", "probably"})
+
+
+def _cut(pairs: list[tuple[str, str]], pattern: re.Pattern[str]) -> list[tuple[str, str]]:
+    """Each (text, masked) pair split where `pattern` matches in masked (the text with the golds blanked out)."""
+    out = []
+    for text, masked in pairs:
+        start = 0
+        for m in pattern.finditer(masked):
+            out.append((text[start : m.start()], masked[start : m.start()]))
+            start = m.end()
+        out.append((text[start:], masked[start:]))
+    return out
+
+
+def listed_candidates(pred: str, golds: str | Sequence[str]) -> list[str] | None:
+    """The items of `pred` when it lists several candidate answers, else None.
+
+    The rule: with every gold alias's own text set aside (so "Washington, D.C." or "To be or not to be" are not
+    split), the answer lists candidates when it has two or more non-empty items separated by
+      - an alternative marker: ";", "|", the word "or" (also "and/or", "either ... or ..."), or a slash between
+        words ("Paris/London"; not between digits, "1/2" and "1990/91" stay whole), in which case commas
+        separate items too ("Paris, London or Rome"); or
+      - commas alone, with three or more items ("Paris, London, Rome"), or two items that are both plain numbers
+        ("1990, 1991"; a thousands separator "1,000" is no comma here).
+    Items that are only a hedge word ("either", "maybe") do not count. Two items joined by one comma read as a
+    phrase ("Paris, France", "June 5, 1990", "Springfield, Illinois"), and "and" never separates ("Simon and
+    Garfunkel"), so an honest answer that contains the gold in a natural phrase ("the city of Paris", "in 1990",
+    "Paris, France") is not a list. The known gap: two names joined by one comma ("Paris, Lyon") are read as a
+    phrase.
+    """
+    masked = pred
+    for gold in _gold_list(golds):
+        needle = gold.strip()
+        if needle:
+            masked = re.sub(re.escape(needle), lambda m: "\x00" * len(m.group(0)), masked, flags=re.IGNORECASE)
+    whole = [(pred, masked)]
+    marked = _ALTERNATIVE_RE.search(masked) is not None
+    pieces = _cut(_cut(whole, _ALTERNATIVE_RE), _COMMA_RE) if marked else _cut(whole, _COMMA_RE)
+    # An item counts when it holds a gold or words of its own, and is not just a hedge word ("either").
+    items = [
+        text.strip()
+        for text, blanked in pieces
+        if "\x00" in blanked or (normalize_answer(text) and normalize_answer(text) not in _FILLER)
+    ]
+    if marked:
+        return items if len(items) >= 2 else None
+    if len(items) >= 3 or (len(items) == 2 and all(_NUMBER_ITEM_RE.fullmatch(i) for i in items)):
+        return items
+    return None
+
+
+def hedged(pred: str, golds: str | Sequence[str], *, word_boundary: bool = True) -> list[str] | None:
+    """The items of `pred` when it lists several candidates and one of them is not a gold alias (cover-EM then
+    refuses it); None otherwise. A list whose every item names a gold alias ("USA or United States") is one
+    answer written twice and is not refused."""
+    items = listed_candidates(pred, golds)
+    if items is None:
+        return None
+    golds = _gold_list(golds)
+    if all(any(_covers(item, g, word_boundary) for g in golds) for item in items):
+        return None
+    return items
+
+
+def substring_match(
+    pred: str, golds: str | Sequence[str], *, word_boundary: bool = True, refuse_lists: bool = True
+) -> float:
     """1.0 if any normalised gold alias occurs inside the normalised prediction ("cover EM" / subEM).
 
     With `word_boundary` (default) the alias must match whole tokens, so gold "1" does not match "1990";
-    `word_boundary=False` reproduces Search-R1's raw `in` test.
+    `word_boundary=False` reproduces Search-R1's raw `in` test. With `refuse_lists` (default) an answer that
+    lists several candidates, one of which is not a gold alias, scores 0 ("Paris or London"; see
+    `listed_candidates` for the rule); `word_boundary=False, refuse_lists=False` is Search-R1's subEM exactly,
+    except against a gold that normalises to nothing, which is compared as raw text (`raw_form`).
     """
-    p = normalize_answer(pred)
-    for gold in _gold_list(golds):
-        g = normalize_answer(gold)
-        if not g:
-            continue
-        if word_boundary:
-            if f" {g} " in f" {p} ":
-                return 1.0
-        elif g in p:
-            return 1.0
-    return 0.0
+    gold_list = _gold_list(golds)
+    if not any(_covers(pred, g, word_boundary) for g in gold_list):
+        return 0.0
+    if refuse_lists and hedged(pred, gold_list, word_boundary=word_boundary) is not None:
+        return 0.0
+    return 1.0
 
 
 def extract_tagged_answer(response: str) -> str | None:
@@ -156,6 +260,9 @@ def _qa_score(metric: str, response: Any, ground_truth: Any, extra_info: Mapping
         answer = text.strip()
     components = {"em": exact_match(answer, golds), "f1": f1(answer, golds), "sub_em": substring_match(answer, golds)}
     value, details = components[metric], {}
+    hedge = hedged(answer, golds) if components["sub_em"] == 0.0 else None
+    if hedge is not None:
+        details = {"reason": f"cover-EM refused: the answer lists {len(hedge)} candidates {hedge}"}
     if spam_rule is not None:
         limit, factor = spam_rule
         opening, closing = answer_tag_counts(text)

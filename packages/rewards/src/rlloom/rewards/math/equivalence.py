@@ -15,8 +15,15 @@ from fractions import Fraction
 
 from rlloom.rewards.math.approximate import evaluate, screen
 from rlloom.rewards.math.guard import symbolic_refusal
-from rlloom.rewards.math.normalize import Normalized, choice_letter, normalize, reduce_chain, strip_assignment
-from rlloom.rewards.math.numeric import approximates, numbers_match, parse_number
+from rlloom.rewards.math.normalize import (
+    Normalized,
+    choice_letter,
+    normalize,
+    reduce_chain,
+    stated_choice,
+    strip_assignment,
+)
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT_IRRATIONAL, approximates, numbers_match, parse_number
 from rlloom.rewards.math.structure import Shape, parse_shape, split_top_level
 from rlloom.rewards.math.worker import bounded_symbolic_equal
 
@@ -83,8 +90,9 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
     decimal = next((n for n in (pn, gn) if n is not None and n.decimals is not None), None)
     if decimal is not None and decimal.decimals is not None and decimal.decimals <= 10:
         other = evaluate(gold if decimal is pn else pred)
-        if other is not None and other.imag == 0:  # against an irrational constant: rounded/truncated digits only
-            return Verdict(approximates(decimal, Fraction(other.real)), "decimal approximation")
+        if other is not None and other.imag == 0:  # against pi, a radical: four significant digits, to its precision
+            digits = MIN_SIGNIFICANT_IRRATIONAL
+            return Verdict(approximates(decimal, Fraction(other.real), min_significant=digits), "decimal approximation")
     screened = screen(pred, gold)
     if screened is not None:
         return Verdict(screened, "numeric screen")
@@ -242,9 +250,11 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
     pn, gn = normalize(pred), normalize(gold)
     if not pn.text or not gn.text:
         return Verdict(False, "empty answer after normalisation")
+    if pn.unit and gn.unit and pn.unit != gn.unit:  # `5 cm` is not `5 m`, and `500 cm` is not written as `5 m`
+        return Verdict(False, f"different units: {pn.unit} vs {gn.unit}")
     gold_letter = choice_letter(gold)
     if gold_letter is not None:
-        return Verdict(choice_letter(pred) == gold_letter, "multiple-choice letter")
+        return Verdict(stated_choice(pred) == gold_letter, "multiple-choice letter")
     pn = Normalized(_decimal_comma(reduce_chain(pn.text), gn.text), pn.percent)
     gn = Normalized(_decimal_comma(reduce_chain(gn.text), pn.text), gn.percent)
     if ("=" in pn.text) != ("=" in gn.text):

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from rlloom.rewards.math.normalize import stated_choice
 from rlloom.rewards.math.spans import final_answer, prose_words
 
 ExtractionMode = Literal["boxed", "answer_tag", "answer_is", "gsm8k", "final_number"]
@@ -128,6 +129,27 @@ def _extract_answer_is(text: str) -> str | None:
         if span:
             return span
     return None
+
+
+_CHOICE_MARKER_RE = re.compile(
+    r"\b(?:(?:correct|right|best|final)\s+(?:option|choice|answer)|option|choice)\s*(?:is|:)\s*:?\s*", re.IGNORECASE
+)
+
+
+def extract_choice(text: str) -> str | None:
+    """The option letter the LAST "the correct option is (C)" / "choice: C" / "the answer is C" statement names,
+    as `stated_choice` reads it, or None (also when that last statement names no single letter: "the correct
+    option is not (B)"). For letter golds whose response has no box; a letter in prose is never read."""
+    if not isinstance(text, str) or not text:
+        return None
+    tail = text[-TAIL_CHARS:]
+    markers = list(_CHOICE_MARKER_RE.finditer(tail)) + list(_ANSWER_MARKER_RE.finditer(tail))
+    if not markers:
+        return None
+    last = max(markers, key=lambda m: m.end())
+    sentence = _SENTENCE_RE.match(tail, last.end())
+    span = _strip_math_delimiters(sentence.group(1)) if sentence else ""
+    return span if span and stated_choice(span) else None
 
 
 def extract_answer(text: str, *, modes: Sequence[ExtractionMode] = DEFAULT_MODES) -> str | None:

@@ -3,8 +3,10 @@
 Normalising removes what never changes a value (`\\left`, spacing commands, `\\dfrac` vs `\\frac`, `\\text{}`
 wrappers, units (unit symbols such as `m` only when written as `\\text{m}`), currency, degree marks, a trailing
 period, a leading `x =`), writes `\\mathbb{R}` as `(-\\infty,\\infty)`, fixes malformed-but-common
-LaTeX (`\\frac12`, `\\sqrt3`), and records the percent sign instead of dropping it, so that 50% can equal
-0.5 without 0.5 equalling 50.
+LaTeX (`\\frac12`, `\\sqrt3`), reads repeating decimals, number words and written-out infinity (`forms.py`),
+and records the percent sign instead of dropping it, so that 50% can equal 0.5 without 0.5 equalling 50. The
+unit it drops is recorded too (`Normalized.unit`, canonical: "cm", "m^2", "km/h"), so that `5 cm` never equals
+`5 m`; counted nouns ("apples", "people") and the generic "units" record nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rlloom.rewards.math.forms import read_infinity, read_number_words, read_repeating_decimals
 from rlloom.rewards.math.structure import split_top_level
 
 # Unit words dropped after a number ("10 cm", "5 \\text{ dollars}"). Longer words first so "meters" beats "m".
@@ -66,18 +69,73 @@ _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 _CURRENCY_RE = re.compile(r"\\\$|\$|€|£|¥|\\euro|\\pounds|\bUSD\b|\bRs\.?")
 _ASSIGN_RE = re.compile(r"^\s*[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-zA-Z]\))?\s*=\s*(?=[^=])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:(?:,|\{,\}|\\,| )\d{3})+)(?![\d])")
-# "0.1666 repeating", "0.333\\ldots": the digits shown are an approximation, compared with tolerance later.
-_REPEATING_RE = re.compile(r"(?<=\d)\s*(?:\\ldots|\\dots|\.\.\.|…|\s(?:repeating|recurring))", re.IGNORECASE)
 _MC_RE = re.compile(r"^\(?\s*([A-J])\s*\)?[.:]?$")
 _MC_PREFIX_RE = re.compile(r"^\(([A-J])\)(?:\s|$)")
 
 
+# Measurement units by canonical name, so `cm`, `centimeters` and `\\text{ cm}` are one unit and `m` another.
+# Counted nouns and the generic "unit(s)" are not here: they never decide a comparison.
+_UNIT_NAMES = {
+    "km": "km kilometer kilometers kilometre kilometres", "m": "m meter meters metre metres",
+    "cm": "cm centimeter centimeters centimetre centimetres", "mm": "mm millimeter millimeters millimetre millimetres",
+    "nm": "nm", "in": "in inch inches", "ft": "ft foot feet", "yd": "yd yard yards", "mi": "mi mile miles",
+    "g": "g gram grams", "kg": "kg kilogram kilograms", "mg": "mg milligram milligrams",
+    "lb": "lb lbs pound pounds", "oz": "oz ounce ounces", "ton": "ton tons",
+    "s": "s sec second seconds", "ms": "ms", "min": "min minute minutes", "h": "h hr hrs hour hours",
+    "day": "day days", "week": "week weeks", "month": "month months", "year": "year years",
+    "L": "l liter liters litre litres", "mL": "ml", "gal": "gal gallon gallons", "cup": "cup cups",
+    "mi/h": "mph", "km/h": "kph km/h", "m/s": "m/s",
+    "dollar": "dollar dollars usd", "cent": "cent cents", "euro": "euro euros", "yuan": "yuan",
+    "degree": "degree degrees",
+}  # fmt: skip
+# Currency signs name a unit too (`\\$5` is not 5 cents); a bare `$` is left out (what is left of a math
+# delimiter: "$125$ miles"), and so are £ and ¥ (pounds of weight; yen or yuan).
+_CURRENCY_NAMES = {"\\$": "dollar", "USD": "dollar", "€": "euro", "\\euro": "euro"}
+_UNIT_CANON = {word: name for name, words in _UNIT_NAMES.items() for word in words.split()}
+_UNIT_POWER_WORDS = {"square": 2, "sq": 2, "cubic": 3}
+_UNIT_TOKEN_RE = re.compile(r"[a-z]+/[a-z]+|[a-z]+|\^\s*\{?\s*([23])")
+
+
+def unit_key(tail: str) -> str | None:
+    """The canonical unit named by a dropped unit tail (`\\text{ cm}^2` -> "cm^2", "square meters" -> "m^2",
+    "km/h" -> "km/h"), or None when it names no measurement unit ("apples", "units", "square units")."""
+    tail = re.sub(r"\\[a-zA-Z]+", " ", tail).lower()
+    names: list[str] = []
+    power = 1
+    for m in _UNIT_TOKEN_RE.finditer(tail):
+        word = m.group(0)
+        if m.group(1):  # `^2` after a unit
+            if names:
+                names[-1] = f"{names[-1].split('^')[0]}^{m.group(1)}"
+            continue
+        if word in _UNIT_POWER_WORDS:
+            power = _UNIT_POWER_WORDS[word]
+            continue
+        name = _UNIT_CANON.get(word)
+        if name is not None:
+            names.append(name if power == 1 else f"{name}^{power}")
+        power = 1
+    return " ".join(names) or None
+
+
 @dataclass(frozen=True)
 class Normalized:
-    """An answer after string normalisation; `percent` is True when the answer carried a percent sign."""
+    """An answer after string normalisation; `percent` is True when the answer carried a percent sign, `unit` is
+    the measurement unit dropped after its number (canonical, see `unit_key`), if any."""
 
     text: str
     percent: bool
+    unit: str | None = None
+
+
+def _cut(regex: re.Pattern[str], s: str, units: list[str]) -> str:
+    """`regex.sub(r"\\1", s)`, noting in `units` what it removed (group 1 is the number kept before the unit)."""
+
+    def repl(m: re.Match[str]) -> str:
+        units.append(m.group(0)[len(m.group(1)) :])
+        return m.group(1)
+
+    return regex.sub(repl, s)
 
 
 def _unwrap_text(s: str) -> str:
@@ -88,10 +146,15 @@ def _unwrap_text(s: str) -> str:
     return s
 
 
-def _strip_units(s: str) -> str:
+def _strip_units(s: str, units: list[str] | None = None) -> str:
     # Only strip a unit tail after something numeric-looking, so "x \\text{ or } y" keeps its words.
-    stripped = _UNIT_TAIL_RE.sub(r"\1", s).strip()
-    return stripped if stripped else s
+    found: list[str] = []
+    stripped = _cut(_UNIT_TAIL_RE, s, found).strip()
+    if not stripped:
+        return s
+    if units is not None:
+        units.extend(found)
+    return stripped
 
 
 def _join_thousands(s: str) -> str:
@@ -130,16 +193,19 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"\\(le|ge)(?![a-zA-Z])", r"\\\1q", s).replace("\\neq", "\\ne")
     s = s.replace("−", "-").replace("–", "-").replace("×", "\\times").replace("·", "\\cdot").replace("π", "\\pi")
     s = s.replace("∞", "\\infty").replace("√", "\\sqrt")
-    s = _TEXT_UNIT_TAIL_RE.sub(r"\1", s)
-    s = _TEXT_WORDS_TAIL_RE.sub(r"\1", s)
+    units: list[str] = []
+    s = _cut(_TEXT_UNIT_TAIL_RE, s, units)
+    s = _cut(_TEXT_WORDS_TAIL_RE, s, units)
     s = _unwrap_text(s)
     s = _DEGREE_RE.sub("", s)
+    units += [_CURRENCY_NAMES.get(m.strip(), "") for m in _CURRENCY_RE.findall(s)]
     s = _CURRENCY_RE.sub("", s)
     percent = bool(re.search(r"\\?%|\bpercent(?:age)?\b|\bpct\b", s))
     s = re.sub(r"\\?%|\bpercent(?:age)?\b|\bpct\b", "", s)
-    s = _REPEATING_RE.sub("", s)
+    s = read_repeating_decimals(s)
     s = s.strip().rstrip(".").strip()
-    s = _strip_units(s)
+    s = read_number_words(read_infinity(s), is_unit_word)
+    s = _strip_units(s, units)
     s = re.sub(r"^[a-zA-Z]\s*\\in\s*", "", s)  # "x \\in [-2, 7]" is the interval itself
     s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _FRAC_HALF_RE.sub(r"\\frac{\1}", s)
@@ -155,7 +221,8 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"^[(\[](\\begin\{(\w+)\}.*\\end\{\2\})[)\]]$", r"\1", s)  # "(\\begin{pmatrix}..\\end{pmatrix})"
     if _REALS_RE.fullmatch(s):
         s = "(-\\infty,\\infty)"
-    return Normalized(text=s, percent=percent)
+    unit = " ".join(dict.fromkeys(k for k in map(unit_key, units) if k)) or None
+    return Normalized(text=s, percent=percent, unit=unit)
 
 
 _LABEL_NOISE_RE = re.compile(r"_\{[^{}]*\}|_\w|\\(?:frac|angle|overline|triangle|vec|text|mathrm)|[{}\s]")
@@ -202,6 +269,34 @@ def choice_letter(answer: str) -> str | None:
     s = re.sub(r"^(?:option|choice|answer)\s*:?\s*", "", s, flags=re.IGNORECASE)
     m = _MC_RE.match(s) or _MC_PREFIX_RE.match(s)
     return m.group(1) if m else None
+
+
+_CHOICE_PREFIX_RE = re.compile(
+    r"^(?:the\s+)?(?:(?:correct|right|best|final)\s+)?(?:option|choice|answer)\s*(?:is\s*)?:?\s*", re.IGNORECASE
+)
+_STATED_LETTER_RE = re.compile(r"^(\()?\s*([A-J])(?![A-Za-z0-9'])\s*(\))?(.*)$", re.DOTALL)
+_AFTER_LETTER_RE = re.compile(r"^\s*(?:[.,;:!]|(?:because|since|as)\b)", re.IGNORECASE)
+# Another option named after the letter: "(C)", a capital B-H or J standing alone, or "A" not followed by a
+# lower-case word ("A lot" is prose); a bare "I" is a pronoun.
+_OTHER_OPTION_RE = re.compile(r"\(\s*[A-J]\s*\)|(?<![A-Za-z0-9'\\])(?:[B-HJ]|A(?!\s+[a-z]))(?![A-Za-z0-9'])")
+
+
+def stated_choice(answer: str) -> str | None:
+    """The one option letter an extracted answer states, read more widely than `choice_letter` but never from
+    prose: what `choice_letter` reads, and also `**B**`, `\\textbf{B}`, "option C", "the correct answer is (D)",
+    "B) 12", "B, since ...", "B because ...". The letter must come first and stand alone; after it, a bracket
+    closing it, a punctuation mark, or "because"/"since"/"as". Refused: "A good deal ..." (a letter that starts
+    a sentence), "I think ...", "not B", and anything naming a second option ("B or C", "(B), (C)", "B, not A").
+    """
+    s = _unwrap_text(answer.replace("*", " ").strip().strip("$")).strip()
+    s = _CHOICE_PREFIX_RE.sub("", s).strip()
+    m = _STATED_LETTER_RE.match(s)
+    if m is None or (m.group(1) and not m.group(3)):
+        return choice_letter(answer)  # "(B": an unclosed bracket, as `choice_letter` reads it
+    letter, closed, rest = m.group(2), m.group(3), m.group(4)
+    if rest.strip() and not closed and not _AFTER_LETTER_RE.match(rest):
+        return None
+    return None if _OTHER_OPTION_RE.search(rest) else letter  # "(B) or (C)" names two
 
 
 def is_unit_word(word: str) -> bool:

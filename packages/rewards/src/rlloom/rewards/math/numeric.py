@@ -4,6 +4,14 @@ Handles integers, decimals, scientific notation (`1.5e3`, `1.5\\times10^{3}`), `
 numbers (`2\\frac{1}{2}`), `+ - * / ^ !` and parentheses, all in `fractions.Fraction`, so `1/2^{99}` and
 `1/2^{98}` stay different (float graders call them equal). Powers and factorials are bounded before they are
 computed; an answer beyond the bounds is "not numeric here" and goes to the guarded symbolic path instead.
+
+A decimal literal (`0.00463`) and an exact value (`1/216`) are equal only when the decimal is the exact value
+written to the precision the decimal shows: within half a unit of its last digit (`|x - v| <= 5 * 10^-(d+1)`
+for `d` digits after the point, ties included, so both roundings of a midpoint count), and showing at least
+`MIN_SIGNIFICANT` significant digits (counted from the first nonzero digit to the last digit written, trailing
+zeros included: `0.00463` has 3, `3.140` has 4, `0.00` has none). Against a value that is not rational (pi, a
+radical, e) the caller asks for `MIN_SIGNIFICANT_IRRATIONAL`. A decimal written as continuing (`3.1415...`) may
+also be the value truncated to its digits.
 """
 
 from __future__ import annotations
@@ -13,11 +21,19 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from rlloom.rewards.math.forms import continued_value
+
 MAX_EXPONENT = 4096
 MAX_FACTORIAL = 1000
 MAX_BITS = 20_000
+# A decimal must show this many significant digits to stand for an exact value: `0.00` is not 1/216, `0.33` is
+# not 1/3 (two digits), `0.00463` is 1/216 and `0.333` is 1/3.
+MIN_SIGNIFICANT = 3
+# Against pi, a radical or e, one more: `3.14`, `1.41`, `1.73` and `2.72` are the stock three-digit values a
+# policy can write without deriving the closed form the problem asks for; `3.142` and `1.414` are not.
+MIN_SIGNIFICANT_IRRATIONAL = 4
 _TOKEN_RE = re.compile(r"\s*(\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|\\frac|\\cdot|\\times|\\div|[-+*/^!(){}])")
-_PLAIN_DECIMAL_RE = re.compile(r"^[-+]?(\d*)\.(\d+)$")
+_PLAIN_DECIMAL_RE = re.compile(r"^[-+]?(\d*)\.(\d+)(\\ldots)?$")
 # `2\frac{1}{2}` and `2 \frac{1}{2}` (as Math-Verify's parser reads both) and `2 1/2` are mixed numbers
 _MIXED_RE = re.compile(r"^(-?)(\d+)(?: ?\\frac\{(\d+)\}\{(\d+)\}| (\d+)/(\d+))$")
 
@@ -28,10 +44,20 @@ class _NotNumericError(Exception):
 
 @dataclass(frozen=True)
 class Number:
-    """An exact value; `decimals` is the digit count after the point when the answer is a bare decimal literal."""
+    """An exact value; `decimals` is the digit count after the point when the answer is a bare decimal literal,
+    and `continued` says that literal was written as going on (`3.1415\\ldots`: its digits may be truncated)."""
 
     value: Fraction
     decimals: int | None = None
+    continued: bool = False
+
+    @property
+    def significant(self) -> int:
+        """Significant digits a decimal literal shows (`0.00463` -> 3, `3.140` -> 4, `0.00` -> 0)."""
+        if self.decimals is None:
+            return 0
+        digits = abs(self.value) * 10**self.decimals
+        return len(str(int(digits))) if digits else 0
 
 
 def _check(value: Fraction) -> Fraction:
@@ -162,7 +188,9 @@ def parse_number(text: str) -> Number | None:
         return None
     decimal = _PLAIN_DECIMAL_RE.match(text)
     if decimal:
-        return Number(Fraction(text), decimals=len(decimal.group(2)))
+        continued = decimal.group(3) is not None
+        literal = text.removesuffix("\\ldots") if continued else text
+        return Number(Fraction(literal), decimals=len(decimal.group(2)), continued=continued)
     mixed = _MIXED_RE.match(text)
     if mixed:
         sign, whole, n1, d1, n2, d2 = mixed.groups()
@@ -182,32 +210,45 @@ def parse_number(text: str) -> Number | None:
         return None
 
 
-def approximates(approx: Number, exact: Fraction) -> bool:
-    """Whether decimal literal `approx` (>= 2 digits after the point) is `exact` rounded or truncated to its digits.
+def approximates(approx: Number, exact: Fraction, *, min_significant: int = MIN_SIGNIFICANT) -> bool:
+    """Whether decimal literal `approx` is `exact` written to the precision `approx` shows (see the module doc).
 
-    Rounding and truncation are the two ways people shorten a value; anything else (3.15 for pi) is wrong.
+    `approx` must show at least `min_significant` significant digits and lie within half a unit of its last digit
+    of `exact`: `0.00463` is 1/216 (|0.00463 - 0.0046296| <= 0.000005), `0.00` and `0.0046` are not, `0.667` is
+    2/3 but the truncation `0.666` is not (it is 0.00067 off, more than 0.0005). A literal written as continuing
+    (`0.1666\\ldots`, `3.1415\\ldots`) may also be the truncation. A zero literal (`0.000`) shows no significant
+    digit, so it never stands for a nonzero value.
     """
-    if approx.decimals is None or approx.decimals < 2:
+    if approx.decimals is None or approx.significant < min_significant:
         return False
     scale = 10**approx.decimals
-    scaled = exact * scale
-    if scaled.denominator == 1:
-        return False  # the exact value has a decimal form of this length, so a different literal is just wrong
-    truncated = Fraction(math.trunc(scaled), scale)
-    rounded = Fraction(math.floor(scaled + Fraction(1, 2)), scale)
-    return approx.value in (truncated, rounded)
+    if abs(approx.value - exact) * 2 * scale <= 1:
+        return True
+    return approx.continued and approx.value == Fraction(math.trunc(exact * scale), scale)
+
+
+def repeating_reading(approx: Number) -> Fraction | None:
+    """What a continued literal means as a repeating decimal: `0.1666\\ldots` is 1/6; None when its digits show no
+    repeated block (`3.1415\\ldots`) or it is not a continued literal."""
+    if not approx.continued or approx.decimals is None:
+        return None
+    scaled = abs(approx.value) * 10**approx.decimals
+    whole, digits = divmod(int(scaled), 10**approx.decimals)
+    value = continued_value(str(whole), str(digits).zfill(approx.decimals))
+    return None if value is None else (-value if approx.value < 0 else value)
 
 
 def numbers_match(a: Number, b: Number) -> bool:
-    """Exact equality, or a decimal literal with >= 2 digits that rounds or truncates the other exact value.
+    """Exact equality, or a decimal literal that is the other, exact value written to the precision it shows.
 
-    Two decimal literals must be equal exactly (2 vs 2.0001 is wrong). A decimal `0.333` matches 1/3 because
-    it is 1/3 truncated to the digits written.
+    Two decimal literals must be equal exactly (2 vs 2.0001 is wrong; 3.14 vs 3.14159 too). A decimal `0.333`
+    matches 1/3 (three significant digits, within 0.0005); `0.33` does not (two digits). A continued literal
+    whose digits repeat is that repeating decimal, exactly: `0.0833\\ldots` is 1/12.
     """
     if a.value == b.value:
         return True
     if a.decimals is not None and b.decimals is None:
-        return approximates(a, b.value)
+        return repeating_reading(a) == b.value or approximates(a, b.value)
     if b.decimals is not None and a.decimals is None:
-        return approximates(b, a.value)
+        return repeating_reading(b) == a.value or approximates(b, a.value)
     return False

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlloom.rewards.math.equivalence import DEFAULT_TIMEOUT, compare
-from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer
+from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer, extract_choice
+from rlloom.rewards.math.normalize import choice_letter, stated_choice
 from rlloom.rewards.math.spans import joined_environments, prose_words
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
@@ -36,6 +37,16 @@ def _extract_gold(gold: str) -> str:
     return joined_environments(gold) or gold
 
 
+def _needs_choice_statement(extracted: str | None, golds: list[str], text: str, modes: Sequence[str]) -> bool:
+    """A letter gold, an extracted answer that states no letter, no box or answer tag, and unmarked answers
+    allowed: "The correct option is (C), since x = 12." answers C, not 12 (see `extract_choice`)."""
+    if "answer_is" not in modes or not any(choice_letter(g) for g in golds):
+        return False
+    if extracted is not None and stated_choice(extracted) is not None:
+        return False
+    return extract_answer(text, modes=("boxed", "answer_tag")) is None
+
+
 def score_detailed(
     response: str,
     gold: str | Sequence[str],
@@ -51,6 +62,8 @@ def score_detailed(
     if text is None:
         return ScoreResult(score=0.0, error=not_text_error(response))
     extracted = extract_answer(text, modes=modes)
+    if _needs_choice_statement(extracted, golds, text, modes):
+        extracted = extract_choice(text) or extracted
     if extracted is None:
         return ScoreResult(score=0.0, details={"reason": "no answer found in the response"})
     reasons = []

@@ -19,7 +19,7 @@ import sympy
 from latex2sympy2_extended import latex2sympy
 from latex2sympy2_extended.latex2sympy2 import ConversionConfig
 
-from rlloom.rewards.math.numeric import Number, approximates
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT, MIN_SIGNIFICANT_IRRATIONAL, Number, approximates
 
 _CONFIG = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False)
 _DECIMAL_RE = re.compile(r"^-?\d*\.(\d+)$")
@@ -75,9 +75,10 @@ def _expressions_equal(a: Any, b: Any, pred_text: str) -> bool:
         return True
     if not (a.free_symbols or b.free_symbols):
         decimal = _DECIMAL_RE.match(pred_text)
-        if decimal and len(decimal.group(1)) >= 2:
+        if decimal:  # a decimal against a closed form: the precision it shows, 3 significant digits (4 if irrational)
             exact = Fraction(str(sympy.N(b, _PRECISION)))
-            return approximates(Number(Fraction(pred_text), len(decimal.group(1))), exact)
+            digits = MIN_SIGNIFICANT if b.is_rational else MIN_SIGNIFICANT_IRRATIONAL
+            return approximates(Number(Fraction(pred_text), len(decimal.group(1))), exact, min_significant=digits)
         return False
     return _agree_at_random_points(a, b)
 
