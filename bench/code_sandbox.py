@@ -7,6 +7,12 @@ isolation at all (full environment, network, writable filesystem, no process lim
 Start-up latency is measured separately on a trivial program, one at a time.
 
     .venv/bin/python bench/code_sandbox.py [--repeats 5] [--workers 2]
+
+`--against SRC` compares two versions of the sandbox instead: this checkout's and the `rlloom.rewards` under SRC
+(e.g. a baseline worktree: `git worktree add /tmp/rewards_base HEAD`, then `--against
+/tmp/rewards_base/packages/rewards/src`). Each repeat runs both, alternating which goes first, each in a fresh
+child process with its source first on `sys.path`: the HumanEval 164 through `check_many` (after a warm-up of 8),
+then serial `execute("pass")` latency; it prints medians and the new/old ratios.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def sandboxed(rows: list[dict[str, Any]], workers: int) -> tuple[float, int]:
     tasks = [
         CodeTask(
             kind="function", code=r["prompt"] + r["canonical_solution"], test=r["test"],
-            entry_point=r["entry_point"], limits=Limits(timeout=10),
+            entry_point=r["entry_point"], helpers=r["prompt"], limits=Limits(timeout=10),
         )
         for r in rows
     ]  # fmt: skip
@@ -84,12 +90,73 @@ def startup_latency(n: int) -> tuple[float, float, float]:
     return naive_m, bare_m, ours_m
 
 
+def one_side(workers: int, latency_runs: int) -> None:
+    """Child process of --against: one pass of the HumanEval 164 and serial start-up latency, as JSON."""
+    from rlloom.rewards import code
+
+    rows = load()
+    sandboxed(rows[:8], workers)
+    seconds, passed = sandboxed(rows, workers)
+    times = []
+    for _ in range(latency_runs):
+        start = time.perf_counter()
+        assert execute("pass").status == "ok"
+        times.append(time.perf_counter() - start)
+    print(
+        json.dumps({"seconds": seconds, "passed": passed, "latency": statistics.median(times), "from": code.__file__})
+    )
+
+
+def against(src: str, repeats: int, workers: int, latency_runs: int) -> None:
+    """This checkout's sandbox against the one under `src`, alternating, each pass in a fresh child process."""
+    here = str(Path(__file__).resolve().parents[1] / "packages/rewards/src")
+    sides = {"new (this checkout)": here, f"old ({src})": src}
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for rep in range(repeats):
+        order = list(sides) if rep % 2 == 0 else list(reversed(sides))
+        for name in order:
+            command = [sys.executable, __file__, "--one-side", "--workers", str(workers)]
+            command += ["--latency-runs", str(latency_runs)]
+            env = {**os.environ, "PYTHONPATH": sides[name] + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=1800)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            assert result["from"].startswith(sides[name]), (name, result["from"])
+            found[name].append(result)
+            print(
+                f"repeat {rep} {name}: {result['seconds']:.2f} s ({result['passed']}/164 pass, "
+                f"{164 / result['seconds']:.1f} programs/s), start-up {result['latency'] * 1000:.1f} ms",
+                flush=True,
+            )
+    print()
+    print("| sandbox | programs/s (median) | HumanEval passed | start-up latency (median) |")
+    print("|---|---|---|---|")
+    medians = {}
+    for name, results in found.items():
+        rate = statistics.median(164 / r["seconds"] for r in results)
+        latency = statistics.median(r["latency"] for r in results)
+        passed = sorted({r["passed"] for r in results})
+        medians[name] = (rate, latency)
+        print(f"| {name} | {rate:.1f} | {passed} | {latency * 1000:.1f} ms |")
+    (new_rate, new_latency), (old_rate, old_latency) = medians.values()
+    print(
+        f"\nthroughput new/old: {new_rate / old_rate:.2f}x; start-up latency new/old: {new_latency / old_latency:.2f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--latency-runs", type=int, default=50)
+    parser.add_argument("--against", metavar="SRC", help="compare with the rlloom.rewards under SRC instead")
+    parser.add_argument("--one-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_side:
+        one_side(args.workers, args.latency_runs)
+        return
+    if args.against:
+        against(args.against, args.repeats, args.workers, args.latency_runs)
+        return
     iso = isolation()
     print(f"isolation: {iso.mode} (strong={iso.strong}); workers={args.workers}; cpus={os.cpu_count()}")
     rows = load()

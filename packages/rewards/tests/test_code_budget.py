@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rlloom.rewards.code import Limits, check_asserts, execute
+from rlloom.rewards.code import Limits, check_asserts, execute, isolation
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -159,6 +159,7 @@ def test_memfd_and_message_queues_cannot_be_made() -> None:
         print("msgget", libc.msgget(0, 0o1000 | 0o600), ctypes.get_errno())
         """
     )
+    assert isolation().memfd_blocked  # the start-up probe verified it from inside a sandbox
     result = execute(code, limits=BUDGET)
     assert result.status == "ok", result
     lines = result.stdout.split("\n")

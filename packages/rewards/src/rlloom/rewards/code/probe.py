@@ -32,6 +32,10 @@ class Isolation(BaseModel):
     minimal_root: bool = Field(
         default=False, description="Only system dirs, /dev, /proc, the stdlib and /tmp exist: no homes, repo, data."
     )
+    memfd_blocked: bool = Field(
+        default=False,
+        description="memfd_create fails (seccomp, x86_64 and aarch64): no memory the run's budget cannot count.",
+    )
     python: str = Field(description="Interpreter that runs the programs.")
     reason: str = Field(default="", description="Why the strong mode is unavailable, if it is.")
 
@@ -55,6 +59,11 @@ for d in ("/", "/etc", "/usr", "/dev"):
         pass
 facts["procs"] = len([p for p in os.listdir("/proc") if p.isdigit()])
 facts["top"] = ",".join(sorted(os.listdir("/")))
+try:
+    os.close(os.memfd_create("probe"))
+    facts["memfd"] = 1
+except OSError:
+    facts["memfd"] = 0
 print(";".join(f"{k}={v}" for k, v in facts.items()))
 """
 
@@ -77,7 +86,8 @@ def _probe(mode: Mode, python: str) -> Isolation:
     strong = no_network and read_only and unprivileged and own_pids and minimal_root
     return Isolation(
         mode=mode, strong=strong, no_network=no_network, read_only_root=read_only, unprivileged=unprivileged,
-        own_pid_namespace=own_pids, minimal_root=minimal_root, python=python,
+        own_pid_namespace=own_pids, minimal_root=minimal_root, memfd_blocked=facts.get("memfd") == "0",
+        python=python,
     )  # fmt: skip
 
 
