@@ -101,10 +101,10 @@ def test_the_next_batch_is_generated_while_the_update_runs(tiny_model_dir: Path,
 
 
 def test_off_policy_refusals(tiny_model_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="pass engine= .* instead of engine_factory="):
+    with pytest.raises(ConfigError, match="pass engine= a ready engine .* instead of a factory"):
         Trainer(
             tiny_config(tiny_model_dir, tmp_path / "run", OFF_POLICY),
-            engine_factory=lambda module: SamplingEngine(tiny_model_dir),
+            engine=lambda module: SamplingEngine(tiny_model_dir),
             reward_fn=digit_reward,
             train_data=sum_rows(8),
         )

@@ -1,7 +1,7 @@
-"""`Trainer(engine_factory=...)`: a rollout engine built on the actor's own module, with no weight copy.
+"""`Trainer(engine=factory)`: a rollout engine built on the actor's own module, with no weight copy.
 
 The independent expectation: sampling from the shared module must train exactly like sampling from a separate
-copy that is synced every step (the `engine=` path), so two seeded, deterministic runs give the same rewards
+copy that is synced every step (a ready engine as `engine=`), so two seeded, deterministic runs give the same rewards
 and the same final weights.
 """
 
@@ -47,7 +47,7 @@ def test_engine_on_the_actor_module_trains_like_a_synced_copy(tiny_model_dir: Pa
 
     shared = Trainer(
         tiny_config(tiny_model_dir, tmp_path / "shared", OVERRIDES),
-        engine_factory=factory,
+        engine=factory,
         reward_fn=digit_reward,
         train_data=sum_rows(8),
     )
@@ -94,5 +94,25 @@ def test_engine_and_factory_are_exclusive(tiny_model_dir: Path, tmp_path: Path) 
 
 def test_factory_must_return_a_rollout_engine(tiny_model_dir: Path, tmp_path: Path) -> None:
     config = tiny_config(tiny_model_dir, tmp_path / "y", OVERRIDES)
-    with pytest.raises(TypeError, match="engine_factory returned a Linear"):
-        Trainer(config, engine_factory=lambda module: nn.Linear(1, 1), reward_fn=digit_reward, train_data=sum_rows(4))
+    with pytest.raises(TypeError, match="factory returned a Linear"):
+        Trainer(config, engine=lambda module: nn.Linear(1, 1), reward_fn=digit_reward, train_data=sum_rows(4))
+    with pytest.raises(TypeError, match="engine= is a int: give a RolloutEngine"):
+        Trainer(config, engine=7, reward_fn=digit_reward, train_data=sum_rows(4))  # type: ignore[arg-type]
+
+
+def test_the_former_engine_factory_keyword_still_builds_on_the_module_with_a_warning(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    tokenizer = load_pretrained_tokenizer(tiny_model_dir)
+    config = tiny_config(tiny_model_dir, tmp_path / "z", OVERRIDES)
+    with pytest.warns(DeprecationWarning, match=r"pass the factory as engine=") as caught:
+        trainer = Trainer(
+            config,
+            engine_factory=lambda module: SharedModuleEngine(module, tokenizer),
+            reward_fn=digit_reward,
+            train_data=sum_rows(4),
+        )
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    actor = trainer.parts.actor
+    assert isinstance(actor, PolicyActor) and isinstance(trainer.engine, SharedModuleEngine)
+    assert trainer.engine.model is actor.model

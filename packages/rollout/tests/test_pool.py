@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from rlloom.core_rl.contracts.dispatch import assign_by_tokens, request_tokens
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf.engine import HFEngine
-from rlloom.rollout.pool import RolloutPool, assign_by_tokens, request_tokens
+from rlloom.rollout.pool import RolloutPool
 
 
 def _reqs(encode: Any, k: int, **kw: Any) -> list[GenerationRequest]:

@@ -21,6 +21,7 @@ from rlloom.agent.conversation import ConversationTokens
 from rlloom.agent.environment import Environment, Sample, step_takes_last_turn
 from rlloom.agent.turns import TurnTemplate
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
+from rlloom.core_rl.contracts.engines import HasContextWindow, HasEosTokens
 from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams, check_chat_template_kwargs
 from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.core_rl.contracts.trajectory import Trajectory
@@ -94,10 +95,9 @@ class AgentLoop:
         self.tokenizer = tokenizer
         self.make_env = make_env
         self.config = config or AgentLoopConfig()
-        self.template = TurnTemplate(
-            tokenizer, getattr(engine, "eos_token_ids", None), self.config.chat_template_kwargs
-        )
-        window = getattr(engine, "context_window", None)
+        eos = sorted(engine.eos_token_ids or ()) if isinstance(engine, HasEosTokens) else None
+        self.template = TurnTemplate(tokenizer, eos, self.config.chat_template_kwargs)
+        window = engine.context_window if isinstance(engine, HasContextWindow) else None
         # a conversation that outgrew the model would make the engine refuse its next prompt (and fail the run)
         self.max_total_tokens = min(self.config.max_total_tokens, window) if window else self.config.max_total_tokens
         self._marker = self.template.encode(self.config.truncation_marker)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from rlloom.core_rl.contracts.engines import Closable
 from rlloom.core_rl.contracts.generation import SamplingParams
 
 EngineKind = Literal["hf", "vllm"]
@@ -184,9 +185,9 @@ def served_model_name(base_url: str, fallback: str) -> str:
 
 
 def close_engine(engine: Any) -> None:
-    close = getattr(engine, "close", None)
-    if callable(close):
-        close()
+    """Close `engine` if it holds something to release (`Closable`: an HF batcher thread, vLLM's process)."""
+    if isinstance(engine, Closable):
+        engine.close()
 
 
 class EvalSampling(Protocol):

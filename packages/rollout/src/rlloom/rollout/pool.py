@@ -17,16 +17,23 @@ from typing import Any, Literal
 
 import torch
 
-from rlloom.core_rl.contracts.dispatch import assign_by_tokens, request_tokens
+from rlloom.core_rl.contracts.dispatch import ReplicaDispatcher, by_replica
+from rlloom.core_rl.contracts.engines import RolloutEngine
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.rollout.pool_replicas import LocalReplica, RayReplica, Replica, ray_is_initialized
 
 _CALLER_ERRORS = (ValueError, KeyError, TypeError)
 
 
 class RolloutPool:
-    """Dispatches requests over engine replicas made by `engine_factory`; implements `RolloutEngine`."""
+    """Dispatches requests over engine replicas made by `engine_factory`; implements `RolloutEngine`,
+    `HasContextWindow`, `HasEosTokens` and `Closable` (the replicas' other capabilities, e.g. vLLM's sleep mode,
+    stay with them: the pool neither sleeps nor labels its replicas' syncs)."""
+
+    context_window: int | None
+    """The replicas' context length (agent loops cap conversations at it); None when they name none."""
+    eos_token_ids: frozenset[int] | None
+    """The replicas' EOS ids (the tokenizer's and the model's generation config's), when they report them."""
 
     def __init__(
         self,
@@ -60,13 +67,20 @@ class RolloutPool:
             raise
         # replicas come from one factory: the first one's context window and EOS ids are the pool's
         engine_info = self._replicas[0].describe()
-        self.context_window: int | None = engine_info["context_window"]
-        """The replicas' context length (agent loops cap conversations at it); None when they name none."""
-        self.eos_token_ids: frozenset[int] | None = engine_info["eos_token_ids"]
-        """The replicas' EOS ids (the tokenizer's and the model's generation config's), when they report them."""
-        self.pending_tokens = [0] * replicas
-        self.dispatched = [0] * replicas  # requests sent to each replica so far
+        self.context_window = engine_info["context_window"]
+        self.eos_token_ids = engine_info["eos_token_ids"]
+        self.dispatch = ReplicaDispatcher(replicas)
         self._threads = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="rlloom-pool")
+
+    @property
+    def pending_tokens(self) -> list[int]:
+        """Tokens each replica has been handed and not yet answered."""
+        return self.dispatch.pending_tokens
+
+    @property
+    def dispatched(self) -> list[int]:
+        """Requests sent to each replica so far."""
+        return self.dispatch.dispatched
 
     def _spawn(self) -> Replica:
         if self.backend == "ray":
@@ -94,15 +108,8 @@ class RolloutPool:
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Split the batch over replicas by pending tokens, run the parts in parallel, keep request order."""
-        costs = [request_tokens(r) for r in requests]
-        with self._lock:
-            owner = assign_by_tokens(costs, self.pending_tokens)
-            for i, r in enumerate(owner):
-                self.pending_tokens[r] += costs[i]
-                self.dispatched[r] += 1
-        parts: dict[int, list[int]] = {}
-        for i, r in enumerate(owner):
-            parts.setdefault(r, []).append(i)
+        owner, costs = self.dispatch.assign(requests)
+        parts = by_replica(owner)
         futures = {
             r: self._threads.submit(self._run_part, r, [requests[i] for i in idx], sum(costs[i] for i in idx))
             for r, idx in parts.items()
@@ -124,16 +131,11 @@ class RolloutPool:
                 except Exception as exc:
                     self._restart(index, replica, exc)
         finally:
-            with self._lock:
-                self.pending_tokens[index] -= cost
+            self.dispatch.release(index, cost)
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """Send one request to the least-loaded replica; on a replica failure restart it and retry."""
-        cost = request_tokens(request)
-        with self._lock:
-            index = min(range(len(self._replicas)), key=lambda r: self.pending_tokens[r])
-            self.pending_tokens[index] += cost
-            self.dispatched[index] += 1
+        index, cost = self.dispatch.pick(request)
         try:
             while True:
                 replica = self._replicas[index]
@@ -144,8 +146,7 @@ class RolloutPool:
                 except Exception as exc:
                     self._restart(index, replica, exc)
         finally:
-            with self._lock:
-                self.pending_tokens[index] -= cost
+            self.dispatch.release(index, cost)
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         """Broadcast to all replicas in parallel; the weights are kept for replicas restarted later."""

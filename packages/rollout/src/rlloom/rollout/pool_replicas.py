@@ -12,8 +12,8 @@ from typing import Any, Protocol, cast
 
 import torch
 
+from rlloom.core_rl.contracts.engines import Closable, RolloutEngine, describe_engine
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-from rlloom.core_rl.contracts.protocols import RolloutEngine
 
 
 def ray_is_initialized() -> bool:
@@ -36,16 +36,6 @@ class Replica(Protocol):
     def close(self) -> None: ...
 
 
-def describe_engine(engine: Any) -> dict[str, Any]:
-    """What callers read off an engine besides its calls: `context_window` (agent loops cap conversations at
-    it) and `eos_token_ids` (where they tell a sampled end of turn); None when the engine does not say."""
-    eos = getattr(engine, "eos_token_ids", None)
-    return {
-        "context_window": getattr(engine, "context_window", None),
-        "eos_token_ids": frozenset(int(t) for t in eos) if eos is not None else None,
-    }
-
-
 class LocalReplica:
     """An engine living in this process; the pool calls it from its dispatcher threads."""
 
@@ -65,9 +55,8 @@ class LocalReplica:
         return describe_engine(self.engine)
 
     def close(self) -> None:
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.engine, Closable):
+            self.engine.close()
 
 
 class _EngineActorBody:

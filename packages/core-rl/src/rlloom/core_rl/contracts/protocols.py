@@ -1,8 +1,9 @@
-"""The seams between packages: what rollout engines, reward functions and trackers must provide.
+"""The seams between packages: what rollout engines, reward functions, trackers and workers must provide.
 
 Anything with these methods fits; no base class to inherit. The trainer only ever talks to these, so the
 embedded defaults (in-process HF engine, local scorers) and the scaled-out ones (vLLM replicas, Ray workers,
-remote sandboxes) are interchangeable by config.
+remote sandboxes) are interchangeable by config. The engine's contract, `RolloutEngine`, its optional
+capabilities and what the Trainer's `engine=` takes, is `contracts.engines` (the first and last re-exported here).
 """
 
 from __future__ import annotations
@@ -13,29 +14,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
-from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.engines import EngineFactory, EngineSource, RolloutEngine
 from rlloom.core_rl.contracts.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from rlloom.core_rl.contracts.batch import TrajectoryBatch
-
-
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """Generates completions and accepts new policy weights."""
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        """Complete every request; the outer list follows `requests`, the inner one holds its n samples."""
-        ...
-
-    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        """Complete one request without blocking the event loop (agents interleave many of these)."""
-        ...
-
-    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        """Load new policy weights (HF parameter names); a no-op when the engine shares the actor's tensors.
-        `named_tensors` may be a subset (one bucket, see `weight_sync`): load what is given, keep the rest."""
-        ...
 
 
 @dataclass(slots=True)
@@ -160,3 +143,18 @@ class CriticWorker(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+__all__ = [
+    "CriticWorker",
+    "EngineFactory",
+    "EngineSource",
+    "GenerationTracker",
+    "PolicyWorker",
+    "ReferenceWorker",
+    "RewardFn",
+    "RewardLike",
+    "RewardOutput",
+    "RolloutEngine",
+    "Tracker",
+]

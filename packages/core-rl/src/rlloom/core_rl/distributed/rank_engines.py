@@ -4,7 +4,11 @@ With one engine on the driver, N-1 GPUs wait through generation, most of an RL s
 (`RankWorker`) builds a replica from the caller's `EngineFactory` (called with a whole, untrained copy of the
 policy in the compute dtype, as the driver's engine would be), and the trainer talks to `RankEngines`, one
 `RolloutEngine` that sends each batch's requests, and each agent turn, to the replicas with the least pending
-work. The weight sync never leaves the ranks: every rank all-gathers the FSDP2 shards a bucket at a time (the
+work (`contracts.dispatch.ReplicaDispatcher`). Each replica reports its engine's capabilities
+(`contracts.engines`); the proxy implements exactly the ones it forwards (sleep mode, the sync lifecycle) when
+the replicas have them, so `isinstance(engines, SleepMode)` is as true as on the engine itself.
+
+The weight sync never leaves the ranks: every rank all-gathers the FSDP2 shards a bucket at a time (the
 same collectives on every rank) and loads the full bucket into its own replica, so nothing passes through the
 driver or Ray's object store. The factory travels to the ranks pickled (cloudpickle: lambdas and closures work;
 classes must be importable there, e.g. shipped with `distributed.runtime_env`). An engine that loads its own
@@ -16,16 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 from torch.distributed.tensor import DTensor
 
-from rlloom.core_rl.contracts.dispatch import assign_by_tokens, request_tokens
+from rlloom.core_rl.contracts.dispatch import ReplicaDispatcher, by_replica
+from rlloom.core_rl.contracts.engines import (
+    Closable,
+    EngineFactory,
+    ReplicaFactory,
+    RolloutEngine,
+    SleepMode,
+    WeightSyncCount,
+    WeightSyncLifecycle,
+    describe_engine,
+)
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.core_rl.distributed.fsdp import merge_lora_state
 
 if TYPE_CHECKING:
@@ -33,23 +45,12 @@ if TYPE_CHECKING:
     from rlloom.core_rl.distributed.ranks import ShardedPolicyActor
     from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
-EngineFactory = Callable[[nn.Module], RolloutEngine]
-
-
-@runtime_checkable
-class ReplicaFactory(Protocol):
-    """A factory whose engines load their own weights (e.g. rlloom.rollout's `VLLMReplicas`): each rank calls
-    `build_replica(rank)` and is spared the module copy an `EngineFactory` is given; the weight sync then loads
-    the replica from the rank's shards like any other."""
-
-    def build_replica(self, rank: int) -> RolloutEngine: ...
-
-
 ENGINE_CALLS = 64
 """Concurrent calls a rank process serves (its Ray max_concurrency): agent turns interleave on the replica."""
 
-OPTIONAL_ENGINE_METHODS = ("sleep", "wake_up", "begin_weight_sync", "finish_weight_sync")
-"""Engine methods `EngineWeights` calls when present; the proxy has them when the replicas do (vLLM sleep mode)."""
+FORWARDED = {"sleep_mode": SleepMode, "weight_sync_lifecycle": WeightSyncLifecycle}
+"""The capabilities (`contracts.engines.CAPABILITIES` names) `RankEngines` forwards to every replica at once, when
+the replicas have them: what `EngineWeights` calls around a sync (vLLM's sleep mode and sync labels)."""
 
 
 def gather_bucket(actor: ShardedPolicyActor, names: list[str]) -> dict[str, torch.Tensor]:
@@ -93,8 +94,8 @@ class RankEngineHost:
             engine = factory(load_causal_lm(copy, weights_path, actor.device, trained=False))
         if not isinstance(engine, RolloutEngine):
             raise TypeError(
-                f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
-                "(the RolloutEngine protocol)"
+                f"the engine= factory returned a {type(engine).__name__}, which lacks "
+                "generate/agenerate/update_weights (the RolloutEngine protocol)"
             )
         source = model.tokenizer_path or model.path
         check_engine_tokenizer(
@@ -103,14 +104,10 @@ class RankEngineHost:
         return cls(engine, actor)
 
     def describe(self) -> dict[str, Any]:
-        eos = getattr(self.engine, "eos_token_ids", None)
-        return {
-            "context_window": getattr(self.engine, "context_window", None),
-            "eos_token_ids": frozenset(int(t) for t in eos) if eos is not None else None,
-            "methods": [m for m in OPTIONAL_ENGINE_METHODS if callable(getattr(self.engine, m, None))],
-            "requests": self.requests,
-            "weight_syncs": getattr(self.engine, "weight_syncs", None),  # syncs completed, where the engine counts
-        }
+        """The engine's capabilities, context window and EOS ids (`describe_engine`), requests served, and weight
+        syncs completed (None where the engine does not count them)."""
+        syncs = self.engine.weight_syncs if isinstance(self.engine, WeightSyncCount) else None
+        return {**describe_engine(self.engine), "requests": self.requests, "weight_syncs": syncs}
 
     def _served(self, count: int) -> None:
         with self._count:
@@ -134,24 +131,39 @@ class RankEngineHost:
             self.engine.update_weights(gather_bucket(self.actor, names))
         return len(plan)
 
-    def engine_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """One of the engine's optional methods (`OPTIONAL_ENGINE_METHODS`)."""
-        return getattr(self.engine, method)(*args, **kwargs)
+    def _capable(self, capability: str) -> Any:
+        protocol = FORWARDED[capability]
+        if not isinstance(self.engine, protocol):
+            raise TypeError(f"this rank's {type(self.engine).__name__} lacks {protocol.__name__}")
+        return self.engine
+
+    def sleep(self, level: int = 1) -> None:
+        self._capable("sleep_mode").sleep(level=level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self._capable("sleep_mode").wake_up(tags=tags)
+
+    def begin_weight_sync(self, step: int) -> None:
+        self._capable("weight_sync_lifecycle").begin_weight_sync(step)
+
+    def finish_weight_sync(self) -> None:
+        self._capable("weight_sync_lifecycle").finish_weight_sync()
 
     def close(self) -> None:
         """Shut the replica down (vLLM: its engine-core process) while the rank process stays, e.g. to free the
         GPU memory; ending the rank process (the group's close, Ray's shutdown) ends vLLM's processes too."""
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.engine, Closable):
+            self.engine.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 class RankEngines:
-    """The rank replicas as one `RolloutEngine` for the trainer and collectors (driver side).
+    """The rank replicas as one `RolloutEngine` for the trainer and collectors (driver side); also
+    `HasContextWindow`, `HasEosTokens` (the first replica's) and `Closable`.
 
     `generate` splits a batch over the replicas by pending tokens, largest requests first; `agenerate` sends a
     turn to the replica with the fewest pending tokens. `sync_from_ranks` is the weight sync (`weight_sync`).
+    Build it with `rank_engines(group, info)`, which picks the subclass forwarding the replicas' capabilities.
     """
 
     def __init__(self, group: RayActorGroup, info: Sequence[Mapping[str, Any]]) -> None:
@@ -163,40 +175,24 @@ class RankEngines:
         self.timeout_s = group.timeout_s
         self.context_window: int | None = info[0]["context_window"]
         self.eos_token_ids: frozenset[int] | None = info[0]["eos_token_ids"]
-        self.pending_tokens = [0] * self.size
-        self.dispatched = [0] * self.size  # requests sent to each replica so far
-        self._lock = threading.Lock()
-        for method in info[0]["methods"]:  # e.g. vLLM's sleep/wake_up, then on every replica at once
-            setattr(self, method, self._on_every_replica(method))
+        self.dispatch = ReplicaDispatcher(self.size)
 
-    def _on_every_replica(self, method: str) -> Callable[..., None]:
-        def call(*args: Any, **kwargs: Any) -> None:
-            self.group.call("engine", "engine_call", method, *args, **kwargs)
+    @property
+    def pending_tokens(self) -> list[int]:
+        """Tokens each replica has been handed and not yet answered."""
+        return self.dispatch.pending_tokens
 
-        return call
-
-    def _take(self, owner: Sequence[int], costs: Sequence[int]) -> None:
-        with self._lock:
-            for r, cost in zip(owner, costs, strict=True):
-                self.pending_tokens[r] += cost
-                self.dispatched[r] += 1
-
-    def _release(self, owner: Sequence[int], costs: Sequence[int]) -> None:
-        with self._lock:
-            for r, cost in zip(owner, costs, strict=True):
-                self.pending_tokens[r] -= cost
+    @property
+    def dispatched(self) -> list[int]:
+        """Requests sent to each replica so far."""
+        return self.dispatch.dispatched
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Every replica with a share decodes it at once; the answers come back in request order."""
         if not requests:
             return []
-        costs = [request_tokens(r) for r in requests]
-        with self._lock:
-            owner = assign_by_tokens(costs, self.pending_tokens)
-        self._take(owner, costs)
-        parts: dict[int, list[int]] = {}
-        for i, r in enumerate(owner):
-            parts.setdefault(r, []).append(i)
+        owner, costs = self.dispatch.assign(requests)
+        parts = by_replica(owner)
         try:
             refs = {
                 r: self.group.ranks[r].call.remote("engine", "generate", [requests[i] for i in idx])
@@ -204,7 +200,8 @@ class RankEngines:
             }
             answers = self._ray.get(list(refs.values()), timeout=self.timeout_s)
         finally:
-            self._release(owner, costs)
+            for r, cost in zip(owner, costs, strict=True):
+                self.dispatch.release(r, cost)
         results: list[list[Completion]] = [[] for _ in requests]
         for idx, answer in zip(parts.values(), answers, strict=True):
             for i, completions in zip(idx, answer, strict=True):
@@ -212,16 +209,13 @@ class RankEngines:
         return results
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        cost = request_tokens(request)
-        with self._lock:
-            rank = min(range(self.size), key=lambda r: self.pending_tokens[r])
-        self._take([rank], [cost])
+        rank, cost = self.dispatch.pick(request)
         try:
             ref = self.group.ranks[rank].call.remote("engine", "agenerate", request)
             answer: list[Completion] = await asyncio.wait_for(ref, timeout=self.timeout_s)
             return answer
         finally:
-            self._release([rank], [cost])
+            self.dispatch.release(rank, cost)
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         """Weights from elsewhere (not the ranks' own shards) to every replica, stored once in the object store;
@@ -247,6 +241,45 @@ class RankEngines:
             self.group.call("engine", "close")
 
 
+class _SleepOnEveryReplica(RankEngines):
+    """`SleepMode` on every replica at once (vLLM's): they free their memory for the update together."""
+
+    def sleep(self, level: int = 1) -> None:
+        self.group.call("engine", "sleep", level=level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.group.call("engine", "wake_up", tags=tags)
+
+
+class _SyncLifecycleOnEveryReplica(RankEngines):
+    """`WeightSyncLifecycle` on every replica at once: each labels and closes its own sync from its shards."""
+
+    def begin_weight_sync(self, step: int) -> None:
+        self.group.call("engine", "begin_weight_sync", step)
+
+    def finish_weight_sync(self) -> None:
+        self.group.call("engine", "finish_weight_sync")
+
+
+class _SleepAndSyncLifecycleOnEveryReplica(_SleepOnEveryReplica, _SyncLifecycleOnEveryReplica):
+    """Both, as vLLM replicas have them."""
+
+
+_PROXIES: dict[frozenset[str], type[RankEngines]] = {
+    frozenset(): RankEngines,
+    frozenset({"sleep_mode"}): _SleepOnEveryReplica,
+    frozenset({"weight_sync_lifecycle"}): _SyncLifecycleOnEveryReplica,
+    frozenset({"sleep_mode", "weight_sync_lifecycle"}): _SleepAndSyncLifecycleOnEveryReplica,
+}
+
+
+def rank_engines(group: RayActorGroup, info: Sequence[Mapping[str, Any]]) -> RankEngines:
+    """The proxy over the replicas `info` describes (`RankEngineHost.describe()`, rank order): a `RankEngines`
+    that also implements each capability of `FORWARDED` every replica has, and no other."""
+    shared = frozenset(FORWARDED).intersection(*(set(i["capabilities"]) for i in info))
+    return _PROXIES[shared](group, info)
+
+
 def start_rank_engines(
     group: RayActorGroup, factory: EngineFactory | ReplicaFactory, config: RLConfig, weights_path: str
 ) -> RankEngines:
@@ -257,18 +290,21 @@ def start_rank_engines(
         if not any(word in str(err).lower() for word in ("pickle", "serializ")):
             raise
         raise TypeError(
-            f"engine_factory cannot be sent to the ranks ({err}); with distributed.rollout_on_ranks=true it is "
+            f"the engine= factory cannot be sent to the ranks ({err}); with distributed.rollout_on_ranks=true it is "
             "pickled to every rank process: build the engine inside it, or set distributed.rollout_on_ranks=false "
             "for one engine on the driver"
         ) from err
-    return RankEngines(group, info)
+    return rank_engines(group, info)
 
 
 __all__ = [
     "ENGINE_CALLS",
+    "FORWARDED",
+    "EngineFactory",
     "RankEngineHost",
     "RankEngines",
     "ReplicaFactory",
     "gather_bucket",
+    "rank_engines",
     "start_rank_engines",
 ]

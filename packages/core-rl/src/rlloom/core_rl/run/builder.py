@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
-from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rlloom.core_rl.config.loading import config_from_dict
 from rlloom.core_rl.config.schema import ConfigError, KeyedValueError, RLConfig, TrainerConfig, check_warmup
+from rlloom.core_rl.contracts import engines
+from rlloom.core_rl.contracts.engines import EngineSource, ReplicaFactory
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.contracts.protocols import CriticWorker, PolicyWorker, ReferenceWorker, RolloutEngine, Tracker
 from rlloom.core_rl.data.loader import PromptLoader, Row, check_rows, limit_prompt_length
@@ -36,9 +38,7 @@ from rlloom.core_rl.workers.critic import ValueCritic, ValueModel
 from rlloom.core_rl.workers.settings import actor_settings, critic_settings, reference_settings
 from rlloom.core_rl.workers.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
 
-EngineFactory = Callable[[nn.Module], RolloutEngine]
-"""Builds the rollout engine from the actor's own module, so it samples from the weights being trained (no copy,
-no per-step weight transfer); the in-process default. Only the in-process `PolicyActor` has a module to give."""
+EngineFactory: TypeAlias = engines.EngineFactory  # its home is contracts.engines; named here too for old imports
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class RunFinished(SystemExit):
 
 def checked_config(
     config: RLConfig,
-    engine: RolloutEngine | None,
+    engine: EngineSource | None,
     engine_factory: EngineFactory | None,
     collect: CollectFn | None,
     collect_factory: CollectFactory | None,
@@ -61,12 +61,7 @@ def checked_config(
             "give the Trainer at most one of collect= (a ready CollectFn) or collect_factory= (a callable that "
             "builds one on the trainer's engine, e.g. rlloom.agent.agent_collector(...))"
         )
-    if (engine is None) == (engine_factory is None):
-        raise ValueError(
-            "give the Trainer exactly one of engine= (a RolloutEngine with its own weights, synced every step) "
-            "or engine_factory= (a callable that builds one on the actor's module, e.g. "
-            "lambda module: HFEngine(module, tokenizer))"
-        )
+    engine_source(engine, engine_factory)
     return config_from_dict(config.model_dump(), source="the config given to Trainer")
 
 
@@ -165,56 +160,81 @@ def generation_dumps(trainer: TrainerConfig, start: int) -> tuple[GenerationDump
     return train, val
 
 
+def engine_source(engine: EngineSource | None, engine_factory: EngineFactory | None) -> EngineSource:
+    """The Trainer's one `engine=`: a ready `RolloutEngine` (weights of its own, synced every step) or a provider
+    of one, an `EngineFactory` (built on the actor's module) or a `ReplicaFactory` (weights of its own, one replica
+    per rank). `engine_factory=`, its former name for a factory, still works this release, with a warning."""
+    if (engine is None) == (engine_factory is None):
+        raise ValueError(
+            "give the Trainer exactly one of engine= (a RolloutEngine with its own weights, synced every step, or a "
+            "callable that builds one on the actor's module, e.g. lambda module: HFEngine(module, tokenizer)) or "
+            "the deprecated engine_factory="
+        )
+    if engine_factory is not None:
+        warnings.warn(
+            "Trainer(engine_factory=...) is deprecated and goes in the next release: pass the factory as engine= "
+            "(which takes an engine or a provider of one)",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return engine_factory
+    assert engine is not None
+    return engine
+
+
 def build_engine(
     config: RLConfig,
     parts: RunParts,
-    engine: RolloutEngine | None,
-    factory: EngineFactory | None,
+    engine: EngineSource | None,
+    engine_factory: EngineFactory | None,
     resume_from: Path | None,
 ) -> RolloutEngine:
-    """The rollout engine: the one given, or `factory` called with the actor's module (a `ReplicaFactory`, e.g.
-    vLLM's, is asked for an engine with weights of its own instead). A sharded actor has no
-    whole module here, so the engine gets its own copy of the policy, kept current by the weight sync every step:
-    one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else one on the driver.
-    The engine's tokenizer must be the run's."""
-    if engine is None:
-        from rlloom.core_rl.distributed.rank_engines import ReplicaFactory, start_rank_engines
+    """The rollout engine from `engine=` (`engine_source`): a ready engine as it is; a `ReplicaFactory` (e.g.
+    vLLM's) asked for an engine with weights of its own; an `EngineFactory` called with the actor's module. A
+    sharded actor has no whole module here, so the engine gets its own copy of the policy, kept current by the
+    weight sync every step: one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else
+    one on the driver. The engine's tokenizer must be the run's."""
+    source = engine if engine is not None else engine_factory
+    if isinstance(source, RolloutEngine):
+        return checked_engine(source, config, parts)
+    if not (isinstance(source, ReplicaFactory) or callable(source)):
+        raise TypeError(
+            f"engine= is a {type(source).__name__}: give a RolloutEngine (generate/agenerate/update_weights), a "
+            "callable that builds one on the actor's module, or a ReplicaFactory (build_replica(rank))"
+        )
+    actor = parts.actor
+    if not isinstance(actor, PolicyActor) and config.distributed.rollout_on_ranks:
+        from rlloom.core_rl.distributed.rank_engines import start_rank_engines
+        from rlloom.core_rl.distributed.ray_group import RayActorGroup
 
-        if factory is None:
-            raise TypeError("engine_factory is None; pass engine= or engine_factory=")
-        actor = parts.actor
-        on_ranks = not isinstance(actor, PolicyActor) and config.distributed.rollout_on_ranks
-        if on_ranks:
-            from rlloom.core_rl.distributed.ray_group import RayActorGroup
-
-            if not isinstance(actor, RayActorGroup):
-                raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
-            # each rank checks its replica's tokenizer against the run's; a ReplicaFactory (vLLM) loads its own
-            # weights there, an EngineFactory gets a copy of the policy
-            return start_rank_engines(actor, factory, config, weights_source(resume_from, config.model.path))
-        if isinstance(factory, ReplicaFactory):
-            engine = factory.build_replica(0)  # weights of its own (e.g. vLLM): synced every step, as engine= is
-        elif isinstance(actor, PolicyActor):
-            if config.trainer.one_step_off_policy:
-                raise ConfigError(
-                    "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine "
-                    "needs weights of its own: pass engine= (e.g. HFEngine on a separate copy of the model) instead "
-                    "of engine_factory=, which here samples from the very module the update is changing"
-                )
-            engine = factory(actor.model)
-        else:
-            weights = weights_source(resume_from, config.model.path)
-            # never trained here: held in the compute dtype, synced from the sharded actor every step
-            copy = config.model.model_copy(update={"lora_rank": 0})
-            engine = factory(load_causal_lm(copy, weights, parts.device, trained=False))
-    return checked_engine(engine, config, parts)
+        if not isinstance(actor, RayActorGroup):
+            raise TypeError(f"distributed.rollout_on_ranks needs the RayActorGroup actor, not {type(actor)}")
+        # each rank checks its replica's tokenizer against the run's; a ReplicaFactory (vLLM) loads its own
+        # weights there, an EngineFactory gets a copy of the policy
+        return start_rank_engines(actor, source, config, weights_source(resume_from, config.model.path))
+    if isinstance(source, ReplicaFactory):
+        built = source.build_replica(0)  # weights of its own (e.g. vLLM): synced every step, as an engine is
+    elif isinstance(actor, PolicyActor):
+        if config.trainer.one_step_off_policy:
+            raise ConfigError(
+                "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine needs "
+                "weights of its own: pass engine= a ready engine (e.g. HFEngine on a separate copy of the model) "
+                "instead of a factory, which here samples from the very module the update is changing"
+            )
+        built = source(actor.model)
+    else:
+        weights = weights_source(resume_from, config.model.path)
+        # never trained here: held in the compute dtype, synced from the sharded actor every step
+        copy = config.model.model_copy(update={"lora_rank": 0})
+        built = source(load_causal_lm(copy, weights, parts.device, trained=False))
+    return checked_engine(built, config, parts)
 
 
-def checked_engine(engine: RolloutEngine, config: RLConfig, parts: RunParts) -> RolloutEngine:
+def checked_engine(engine: object, config: RLConfig, parts: RunParts) -> RolloutEngine:
     """`engine` once it is known to be a `RolloutEngine` with the run's tokenizer."""
     if not isinstance(engine, RolloutEngine):
         raise TypeError(
-            f"engine_factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
+            f"the engine= factory returned a {type(engine).__name__}, which lacks generate/agenerate/update_weights "
             "(the RolloutEngine protocol)"
         )
     model = config.model

@@ -16,6 +16,7 @@ from pathlib import Path
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from rlloom.core_rl.config.keys import ConfigError
+from rlloom.core_rl.contracts.engines import HasTokenizer
 
 GENERIC_TOKENIZER_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 TOKENIZER_FILE_PREFIXES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece")
@@ -65,10 +66,10 @@ def check_engine_tokenizer(engine: object, tokenizer: PreTrainedTokenizerBase, t
 
     The trainer scores the engine's token ids with its own tokenizer's chat rendering; two tokenizers that differ
     (an engine loaded from a model folder without the tokenizer beside it, while the trainer reads
-    `model.tokenizer_path`) would train on prompts the model never saw, silently. Engines without a `tokenizer`
-    attribute (an HTTP endpoint) are not checked.
+    `model.tokenizer_path`) would train on prompts the model never saw, silently. Engines without a tokenizer of
+    their own (not `HasTokenizer`: an HTTP endpoint) are not checked.
     """
-    engine_tokenizer = getattr(engine, "tokenizer", None)
+    engine_tokenizer = engine.tokenizer if isinstance(engine, HasTokenizer) else None
     if engine_tokenizer is None or engine_tokenizer is tokenizer:
         return
     ours = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])

@@ -13,7 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from rlloom.core_rl.contracts.protocols import PolicyWorker, RolloutEngine
+from rlloom.core_rl.contracts.engines import RolloutEngine, SleepMode, WeightSyncLifecycle
+from rlloom.core_rl.contracts.protocols import PolicyWorker
 
 
 def bucket_names(sizes: Mapping[str, int], bucket_bytes: int) -> list[list[str]]:
@@ -69,10 +70,10 @@ class EngineWeights:
     to date. They differ off-policy, where the engine may take new weights only between batches: `wait_idle`
     (set by the off-policy rollouts) waits until no batch is being generated.
 
-    Engines with more to do around a sync get it through optional methods, called when present: `sleep(level)` /
-    `wake_up(tags)` (vLLM's sleep mode: the engine frees accelerator memory while the actor updates, takes its
-    weights back first, the KV cache after the push, as veRL and TRL colocate) and `begin_weight_sync(step)` /
-    `finish_weight_sync()` (so a failed push names its step and surfaces at the sync, not at the next generation).
+    Engines with more to do around a sync say so by their capabilities (`contracts.engines`): a `SleepMode`
+    engine (vLLM's) frees accelerator memory while the actor updates, takes its weights back first and the KV
+    cache after the push, as veRL and TRL colocate; a `WeightSyncLifecycle` engine has each push labelled with its
+    step and closed, so a failed push names its step and surfaces at the sync, not at the next generation.
     """
 
     def __init__(self, actor: PolicyWorker, engine: RolloutEngine, *, bucket_bytes: int, step: int) -> None:
@@ -85,26 +86,23 @@ class EngineWeights:
 
     def release_memory(self) -> None:
         """Before the actor's update (colocated, on-policy): an engine with sleep mode frees its memory."""
-        sleep = getattr(self.engine, "sleep", None)
-        if sleep is not None:
-            sleep(level=1)
+        if isinstance(self.engine, SleepMode):
+            self.engine.sleep(level=1)
             self.asleep = True
 
     def sync(self) -> None:
         """Push the actor's weights now (the engine must be idle), waking a sleeping engine around the push."""
         engine = self.engine
-        if self.asleep:
-            engine.wake_up(tags=["weights"])  # type: ignore[attr-defined]
-        begin = getattr(engine, "begin_weight_sync", None)
-        if begin is not None:
-            begin(self.actor_step)
+        if self.asleep and isinstance(engine, SleepMode):  # only a SleepMode engine is ever put to sleep
+            engine.wake_up(tags=["weights"])
+        if isinstance(engine, WeightSyncLifecycle):
+            engine.begin_weight_sync(self.actor_step)
         sync_weights(self.actor, engine, bucket_bytes=self.bucket_bytes)
-        finish = getattr(engine, "finish_weight_sync", None)
-        if finish is not None:
-            finish()
-        if self.asleep:
-            engine.wake_up(tags=["kv_cache"])  # type: ignore[attr-defined]
-            self.asleep = False
+        if isinstance(engine, WeightSyncLifecycle):
+            engine.finish_weight_sync()
+        if self.asleep and isinstance(engine, SleepMode):
+            engine.wake_up(tags=["kv_cache"])
+        self.asleep = False
         self.engine_step = self.actor_step
 
     def refresh(self) -> None:

@@ -57,7 +57,12 @@ class HFEngineConfig(BaseModel):
 
 
 class HFEngine:
-    """Samples a transformers causal LM in-process; implements core-rl's `RolloutEngine`."""
+    """Samples a transformers causal LM in-process; implements core-rl's `RolloutEngine` and the capabilities
+    `HasContextWindow`, `HasEosTokens`, `HasTokenizer` and `Closable` (its batcher thread)."""
+
+    tokenizer: Any
+    eos_token_ids: set[int]  # the tokenizer's and the model's generation config's
+    context_window: int | None  # the model's max_position_embeddings, when it has one
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, config: HFEngineConfig | None = None) -> None:
         self.model = model
@@ -73,7 +78,7 @@ class HFEngine:
         self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens else None
         self._weights_version = self._parameter_versions()
         positions = getattr(model_config, "max_position_embeddings", None)
-        self.context_window: int | None = int(positions) if positions else None
+        self.context_window = int(positions) if positions else None
         """Prompt + completion tokens the model takes (its max_position_embeddings); None when it names none."""
         self._settings = DecodeSettings(
             pad_token_id=int(pad),

@@ -78,7 +78,8 @@ class OpenAIEngineConfig(BaseModel):
 
 
 class OpenAIEngine:
-    """Completes requests through an OpenAI-compatible server; implements core-rl's `RolloutEngine`."""
+    """Completes requests through an OpenAI-compatible server; implements core-rl's `RolloutEngine` and the
+    capabilities `HasContextWindow`, `HasEosTokens` and `AsyncClosable` (its connection pools are per event loop)."""
 
     def __init__(self, config: OpenAIEngineConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config

@@ -16,16 +16,16 @@ import json
 import time
 import uuid
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from rlloom.core_rl.contracts.engines import HasContextWindow, RolloutEngine
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.contracts.prompts import render_prompt
-from rlloom.core_rl.contracts.protocols import RolloutEngine
 from rlloom.rollout.openai.errors import TooLargeError, error_response, install_error_handlers, validation_message
 from rlloom.rollout.openai.schema import (
     ChatCompletionBody,
@@ -46,13 +46,21 @@ def _tokens_text(tokenizer: Any, ids: list[int]) -> list[str]:
     return [tokenizer.decode([t]) for t in ids] if tokenizer is not None else [str(t) for t in ids]
 
 
+@runtime_checkable
+class HoldsModule(Protocol):
+    """An engine that generates from a module of this process (`HFEngine.model`): its size bounds a weight push."""
+
+    @property
+    def model(self) -> Any: ...
+
+
 def update_byte_limit(engine: RolloutEngine, limits: ServerLimits) -> int:
     """`limits.max_update_bytes`, or room for the served model's weights sent in fp32 (twice bf16) plus a header."""
     if limits.max_update_bytes is not None:
         return limits.max_update_bytes
     import torch
 
-    model = getattr(engine, "model", None)
+    model = engine.model if isinstance(engine, HoldsModule) else None
     if not isinstance(model, torch.nn.Module):
         return _UNKNOWN_MODEL_BYTES
     weights = sum(t.numel() * 4 for t in model.state_dict().values())  # fp32, the widest a trainer sends
@@ -75,7 +83,7 @@ def create_app(
     app = FastAPI(title="rlloom-rollout", version="1")
     install_error_handlers(app)
     created = int(time.time())
-    window: int | None = getattr(engine, "context_window", None)
+    window = engine.context_window if isinstance(engine, HasContextWindow) else None
     max_update_bytes = update_byte_limit(engine, limits)
 
     def card() -> dict[str, Any]:

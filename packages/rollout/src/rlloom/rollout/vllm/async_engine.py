@@ -5,7 +5,7 @@ step-wise on the offline `LLM`).
 `AsyncLLM` binds itself to the event loop it is created in, while agents and trainers call from loops of their
 own (each `asyncio.run` is a new one), so the engine owns a loop on a background thread and every call is handed
 to it; `agenerate` awaits the answer without blocking its caller's loop. Weight sync, its deadlines and errors are
-`VLLMEngine`'s (`vllm_weights.WeightSyncSession` over `collective_rpc`); a sync waits for no request, so push
+`VLLMEngine`'s (`vllm.weights.WeightSync` over `collective_rpc`); a sync waits for no request, so push
 weights between rollouts, as the trainer does.
 """
 
@@ -31,13 +31,18 @@ from rlloom.rollout.vllm.engine import (
     vllm_sampling_kwargs,
 )
 from rlloom.rollout.vllm.images import ImagePatchLayout, check_expanded, engine_prompt
-from rlloom.rollout.vllm.weights import WeightSyncSession
+from rlloom.rollout.vllm.weights import WeightSync, WeightSyncSession
 
 T = TypeVar("T")
 
 
 class VLLMAsyncEngine:
-    """`AsyncLLM` on a loop of its own; implements core-rl's `RolloutEngine` (start it under `__main__`)."""
+    """`AsyncLLM` on a loop of its own (start it under `__main__`); implements core-rl's `RolloutEngine` and the
+    capabilities `VLLMEngine` has: `SleepMode`, `WeightSyncLifecycle`, `WeightSyncCount`, `HasContextWindow`,
+    `HasTokenizer` and `Closable`."""
+
+    tokenizer: Any
+    context_window: int | None
 
     def __init__(self, config: VLLMEngineConfig) -> None:
         vllm, self.on_cpu, self.supports_sleep = prepare_platform(config)
@@ -52,8 +57,11 @@ class VLLMAsyncEngine:
         value = getattr(getattr(self.llm, "model_config", None), "max_model_len", None)
         self.context_window = int(value) if value else None
         self._ids = itertools.count()
-        self._lock = threading.RLock()
-        self._sync = WeightSyncSession(self._rpc, timeout_s=config.sync_timeout_s)
+        self._sync = WeightSync(
+            WeightSyncSession(self._rpc, timeout_s=config.sync_timeout_s),
+            bucket_bytes=config.weight_bucket_bytes,
+            on_finish=self._drop_weight_caches,
+        )
 
     async def _start(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -114,15 +122,10 @@ class VLLMAsyncEngine:
             check_expanded(request.request_id, request.prompt_ids or [], prompt_ids)
         return [_completion(request, prompt_ids, c, latency) for c in final.outputs]
 
-    def _ready(self) -> None:
-        with self._lock:
-            self.finish_weight_sync()
-            self._sync.check_ready()
-
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """One request, scheduled by vLLM alongside every other in flight (continuous batching)."""
-        if self._sync.open or self._sync.failure is not None:
-            await asyncio.to_thread(self._ready)
+        if self._sync.pending:
+            await asyncio.to_thread(self._sync.ready)
         future = self._submit(self._one(request))
         try:
             return await asyncio.wrap_future(future)
@@ -132,7 +135,7 @@ class VLLMAsyncEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Every request submitted at once; answers in request order."""
-        self._ready()
+        self._sync.ready()
 
         async def all_of() -> list[list[Completion]]:
             return list(await asyncio.gather(*(self._one(r) for r in requests)))
@@ -141,21 +144,18 @@ class VLLMAsyncEngine:
 
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         """As `VLLMEngine.update_weights`: buckets into an open sync, closed before the next generation."""
-        if not named_tensors:
-            return
-        with self._lock:
-            self._sync.load(named_tensors, self.config.weight_bucket_bytes)
+        self._sync.load(named_tensors)
 
     def begin_weight_sync(self, step: int) -> None:
-        with self._lock:
-            self._sync.step = step
+        self._sync.begin(step)
 
     def finish_weight_sync(self) -> None:
-        with self._lock:
-            if self._sync.finish():
-                self._run(self.llm.reset_prefix_cache())
-                if self.image_layout is not None:  # cached vision-tower outputs of old weights
-                    self._run(self.llm.reset_encoder_cache())
+        self._sync.finish()
+
+    def _drop_weight_caches(self) -> None:
+        self._run(self.llm.reset_prefix_cache())
+        if self.image_layout is not None:  # cached vision-tower outputs of old weights
+            self._run(self.llm.reset_encoder_cache())
 
     @property
     def weight_syncs(self) -> int:

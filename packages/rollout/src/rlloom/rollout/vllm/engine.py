@@ -34,6 +34,7 @@ from rlloom.rollout.vllm.images import (
 )
 from rlloom.rollout.vllm.inprocess import in_process_start, release, resolve_in_process
 from rlloom.rollout.vllm.weights import (
+    WeightSync,
     WeightSyncError,
     WeightSyncSession,
     encode_bucket,
@@ -258,10 +259,15 @@ def _max_model_len(llm: Any) -> int | None:
 
 
 class VLLMEngine:
-    """vLLM driven from this process; implements core-rl's `RolloutEngine` plus `sleep`/`wake_up` for colocation.
+    """vLLM driven from this process; implements core-rl's `RolloutEngine` and the capabilities `SleepMode` (for
+    colocation; a no-op where the platform has no sleep mode), `WeightSyncLifecycle`, `WeightSyncCount`,
+    `HasContextWindow`, `HasTokenizer` and `Closable` (core_rl.contracts.engines).
 
     Start it under `if __name__ == "__main__":` in scripts: vLLM may spawn processes (always with in_process=False).
     """
+
+    tokenizer: Any  # vLLM's, loaded from config.tokenizer (the trainer checks it encodes as its own)
+    context_window: int | None  # the context length vLLM settled on
 
     def __init__(self, config: VLLMEngineConfig) -> None:
         vllm, self.on_cpu, sleep_mode = prepare_platform(config)
@@ -283,7 +289,10 @@ class VLLMEngine:
         self._logged_no_sleep = False
         self._lock = threading.RLock()  # generate (batcher thread) and weight sync (trainer) never interleave
         encode = pass_tensors if self.in_process else encode_bucket
-        self._sync = WeightSyncSession(self.llm.collective_rpc, timeout_s=config.sync_timeout_s, encode=encode)
+        session = WeightSyncSession(self.llm.collective_rpc, timeout_s=config.sync_timeout_s, encode=encode)
+        self._sync = WeightSync(
+            session, bucket_bytes=config.weight_bucket_bytes, lock=self._lock, on_finish=self._drop_weight_caches
+        )
         self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
 
     def _start(self, config: VLLMEngineConfig, extra: Mapping[str, Any]) -> Any:
@@ -332,8 +341,7 @@ class VLLMEngine:
         with self._lock:
             if self.asleep:
                 raise RuntimeError("VLLMEngine is asleep: call wake_up() before generating")
-            self.finish_weight_sync()
-            self._sync.check_ready()
+            self._sync.ready()
             started = time.perf_counter()
             with self._generate_threads():
                 outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
@@ -366,24 +374,22 @@ class VLLMEngine:
         The sync stays open across calls, so a trainer may send its weights a bucket at a time; it is closed
         (pending layers processed, prefix cache dropped) by `finish_weight_sync`, which the next generation calls.
         Raises `WeightSyncError` naming the bucket and step on failure or timeout."""
-        if not named_tensors:
-            return
-        with self._lock:
-            self._sync.load(named_tensors, self.config.weight_bucket_bytes)
+        self._sync.load(named_tensors)
 
     def begin_weight_sync(self, step: int) -> None:
-        """Label the coming sync with the training step, so an error names it (optional)."""
-        with self._lock:
-            self._sync.step = step
+        """Label the coming sync with the training step, so an error names it."""
+        self._sync.begin(step)
 
     def finish_weight_sync(self) -> None:
-        """Close an open sync: process the layers still pending and drop prefix-cache entries of old weights, and
-        a VLM's cached vision-tower outputs (vLLM reuses them for an image seen before)."""
-        with self._lock:
-            if self._sync.finish():
-                self.llm.reset_prefix_cache()
-                if self.image_layout is not None:
-                    self.llm.llm_engine.reset_encoder_cache()
+        """Close an open sync: process the layers still pending, then `_drop_weight_caches`."""
+        self._sync.finish()
+
+    def _drop_weight_caches(self) -> None:
+        """Drop prefix-cache entries of old weights, and a VLM's cached vision-tower outputs (vLLM reuses them for an
+        image seen before)."""
+        self.llm.reset_prefix_cache()
+        if self.image_layout is not None:
+            self.llm.llm_engine.reset_encoder_cache()
 
     @property
     def weight_syncs(self) -> int:

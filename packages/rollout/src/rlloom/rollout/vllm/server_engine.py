@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,7 +37,7 @@ from pydantic import Field
 
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig, _server_message
-from rlloom.rollout.vllm.weights import WeightSyncError, WeightSyncSession
+from rlloom.rollout.vllm.weights import WeightSync, WeightSyncError, WeightSyncSession
 
 WORKER_EXTENSION = "rlloom.rollout.vllm.worker.WeightLoaderExtension"
 SERVER_HINT = (
@@ -116,7 +115,8 @@ class _ServerRpc:
 class VLLMServerEngine(OpenAIEngine):
     """An `OpenAIEngine` for a vLLM server started with rlloom's worker extension: `update_weights` loads the
     trainer's tensors into the served model; generation waits for an open sync to finish and refuses after a
-    failed one. Implements core-rl's `RolloutEngine` and the optional `begin_weight_sync`/`finish_weight_sync`."""
+    failed one. Implements core-rl's `RolloutEngine` and, beside `OpenAIEngine`'s capabilities, `WeightSyncLifecycle`
+    and `WeightSyncCount`."""
 
     config: VLLMServerConfig
 
@@ -124,48 +124,39 @@ class VLLMServerEngine(OpenAIEngine):
         super().__init__(config, transport=transport)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         rpc = _ServerRpc(server_root(config.base_url), headers, config.sync_timeout_s)
-        self._sync = WeightSyncSession(rpc, timeout_s=config.sync_timeout_s)
-        self._sync_lock = threading.RLock()
+        self._sync = WeightSync(
+            WeightSyncSession(rpc, timeout_s=config.sync_timeout_s), bucket_bytes=config.weight_bucket_bytes
+        )
 
     # -- weight sync ---------------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         """Load HF-named tensors (all, or one bucket of a sync) into the server; the sync stays open across calls
         until `finish_weight_sync` (or the next generation). Raises `WeightSyncError` naming step and bucket."""
-        if not named_tensors:
-            return
-        with self._sync_lock:
-            self._sync.load(named_tensors, self.config.weight_bucket_bytes)
+        self._sync.load(named_tensors)
 
     def begin_weight_sync(self, step: int) -> None:
         """Label the coming sync with the training step, so an error names it."""
-        with self._sync_lock:
-            self._sync.step = step
+        self._sync.begin(step)
 
     def finish_weight_sync(self) -> None:
         """Close an open sync: the server processes pending layers, drops its prefix cache and resumes."""
-        with self._sync_lock:
-            self._sync.finish()
+        self._sync.finish()
 
     @property
     def weight_syncs(self) -> int:
         """Syncs completed since this client started."""
         return self._sync.completed
 
-    def _ready(self) -> None:
-        with self._sync_lock:
-            self._sync.finish()
-            self._sync.check_ready()
-
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """As `OpenAIEngine.generate`, after closing an open sync; refuses after a failed one."""
-        self._ready()
+        self._sync.ready()
         return super().generate(requests)
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """As `OpenAIEngine.agenerate`, after closing an open sync; refuses after a failed one."""
-        if self._sync.open or self._sync.failure is not None:
-            await asyncio.to_thread(self._ready)
+        if self._sync.pending:
+            await asyncio.to_thread(self._sync.ready)
         return await super().agenerate(request)
 
 

@@ -1,4 +1,5 @@
-"""Driver-side weight sync for `VLLMEngine`: buckets of tensors, every RPC under a deadline.
+"""Driver-side weight sync for the vLLM engines: buckets of tensors, every RPC under a deadline, and the one
+lifecycle (`WeightSync`) that `VLLMEngine`, `VLLMAsyncEngine` and `VLLMServerEngine` share.
 
 When vLLM runs its engine core in another process (its default), `collective_rpc` carries msgpack, not tensors,
 so each bucket is encoded once here (`encode_bucket`, in-memory safetensors) and decoded in the worker
@@ -13,6 +14,7 @@ generate until a later sync completes, so a rollout never runs silently on stale
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -139,3 +141,62 @@ class WeightSyncSession:
             raise WeightSyncError(
                 f"refusing to generate: {self.failure}. Push the full weights again with update_weights."
             )
+
+
+class WeightSync:
+    """An engine's weight-sync lifecycle (core-rl's `WeightSyncLifecycle` and `WeightSyncCount`), written once for
+    the three vLLM engines: tensors go into an open session `bucket_bytes` at a time (`load`), `begin` labels the
+    session with its training step, `finish` closes it and then runs `on_finish` (the engine's own cache resets),
+    and `ready` closes an open session and refuses after a failed one, before any generation.
+
+    Every step holds `lock`: pass the engine's own when generation holds it too (`VLLMEngine`), so a sync never
+    interleaves with a generation."""
+
+    def __init__(
+        self,
+        session: WeightSyncSession,
+        *,
+        bucket_bytes: int,
+        lock: threading.RLock | None = None,
+        on_finish: Callable[[], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.bucket_bytes = bucket_bytes
+        self.lock = lock if lock is not None else threading.RLock()
+        self._on_finish = on_finish
+
+    def load(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        """Load HF-named tensors (all of them, or one bucket of the trainer's) into the open session; raises
+        `WeightSyncError` naming the step and bucket on failure or timeout."""
+        if not named_tensors:
+            return
+        with self.lock:
+            self.session.load(named_tensors, self.bucket_bytes)
+
+    def begin(self, step: int) -> None:
+        """Label the coming sync with the training step, so an error names it."""
+        with self.lock:
+            self.session.step = step
+
+    def finish(self) -> None:
+        """Close an open session (the worker processes its pending layers), then drop the engine's caches of the
+        old weights (`on_finish`); nothing when no session is open."""
+        with self.lock:
+            if self.session.finish() and self._on_finish is not None:
+                self._on_finish()
+
+    @property
+    def completed(self) -> int:
+        """Syncs completed since the engine started."""
+        return self.session.completed
+
+    @property
+    def pending(self) -> bool:
+        """A session is open or the last one failed: `ready` has work to do before the next generation."""
+        return self.session.open or self.session.failure is not None
+
+    def ready(self) -> None:
+        """Before generating: close an open session; raise `WeightSyncError` if the last sync failed."""
+        with self.lock:
+            self.finish()
+            self.session.check_ready()
