@@ -9,6 +9,8 @@ from pydantic import Field
 
 from rlloom.core_rl.config.fsdp import FsdpOptions
 
+MIN_WEIGHT_BUCKET_BYTES = 1 << 20
+
 
 class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: config_fsdp.py
     runtime_env: dict[str, Any] | None = Field(
@@ -50,5 +52,11 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
         description="Longest wait for a rank's answer or a collective before failing with an error (no hang).",
     )
 
+    @property
+    def weight_bucket_bytes(self) -> int:
+        """Bytes per weight transfer to the rollout engine: weight_bucket_mb, at least 1 MiB (what vLLM's
+        weight-update calls accept). Every sync (in-process, per-rank, vLLM in and out of process) reads this."""
+        return max(int(self.weight_bucket_mb * 2**20), MIN_WEIGHT_BUCKET_BYTES)
 
-__all__ = ["DistributedConfig"]
+
+__all__ = ["MIN_WEIGHT_BUCKET_BYTES", "DistributedConfig"]
