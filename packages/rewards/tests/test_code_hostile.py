@@ -392,6 +392,51 @@ def test_stop_iteration_from_the_solution_is_an_error(name: str, host: dict[str,
     assert all("does not end the test's loop" in t.reason for t in result.tests), result
 
 
+# --- callbacks: what the tests lend the solution is only called, never read ------------------------------------
+
+CALLBACK_TESTS = [
+    "expected = {3: 9, -4: 16}\nassert apply(3, lambda x: x) == expected[3]",
+    "assert apply(-4, abs) == 16",
+]
+CALLBACK_HONEST = "def apply(x, g):\n    return g(x) * g(x)\n"
+CALLBACKS = {
+    "reads the test's globals through the lambda's handle": """
+        def apply(x, g):
+            peer = getattr(g, "_peer", None)
+            for request in (["get", ["h", 0], "__globals__"], ["iter", ["h", 0]], ["set", ["h", 0], "x", 1]):
+                try:
+                    reply = peer.ask(request)
+                except Exception:
+                    continue
+                if reply[0] == "ok":
+                    return 9 if x == 3 else 16  # anything read would have been a way in
+            return -1
+        """,
+    "calls test-side names and builtins it was never lent": """
+        def apply(x, g):
+            peer = getattr(g, "_peer", None)
+            for ref in (["n", "expected"], ["h", 99], ["n", "exec"]):
+                try:
+                    if peer.ask(["call", ref, [], []])[0] == "ok":
+                        return 9 if x == 3 else 16
+                except Exception:
+                    pass
+            return -1
+        """,
+    "passes the test's own callable back as its answer": "def apply(x, g):\n    return g\n",
+}
+
+
+def test_callback_task_is_solvable() -> None:
+    assert check_asserts(CALLBACK_HONEST, CALLBACK_TESTS).score == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(CALLBACKS))
+def test_the_tests_callables_are_only_called(name: str, host: dict[str, str]) -> None:
+    result = check_asserts(textwrap.dedent(CALLBACKS[name]), CALLBACK_TESTS, timeout=5)
+    assert result.passed == 0 and result.score == 0.0, (name, result)
+
+
 # --- interpreter flags: asserts are kept whatever the scoring process's optimisation level ----------------------
 
 SCORE_WRONG = (

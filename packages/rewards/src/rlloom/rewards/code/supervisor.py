@@ -437,7 +437,8 @@ def _run_tests(units, cfg, calls, report, exceptions):
             except Exception:
                 pass
     for name, lineage in sorted(exceptions, key=lambda e: len(e[1]) if type(e[1]) is list else 0):  # bases first
-        if type(name) is str and name in cfg["names"] and name not in ns and type(lineage) is list and lineage:
+        valid = type(name) is str and type(lineage) is list and lineage and type(lineage[0]) is str
+        if valid and name in cfg["names"] and name not in ns:
             ns[name] = calls.stand_in(name, lineage)
     for name in cfg["names"]:
         if name not in ns:
