@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class RankWorker:
 
     def __init__(self) -> None:
         self.roles: dict[str, Any] = {}
+        self.offloads: Any = None  # offload.PhaseOffloads with distributed.param_offload / optimizer_offload
         # a node started by `ray start` runs its workers in that command's folder: work from the driver's one
         enter_driver_folder()
 
@@ -129,6 +131,13 @@ class RankWorker:
             value = ValueModel.from_pretrained(cfg.model, critic_path, device).to(device)
             value_model = shard_model(value, mesh=mesh, cpu_offload=offload)
             self.roles["critic"] = ShardedCritic(value_model, ctx, **critic_settings(cfg, total_steps, device))
+        if dcfg.param_offload or dcfg.optimizer_offload:  # away until a call uses it (offload.py)
+            from rlloom.core_rl.distributed.offload import PhaseOffloads
+
+            self.offloads = PhaseOffloads(
+                self.roles, parameters=dcfg.param_offload, optimizer=dcfg.optimizer_offload, device=device
+            )
+            self.offloads.offload_all()
 
     @staticmethod
     def _check_node(
@@ -165,28 +174,51 @@ class RankWorker:
         return self.roles[role]
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run `method` of this rank's `role` worker (actor, reference, critic or engine)."""
+        """Run `method` of this rank's `role` worker (actor, reference, critic or engine), with the state it uses
+        on the device for the call when it is offloaded between phases."""
         if role not in self.roles:
             raise RuntimeError(f"this worker group holds no {role} (it has {sorted(self.roles)})")
-        return getattr(self.roles[role], method)(*args, **kwargs)
+        with self._on_device(role, method):
+            return getattr(self.roles[role], method)(*args, **kwargs)
+
+    def _on_device(self, role: str, method: str) -> AbstractContextManager[None]:
+        return nullcontext() if self.offloads is None else self.offloads.on_device(role, method)
+
+    def hold(self, role: str) -> None:
+        """Keep `role`'s parameters on the device across several calls (a bucketed weight sync) until `release`."""
+        if self.offloads is not None and role in self.offloads.parameters:
+            self.offloads.parameters[role].acquire()
+
+    def release(self, role: str) -> None:
+        if self.offloads is not None and role in self.offloads.parameters:
+            self.offloads.parameters[role].release()
+
+    def placement(self, role: str) -> dict[str, int]:
+        """Bytes of `role`'s parameter shards and optimizer state on this rank's device now (0 while offloaded)."""
+        from rlloom.core_rl.distributed.offload import placement
+
+        return placement(self._worker(role))
 
     def save_shards(self, role: str, path: str) -> None:
         """This rank's shard of `role`'s weights and optimizer into the DCP folder `path` (sharded_checkpoint)."""
         from rlloom.core_rl.run.sharded_checkpoint import save_worker_shards
 
-        save_worker_shards(self._worker(role), path, with_config=role == "actor")
+        with self._on_device(role, "save_shards"):
+            save_worker_shards(self._worker(role), path, with_config=role == "actor")
 
     def shard_state(self, role: str) -> dict[str, Any]:
         from rlloom.core_rl.run.sharded_checkpoint import shard_state
 
-        return shard_state(self._worker(role), role)
+        with self._on_device(role, "shard_state"):
+            return shard_state(self._worker(role), role)
 
     def load_state(self, role: str, state: Mapping[str, Any]) -> None:
         """`role`'s entry of a checkpoint: DCP shards (any number of ranks wrote them) or a full-size state."""
         from rlloom.core_rl.run.sharded_checkpoint import SHARDS_KEY, load_worker_shards
 
         if SHARDS_KEY in state:
-            load_worker_shards(self._worker(role), state)
+            with self._on_device(role, "load_state"):
+                load_worker_shards(self._worker(role), state)
         else:
             self.call(role, "load_state_dict", state)
 
@@ -280,8 +312,13 @@ class RayActorGroup:
     def iter_weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
         """The full weights a bucket at a time (`weight_sync.BucketedWeights`): each bucket is gathered at
         rank 0 and shipped on its own, so no process holds a second whole copy of the model."""
-        for names in self.call("actor", "weight_bucket_plan", bucket_bytes)[0]:
-            yield dict(self.call("actor", "gather_weights", names)[0])
+        self.each("hold", "actor")  # with param_offload: on the device once for all buckets, not once a bucket
+        try:
+            for names in self.call("actor", "weight_bucket_plan", bucket_bytes)[0]:
+                yield dict(self.call("actor", "gather_weights", names)[0])
+        finally:
+            if self.ranks:
+                self.each("release", "actor")
 
     def save_pretrained(self, path: str) -> None:
         self.call("actor", "save_pretrained", _absolute(path))
