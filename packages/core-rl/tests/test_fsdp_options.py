@@ -134,7 +134,7 @@ def test_verl_fsdp_keys_set_ours_or_name_the_fix() -> None:
             "distributed.num_ranks=4",
             "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
             "actor_rollout_ref.actor.fsdp_config.fsdp_size=2",
-            "actor_rollout_ref.actor.fsdp_config.param_offload=false",  # veRL's default: nothing to set
+            "actor_rollout_ref.actor.fsdp_config.param_offload=false",  # veRL's default
             "actor_rollout_ref.model.override_config.attn_implementation=eager",
             "actor_rollout_ref.model.use_remove_padding=true",
         ],
@@ -143,8 +143,15 @@ def test_verl_fsdp_keys_set_ours_or_name_the_fix() -> None:
     assert (cfg.model.attn_implementation, cfg.actor.padding_free) == ("eager", True)
     everyone = load_config(None, ["model.path=/m", "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"])
     assert everyone.distributed.shard_size is None
-    with pytest.raises(ConfigError, match=r"optimizer_offload=True .*set distributed.cpu_offload=true"):
+    assert not (cfg.distributed.param_offload or cfg.distributed.optimizer_offload)
+    between = ["model.path=/m", "distributed.num_ranks=2", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+               "actor_rollout_ref.ref.fsdp_config.param_offload=True"]  # fmt: skip
+    phases = load_config(None, between).distributed  # veRL's between-phase offload (test_fsdp_offload.py)
+    assert (phases.param_offload, phases.optimizer_offload, phases.cpu_offload) == (True, True, False)
+    with pytest.raises(ConfigError, match=r"distributed.optimizer_offload.*num_ranks is 1.*num_ranks > 1"):
         load_config(None, ["model.path=/m", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"])
+    with pytest.raises(ConfigError, match=r"distributed.param_offload.*together with distributed.cpu_offload"):
+        load_config(None, [*between, "actor_rollout_ref.actor.fsdp_config.offload_policy=true"])
 
 
 def test_a_vision_tower_on_a_torch_without_unused_param_reduction_is_refused_before_sharding(

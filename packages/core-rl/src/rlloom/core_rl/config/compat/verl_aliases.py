@@ -80,17 +80,6 @@ def _fsdp_size(value: Any) -> Any:
     return None if isinstance(value, int) and value < 0 else value
 
 
-def _phase_offload(value: Any) -> Any:
-    """false: nothing to set; true: refused (veRL's between-phase offload), see distributed.cpu_offload."""
-    if value is True or str(value).lower() == "true":
-        raise ValueError(
-            "rlloom offloads with FSDP2's CPUOffloadPolicy only (parameters, gradients and optimizer state in CPU "
-            "memory, the optimizer step on the CPU), not one of them between phases: set distributed.cpu_offload=true "
-            "(veRL's fsdp_config.offload_policy=true), or drop this key"
-        )
-    return value
-
-
 def _on_off(value: Any) -> Any:
     """true turns the section on (keeping what the file set in it), false off."""
     if not isinstance(value, bool):
@@ -127,9 +116,13 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.model.use_remove_padding": Alias(("actor.padding_free",)),
     f"{_ARF}.actor.fsdp_config.offload_policy": Alias(("distributed.cpu_offload",)),
     f"{_ARF}.actor.fsdp_config.fsdp_size": Alias(("distributed.shard_size",), _fsdp_size),
-    f"{_ARF}.actor.fsdp_config.param_offload": Alias((), _phase_offload),
-    f"{_ARF}.actor.fsdp_config.optimizer_offload": Alias((), _phase_offload),
-    f"{_ARF}.ref.fsdp_config.param_offload": Alias((), _phase_offload),
+    # between-phase offload: one switch for every model on the ranks, so give the roles' keys the same value (as
+    # veRL's and Search-R1's scripts do); of different values, the last typed wins
+    f"{_ARF}.actor.fsdp_config.param_offload": Alias(("distributed.param_offload",)),
+    f"{_ARF}.actor.fsdp_config.optimizer_offload": Alias(("distributed.optimizer_offload",)),
+    f"{_ARF}.ref.fsdp_config.param_offload": Alias(("distributed.param_offload",)),
+    "critic.model.fsdp_config.param_offload": Alias(("distributed.param_offload",)),
+    "critic.model.fsdp_config.optimizer_offload": Alias(("distributed.optimizer_offload",)),
     f"{_ARF}.model.lora_alpha": Alias(("model.lora_alpha",)),
     f"{_ARF}.actor.optim.lr": Alias(("actor.lr",)),
     f"{_ARF}.actor.optim.lr_warmup_steps_ratio": Alias(("actor.warmup_ratio",)),
