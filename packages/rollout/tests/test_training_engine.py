@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlloom.core_rl.config.loading import load_config
+from rlloom.core_rl.contracts.engines import RolloutEngine
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
 from rlloom.rollout.arguments import engine_override
 from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
@@ -26,10 +27,11 @@ HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 def test_hf_builds_on_the_actors_module_and_closes_what_it_built() -> None:
     tok = char_tokenizer()
     built = build_training_engine(load_config(None, ["model.path=/m"]), tok, hf_config=HFEngineConfig(gather_s=0.0))
-    assert set(built.trainer_kwargs()) == {"engine_factory"} and built.engine is None
+    # one engine= for the Trainer: here a provider, not an engine, which builds HF on the actor's module
+    assert set(built.trainer_kwargs()) == {"engine"} and not isinstance(built.engine, RolloutEngine)
     module = tiny_qwen2(tok)
-    assert built.engine_factory is not None
-    engine = built.engine_factory(module)
+    assert callable(built.engine)
+    engine = built.engine(module)
     assert isinstance(engine, HFEngine) and engine.model is module and engine.config.gather_s == 0.0
     with built:
         assert built.built == [engine]
@@ -133,7 +135,7 @@ def test_vllm_on_ranks_is_a_pickled_factory_with_a_seed_per_rank_and_a_server_is
     (its own seed, vLLM in processes of its own, the GPU share of a rank); a server started apart is refused."""
     import pickle
 
-    from rlloom.core_rl.distributed.rank_engines import ReplicaFactory
+    from rlloom.core_rl.contracts.engines import ReplicaFactory
     from rlloom.rollout.training_engine import VLLMReplicas, replica_memory_share, replicas_on_ranks
     from rlloom.rollout.vllm.engine import VLLMEngineConfig
 

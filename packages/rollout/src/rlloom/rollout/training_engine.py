@@ -1,16 +1,18 @@
 """The rollout engine of a training command, chosen by `rollout.engine` (the apps' `--engine`): one builder for
 every app, so `train.py` only calls it and closes what it built.
 
-`hf` hands the Trainer an `engine_factory` that builds an `HFEngine` on the actor's own module (today's default:
-no weight copy, no transfer). `vllm` starts vLLM on `model.path` in the compute dtype `model.dtype`, the weights
-the actor starts from, and hands the Trainer `engine=`: the trainer pushes the actor's weights into it at the start
-of `fit()` (a resumed run's checkpoint weights, before the first rollout) and after every update, with
-`sleep`/`wake_up` around the update where the platform has vLLM's sleep mode. Multi-turn agents get
-`VLLMAsyncEngine`, so a conversation rejoins the running batch as soon as its tool call returns.
+Whatever it builds goes to the Trainer's one `engine=`. `hf` hands it a factory that builds an `HFEngine` on the
+actor's own module (today's default: no weight copy, no transfer). `vllm` starts vLLM on `model.path` in the
+compute dtype `model.dtype`, the weights the actor starts from, and hands it the engine itself: the trainer pushes
+the actor's weights into it at the start of `fit()` (a resumed run's checkpoint weights, before the first rollout)
+and after every update, with `sleep`/`wake_up` around the update (the engine's `SleepMode`) where the platform has
+vLLM's sleep mode. Multi-turn agents get `VLLMAsyncEngine`, so a conversation rejoins the running batch as soon as
+its tool call returns.
 
 With `distributed.num_ranks` > 1 and `distributed.rollout_on_ranks` (the default), `vllm` hands the Trainer a
-`VLLMReplicas` factory instead: it is pickled to every rank process, which starts its own vLLM replica beside its
-shard (seed `trainer.seed` + rank) and loads it from its own shards at every sync (core-rl's `rank_engines`).
+`VLLMReplicas` provider instead (core-rl's `ReplicaFactory`): it is pickled to every rank process, which starts its
+own vLLM replica beside its shard (seed `trainer.seed` + rank) and loads it from its own shards at every sync
+(core-rl's `rank_engines`).
 
 `vllm_server` samples from a vLLM OpenAI server started apart (`rollout.vllm_server.url`, `VLLMServerEngine`),
 with the same weight pushes over HTTP; nothing is started here and closing leaves the server running.
@@ -22,17 +24,18 @@ with the same weight pushes over HTTP; nothing is started here and closing leave
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rlloom.core_rl.config.schema import RLConfig
+from rlloom.core_rl.contracts.engines import Closable, EngineSource
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from rlloom.core_rl.contracts.protocols import RolloutEngine
+    from rlloom.core_rl.contracts.engines import RolloutEngine
     from rlloom.rollout.hf.engine import HFEngineConfig
     from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
@@ -41,24 +44,22 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TrainingEngine:
-    """What the Trainer samples from: exactly one of `engine` (vLLM, with weights of its own) or `engine_factory`
-    (HF on the actor's module). `close()` (or `with`) shuts down every engine built, vLLM's process included."""
+    """What the Trainer samples from, as its `engine=` takes it: a ready engine (vLLM, with weights of its own) or
+    a provider of one (HF built on the actor's module, vLLM replicas built on each rank). `close()` (or `with`)
+    shuts down every engine built, vLLM's process included."""
 
-    engine: RolloutEngine | None = None
-    engine_factory: Callable[[nn.Module], RolloutEngine] | None = None
+    engine: EngineSource
     built: list[Any] = field(default_factory=list)
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """`engine=` or `engine_factory=`, as `train(...)` / `Trainer(...)` take them."""
-        if self.engine is not None:
-            return {"engine": self.engine}
-        return {"engine_factory": self.engine_factory}
+        """`engine=`, as `train(...)` / `Trainer(...)` take it."""
+        return {"engine": self.engine}
 
     def close(self) -> None:
         while self.built:
-            close = getattr(self.built.pop(), "close", None)
-            if callable(close):
-                close()
+            engine = self.built.pop()
+            if isinstance(engine, Closable):
+                engine.close()
 
     def __enter__(self) -> TrainingEngine:
         return self
@@ -86,7 +87,7 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
         "enable_sleep_mode": vllm.enable_sleep_mode,
         "enforce_eager": vllm.enforce_eager,
         "seed": config.trainer.seed,
-        "weight_bucket_bytes": max(int(config.distributed.weight_bucket_mb * 2**20), 1 << 20),
+        "weight_bucket_bytes": config.distributed.weight_bucket_bytes,
         "sync_timeout_s": vllm.sync_timeout_s,
         "cpu_kvcache_space_gib": vllm.cpu_kvcache_space_gib,
         "logprobs_mode": logprobs_mode(config),
@@ -97,7 +98,7 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
 
 @dataclass(frozen=True)
 class VLLMReplicas:
-    """`engine_factory` for vLLM on every rank (`distributed.rollout_on_ranks`, core-rl's `ReplicaFactory`): it
+    """The Trainer's `engine=` for vLLM on every rank (`distributed.rollout_on_ranks`, core-rl's `ReplicaFactory`): it
     travels pickled to each rank process and starts a replica there on `config.model` (`VLLMAsyncEngine` for
     multi-turn agents). Each replica samples with seed `config.seed` + rank, so replicas draw different streams
     for unseeded requests; a request's own seed decides its samples on whichever replica it lands."""
@@ -129,7 +130,7 @@ class VLLMReplicas:
         return engine  # type: ignore[no-any-return]
 
     def __call__(self, module: nn.Module) -> RolloutEngine:
-        """As a plain `engine_factory` (one engine, on the driver): the module is not used, vLLM loads its own."""
+        """As a plain `EngineFactory` (one engine, on the driver): the module is not used, vLLM loads its own."""
         return self.build_replica(0)
 
 
@@ -179,7 +180,7 @@ def vllm_server_engine(config: RLConfig) -> Any:
         base_url=base,
         model=name,
         api_key=server.api_key,
-        weight_bucket_bytes=max(int(config.distributed.weight_bucket_mb * 2**20), 1 << 20),
+        weight_bucket_bytes=config.distributed.weight_bucket_bytes,
         sync_timeout_s=server.sync_timeout_s,
     )
     logger.info("rollouts on the vLLM server %s (%s), synced from the actor after every update", base, name)
@@ -269,7 +270,7 @@ def build_training_engine(
                 config.model.path,
                 config.model.dtype,
             )
-            return TrainingEngine(engine_factory=replicas)
+            return TrainingEngine(engine=replicas)
         engine: Any
         if multi_turn:
             from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
@@ -295,7 +296,7 @@ def build_training_engine(
         built.append(HFEngine(module, tokenizer, hf_config))
         return built[-1]  # type: ignore[no-any-return]
 
-    return TrainingEngine(engine_factory=engine_on, built=built)
+    return TrainingEngine(engine=engine_on, built=built)
 
 
 __all__ = [

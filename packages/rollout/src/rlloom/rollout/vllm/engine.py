@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
 from rlloom.core_rl.contracts.generation import Completion, FinishReason, GenerationRequest, SamplingParams
 from rlloom.rollout.batching import AsyncBatcher
 from rlloom.rollout.vllm.images import (
@@ -88,7 +89,9 @@ class VLLMEngineConfig(BaseModel):
         "SmolLM2, 8 prompts x 4: 7.0 s against 12.1 s with 1). 1 on a heavily loaded machine, where OMP threads "
         "spin-waiting after each small op steal the step's serial work (at load 20, 1 thread was 5x faster).",
     )
-    weight_bucket_bytes: int = Field(default=512 << 20, ge=1 << 20, description="Bytes per weight-update RPC.")
+    weight_bucket_bytes: int = Field(
+        default=512 << 20, ge=MIN_WEIGHT_BUCKET_BYTES, description="Bytes per weight-update RPC."
+    )
     sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync RPC.")
     cpu_kvcache_space_gib: int | None = Field(
         default=None, ge=1, description="CPU only: KV cache size (sets VLLM_CPU_KVCACHE_SPACE unless already set)."

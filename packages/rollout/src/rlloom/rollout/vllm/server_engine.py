@@ -35,6 +35,7 @@ import httpx
 import torch
 from pydantic import Field
 
+from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig, _server_message
 from rlloom.rollout.vllm.weights import WeightSync, WeightSyncError, WeightSyncSession
@@ -51,7 +52,7 @@ class VLLMServerConfig(OpenAIEngineConfig):
 
     weight_bucket_bytes: int = Field(
         default=128 << 20,
-        ge=1 << 20,
+        ge=MIN_WEIGHT_BUCKET_BYTES,
         description="Tensor bytes per weight-sync request (each travels as base64 JSON, 4/3 of this on the wire).",
     )
     sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync request.")
