@@ -141,6 +141,11 @@ def against(src: str, repeats: int, workers: int, latency_runs: int) -> None:
     print(
         f"\nthroughput new/old: {new_rate / old_rate:.2f}x; start-up latency new/old: {new_latency / old_latency:.2f}x"
     )
+    new_runs, old_runs = found.values()
+    pairs = sorted(old["seconds"] / new["seconds"] for new, old in zip(new_runs, old_runs, strict=True))
+    median = statistics.median(pairs)
+    print(f"paired throughput new/old (same repeat): median {median:.2f}x, {pairs[0]:.2f}-{pairs[-1]:.2f}x")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 def main() -> None:
