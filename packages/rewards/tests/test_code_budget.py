@@ -1,7 +1,7 @@
 """One memory budget, one CPU budget and one network namespace per run (issue 39).
 
 Memory that no process's resident set shows (System V shared memory touched and detached, message queues, memfd
-files kept open, tmpfs files under /tmp and /dev/shm, socket buffers in flight) is counted against the run's
+files kept open, tmpfs files under /tmp and /dev/shm, socket and netlink buffers) is counted against the run's
 budget or cannot be made at all; a run's processes share one CPU budget however many there are; concurrent runs
 cannot reach each other. Each hostile program has an honest twin that must pass, so a zero means the trick
 failed, not that the task broke.
@@ -112,6 +112,28 @@ for _ in range(28):  # 8 MiB and more in flight per socket, in the kernel, in no
 import time
 time.sleep(1)
 print("held", len(held) * 16, "MiB or more", flush=True)
+"""
+
+HOSTILE_MEMORY["netlink messages queued to its own sockets"] = """
+import os, socket
+os.fork()  # two processes, each under its descriptor limit
+held = []
+for _ in range(25):  # about 8 MiB queued per socket pair, in the kernel
+    a = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2)  # NETLINK_USERSOCK
+    b = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2)
+    a.bind((0, 0))
+    b.bind((0, 0))
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    a.setblocking(False)
+    try:
+        while True:
+            a.sendto(b"x" * 60000, b.getsockname())
+    except OSError:
+        pass
+    held += [a, b]
+import time
+time.sleep(1)
+print("held", len(held) * 4, "MiB or more", flush=True)
 """
 
 HONEST_MEMORY = {

@@ -22,10 +22,11 @@ budget and one CPU budget for the whole run: every 20 ms (an interval timer) it 
 run (all of the PID namespace; in weak mode itself and its descendants, as a child subreaper), the resident
 memory and the CPU time (with that of exited children), adds the memory no process's resident set shows (the
 run's System V shared memory segments, attached or not; its tmpfs, which also holds /dev/shm and POSIX shared
-memory; what its Unix and netlink sockets hold in flight, from sock_diag), and ends the run when either sum
-passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp filter answers
-memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and allows no
-message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID namespace.
+memory; what its Unix and netlink sockets hold in flight, from sock_diag and /proc/net/netlink), and ends the
+run when either sum passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp
+filter answers memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and
+allows no message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID
+namespace.
 """
 
 import _signal
@@ -302,7 +303,7 @@ class _Watch:
                 continue
         shared = tmpfs = 0
         if self.ns:  # the run's own IPC and network namespaces: what they hold is the run's
-            shared = _sysv_shm() + _socket_memory(1) + _socket_memory(16)
+            shared = _sysv_shm() + _unix_socket_memory() + _netlink_memory()
             try:
                 st = os.statvfs("/tmp")
                 tmpfs = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -360,17 +361,46 @@ def _sysv_shm():
     return total
 
 
+def _unix_socket_memory():
+    """What the run's Unix sockets hold in flight; asks sock_diag only when /proc/net/unix lists any (most runs
+    have none, and loading `_socket` costs a run a millisecond)."""
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            f.readline()
+            if not f.readline():
+                return 0
+    except OSError:
+        return 0
+    return _socket_memory(1)
+
+
+def _netlink_memory():
+    """Bytes queued in the run's netlink sockets (/proc/net/netlink's Rmem and Wmem columns)."""
+    total = 0
+    try:
+        with open("/proc/net/netlink", "rb") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split()
+        try:
+            total += int(fields[4]) + int(fields[5])
+        except (ValueError, IndexError):
+            continue
+    return total
+
+
 _UNIX_DIAG = bytes((1, 0, 0, 0)) + b"\xff\xff\xff\xff" + bytes(4) + (0x20).to_bytes(4, "little") + bytes(8)
-_NETLINK_DIAG = bytes((16, 255, 0, 0)) + bytes(4) + (1).to_bytes(4, "little") + bytes(8)
 
 
 def _socket_memory(family):
-    """Bytes queued in the sockets of `family` (1: AF_UNIX, 16: AF_NETLINK) of the run's network namespace, from
-    the kernel's sock_diag (as `ss` reads it): a socket pair can hold megabytes in flight that are in no process's
-    resident set. Sums each socket's receive and send allocations (SK_MEMINFO_RMEM_ALLOC, WMEM_ALLOC)."""
+    """Bytes queued in the sockets of `family` (1: AF_UNIX) of the run's network namespace, from the kernel's
+    sock_diag (as `ss` reads it): a socket pair can hold megabytes in flight that are in no process's resident
+    set. Sums each socket's receive and send allocations (SK_MEMINFO_RMEM_ALLOC, WMEM_ALLOC)."""
     import _socket
 
-    req, header, meminfo = (_UNIX_DIAG, 16, 5) if family == 1 else (_NETLINK_DIAG, 28, 0)
+    req, header, meminfo = _UNIX_DIAG, 16, 5
     # nlmsghdr: length, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, sequence, port
     message = (16 + len(req)).to_bytes(4, "little") + (20).to_bytes(2, "little") + (0x301).to_bytes(2, "little")
     total = 0
