@@ -192,6 +192,31 @@ def test_memfd_and_message_queues_cannot_be_made() -> None:
     assert check_asserts(hostile + SQUARE, TESTS, limits=BUDGET).score == 0.0  # the run fails at the first one
 
 
+def test_what_the_budget_cannot_count_is_refused_and_the_rest_still_works() -> None:
+    """Socket families whose buffers no count sees (AF_ALG, AF_PACKET ...) and io_uring (whose operations would
+    bypass the filter) are refused; Unix, IP and netlink sockets, which honest programs use, still work."""
+    code = LIBC + textwrap.dedent(
+        """
+        import socket
+        made = []
+        for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, 17, 38, 40):
+            try:
+                socket.socket(family, socket.SOCK_RAW if family == socket.AF_NETLINK else socket.SOCK_DGRAM).close()
+                made.append(int(family))
+            except OSError as e:
+                made.append(-e.errno)
+        print(made)
+        print(libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno())  # io_uring_setup
+        """
+    )
+    result = execute(code, limits=BUDGET)
+    assert result.status == "ok", result
+    families, uring = result.stdout.splitlines()
+    no_family = -errno.EAFNOSUPPORT
+    assert families == str([1, 2, 10, 16, no_family, no_family, no_family])
+    assert uring == f"-1 {errno.ENOSYS}"
+
+
 def test_system_v_shared_memory_is_capped_at_the_budget_in_the_runs_own_namespace() -> None:
     """The run's IPC namespace allows shared memory up to its budget; nothing of it outlives the run."""
     code = LIBC + "print(segment(300 << 20), segment(64 << 20))\n"

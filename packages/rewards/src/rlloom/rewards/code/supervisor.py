@@ -174,31 +174,47 @@ def _become(call, uid, cfg):
     _deny_memfd(call)
 
 
-# audit arch, memfd_create, memfd_secret, whether x32 syscall numbers exist (they would bypass the number check)
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 319, 447, True), "aarch64": (0xC00000B7, 279, 447, False)}
+# per architecture: audit arch; memfd_create, memfd_secret, bpf, io_uring_setup/enter/register (refused);
+# socket, socketpair (family checked); whether x32 syscall numbers exist (they would bypass the number checks)
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, (319, 447, 321, 425, 426, 427), (41, 53), True),
+    "aarch64": (0xC00000B7, (279, 447, 280, 425, 426, 427), (198, 199), False),
+}
+_SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6 (no interface is up), AF_NETLINK: all counted
 
 
 def _deny_memfd(call):
-    """A seccomp filter: memfd_create and memfd_secret fail with ENOSYS (a memfd's pages are in no process's
-    resident set, so the run's budget could not count them), as does every syscall of a foreign ABI (32-bit
-    int 0x80 on x86_64, x32). Inherited by every process the run starts; no_new_privs is already set."""
+    """A seccomp filter, inherited by every process the run starts (no_new_privs is already set). Refused with
+    ENOSYS: memfd_create and memfd_secret (a memfd's pages are in no process's resident set, so the run's budget
+    could not count them), bpf maps, io_uring (whose operations would not pass this filter), every syscall of a
+    foreign ABI (32-bit int 0x80 on x86_64, x32). Refused with EAFNOSUPPORT: sockets of any family but Unix,
+    IP (no interface is up) and netlink, whose buffers the budget counts (AF_ALG, for one, would hold megabytes
+    per socket uncounted)."""
     import _ctypes
 
     arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return
-    audit, memfd, secret, x32 = arch
-    deny, allow = 0x00050000 | 38, 0x7FFF0000  # SECCOMP_RET_ERRNO | ENOSYS, SECCOMP_RET_ALLOW
-    steps = [("ld", 4), ("jeq", audit, "next", "deny"), ("ld", 0)]
-    steps += [("jge", 0x40000000, "deny", "next")] if x32 else []
-    steps += [("jeq", memfd, "deny", "next"), ("jeq", secret, "deny", "next"), ("ret", allow), ("ret", deny)]
-    codes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
+    audit, refused, sockets, x32 = arch
+    steps = [("ld", 4), ("jeq", audit, None, "enosys"), ("ld", 0)]  # seccomp_data.arch, then .nr
+    steps += [("jge", 0x40000000, "enosys", None)] if x32 else []
+    steps += [("jeq", number, "enosys", None) for number in refused]
+    steps += [("jeq", number, "family", None) for number in sockets]
+    steps += [("ret", 0x7FFF0000), ("family", 0), ("ld", 16)]  # SECCOMP_RET_ALLOW; args[0], low 32 bits
+    steps += [("jeq", family, "allow", None) for family in _SOCKET_FAMILIES]
+    steps += [("ret", 0x00050000 | 97), ("allow", 0), ("ret", 0x7FFF0000), ("enosys", 0), ("ret", 0x00050000 | 38)]
+    labels: dict = {}
+    code: list = []
+    for step in steps:
+        if step[0] in ("family", "allow", "enosys"):
+            labels[step[0]] = len(code)
+        else:
+            code.append(step)
+    opcodes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
     program = b""
-    for i, step in enumerate(steps):
-        jt = jf = 0
-        if len(step) == 4:
-            jt, jf = ((len(steps) - 2 - i) if t == "deny" else 0 for t in step[2:])
-        program += codes[str(step[0])].to_bytes(2, "little") + bytes((jt, jf)) + int(step[1]).to_bytes(4, "little")
+    for i, (op, k, *jumps) in enumerate(code):
+        jt, jf = (labels[t] - i - 1 if t else 0 for t in jumps) if jumps else (0, 0)
+        program += opcodes[op].to_bytes(2, "little") + bytes((jt, jf)) + k.to_bytes(4, "little")
 
     class c_char(_ctypes._SimpleCData):  # noqa: N801
         _type_ = "c"
@@ -208,7 +224,7 @@ def _deny_memfd(call):
         _length_ = len(program)
 
     buffer = Buffer.from_buffer_copy(program)
-    fprog = (len(steps)).to_bytes(2, "little") + bytes(6) + _ctypes.addressof(buffer).to_bytes(8, "little")
+    fprog = len(code).to_bytes(2, "little") + bytes(6) + _ctypes.addressof(buffer).to_bytes(8, "little")
     call("prctl", 22, 2, fprog, 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
