@@ -9,6 +9,7 @@ from rlloom.rewards.code.containment import SandboxError, WeakIsolationError
 from rlloom.rewards.code.execute import ExecResult, execute
 from rlloom.rewards.code.harness import (
     CodeResult,
+    MissingHelpersError,
     TestOutcome,
     check_asserts,
     check_calls,
@@ -26,6 +27,7 @@ __all__ = [
     "ExecResult",
     "Isolation",
     "Limits",
+    "MissingHelpersError",
     "SandboxError",
     "TestOutcome",
     "WeakIsolationError",
