@@ -70,7 +70,7 @@ def run(model_dir: Path, out: Path, *, steps: int, off_policy: bool, threads: in
         "actor.ppo_epochs=2",
         "actor.lr=1e-4",
         "actor.warmup_steps=0",
-        "algorithm.use_kl_loss=false",
+        "algorithm.kl.use_loss=false",
     ]
     tok = char_tokenizer()
     engine_model = tiny_qwen2(tok, hidden_size=128, num_layers=2, intermediate_size=256, seed=0).eval()

@@ -18,10 +18,11 @@ Matched (rlloom field = TRL `GRPOConfig` field):
   `num_iterations`); the whole batch in one forward/backward (`actor.max_tokens_per_micro_batch` is large).
 - sampling: `rollout.temperature` = `temperature`, `top_p` = 1, `top_k` = 0 in both, `rollout.max_tokens` =
   `max_completion_length`; EOS ends a sample and is part of it in both.
-- loss: PPO clip 0.2 both sides (`algorithm.clip_low/high` = `epsilon`, `epsilon_high` unset), token-mean over
-  the batch (`loss_agg_mode=token-mean` = `loss_type="dapo"`, TRL's default), no KL (`use_kl_loss=False` =
-  `beta=0.0`, no reference model), no entropy bonus, grad-norm clip 1.0 (`grad_clip` = `max_grad_norm`).
-- advantages: group-normalised, (r - group mean) / group std (`adv_estimator=grpo`, `norm_adv_by_std` =
+- loss: PPO clip 0.2 both sides (`algorithm.policy_loss.clip_low/high` = `epsilon`, `epsilon_high` unset),
+  token-mean over the batch (`policy_loss.agg_mode=token-mean` = `loss_type="dapo"`, TRL's default), no KL
+  (`kl.use_loss=False` = `beta=0.0`, no reference model), no entropy bonus, grad-norm clip 1.0 (`grad_clip` =
+  `max_grad_norm`).
+- advantages: group-normalised, (r - group mean) / group std (`advantage.estimator=grpo`, `advantage.norm_by_std` =
   `scale_rewards="group"`, TRL's default).
 - optimizer: the same object construction for both: rlloom's `build_optimizer` (torch AdamW, foreach, betas
   (0.9, 0.999), weight decay 0.01 on every parameter, constant lr) is handed to TRL through the Trainer's
@@ -90,7 +91,7 @@ class Settings:
     max_tokens: int = 6  # response length limit (rollout.max_tokens = max_completion_length): 3 digits + EOS + slack
     temperature: float = 1.0  # sampling temperature (rollout.temperature = temperature)
     lr: float = 1e-3  # AdamW learning rate, constant (actor.lr); the tiny model needs a large one
-    clip: float = 0.2  # PPO ratio clip (algorithm.clip_low/high = epsilon)
+    clip: float = 0.2  # PPO ratio clip (algorithm.policy_loss.clip_low/high = epsilon)
     seed: int = 0  # model init, warm-up, trainers
     sft_steps: int = 300  # shared supervised warm-up steps before RL (0: start from the random init)
     hidden_size: int = 64  # tiny Qwen2 width
@@ -235,7 +236,7 @@ def run_rlloom(settings: Settings, model_dir: Path, rows: Sequence[dict[str, Any
     log = RunLog()
     trainer = Trainer(
         config,
-        engine_factory=engine_on,
+        engine=engine_on,
         reward_fn=rubric_reward,
         train_data=rows,
         trackers=[_StepRecorder(log, rows_per_step)],

@@ -15,8 +15,7 @@ from rlloom_apps.reasoning.toy_task import digits_in_place, reverse_row, reverse
 from rlloom_apps.reasoning.warmup import supervised_warmup
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from rlloom.core_rl import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.contracts import Trajectory
+from rlloom.core_rl import Trajectory, char_tokenizer, tiny_qwen2
 
 SHORT = DemoSettings(hidden_size=32, warmup_max_steps=10, warmup_check_every=5, probe_rows=4, held_out=6)
 SHORT_OVERRIDES = [

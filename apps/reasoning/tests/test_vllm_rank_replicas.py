@@ -114,8 +114,8 @@ def test_a_vllm_replica_on_each_rank_samples_as_transformers_before_and_after_an
     start = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32).eval()
 
     built = build_training_engine(cfg, tok)
-    assert built.engine is None and isinstance(built.engine_factory, VLLMReplicas)
-    assert [built.engine_factory.replica_config(r).seed for r in (0, 1)] == [3, 4]
+    assert isinstance(built.engine, VLLMReplicas)
+    assert [built.engine.replica_config(r).seed for r in (0, 1)] == [3, 4]
     start_ray(None, num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         trainer = Trainer(cfg, **built.trainer_kwargs(), reward_fn=_digits, train_data=_rows())

@@ -3,10 +3,7 @@ verl/trainer/config/ppo_trainer.yaml defaults, github.com/PeterGriffinJin/Search
 
 from __future__ import annotations
 
-from rlloom_apps.search_agent.settings import load_train_config
-from rlloom_apps.search_agent.train import CONFIGS
-
-from rlloom.core_rl.workers.settings import mini_batch_rows
+from rlloom_apps.search_agent.settings import CONFIGS, load_train_config
 
 # Search-R1's published values (v0.2 launch script + its ppo_trainer.yaml)
 TRAIN_BATCH_SIZE = 512  # data.train_batch_size
@@ -25,7 +22,7 @@ def test_grpo_makes_search_r1s_ten_optimizer_steps_per_training_step() -> None:
     cfg, _ = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/models/x"])
     assert (cfg.data.train_batch_size, cfg.rollout.n) == (TRAIN_BATCH_SIZE, N_AGENT)
     rows = cfg.data.train_batch_size * cfg.rollout.n
-    assert _optimizer_steps(rows, mini_batch_rows(cfg, cfg.actor.mini_batch_size)) == published
+    assert _optimizer_steps(rows, cfg.mini_batch_rows("actor")) == published
     assert cfg.actor.ppo_epochs == 1
 
 

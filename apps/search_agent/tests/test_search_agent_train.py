@@ -15,8 +15,8 @@ import pytest
 from rlloom_apps.search_agent.cli import main
 from rlloom_apps.search_agent.data import prepare
 from rlloom_apps.search_agent.evaluate import EvalSettings
-from rlloom_apps.search_agent.settings import SearchSettings, load_train_config
-from rlloom_apps.search_agent.train import CONFIGS, loop_config
+from rlloom_apps.search_agent.settings import CONFIGS, SearchSettings, load_train_config
+from rlloom_apps.search_agent.train import loop_config
 
 from rlloom.agent import AgentLoop, SearchEnv, SearchEnvConfig, ThreadedRetriever
 from rlloom.agent.training import loop_config_for
@@ -38,11 +38,16 @@ QUESTIONS = [
 
 def test_published_configs_load_with_search_r1_settings() -> None:
     grpo, search = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])
-    assert (grpo.algorithm.adv_estimator, grpo.rollout.n, grpo.actor.lr) == ("grpo", 5, 1e-6)
-    assert (grpo.algorithm.kl_loss_coef, grpo.algorithm.kl_loss_type) == (0.001, "low_var_kl")
+    assert (grpo.algorithm.advantage.estimator, grpo.rollout.n, grpo.actor.lr) == ("grpo", 5, 1e-6)
+    assert (grpo.algorithm.kl.loss_coef, grpo.algorithm.kl.loss_type) == (0.001, "low_var_kl")
     assert search == SearchSettings(top_k=3, max_turns=5, max_obs_tokens=500, max_total_tokens=4096)
     ppo, ppo_search = load_train_config(CONFIGS / "ppo.yaml", ["search.max_turns=2"])
-    assert (ppo.algorithm.adv_estimator, ppo.rollout.n, ppo.critic.lr, ppo.algorithm.kl_coef) == ("gae", 1, 1e-5, 0.001)
+    assert (ppo.algorithm.advantage.estimator, ppo.rollout.n, ppo.critic.lr, ppo.algorithm.kl.reward_coef) == (
+        "gae",
+        1,
+        1e-5,
+        0.001,
+    )
     assert ppo_search.max_turns == 2
     assert grpo.trainer.val_before_train and ppo.trainer.val_before_train  # Search-R1 validates the start model
 

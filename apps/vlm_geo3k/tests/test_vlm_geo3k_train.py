@@ -113,7 +113,7 @@ def test_train_two_grpo_steps_on_a_tiny_vlm(tiny: Any, tmp_path: Path) -> None:
 def test_config_is_easyr1s_geometry3k_setup() -> None:
     config, vision = load_config("grpo", [])
     assert (config.data.train_batch_size, config.rollout.n, config.actor.lr) == (512, 5, 1e-6)
-    assert (config.algorithm.kl_loss_type, config.algorithm.kl_loss_coef) == ("low_var_kl", 0.01)
+    assert (config.algorithm.kl.loss_type, config.algorithm.kl.loss_coef) == ("low_var_kl", 0.01)
     assert (config.rollout.temperature, config.rollout.val_temperature, config.trainer.total_epochs) == (1.0, 0.6, 15)
     assert (vision.min_pixels, vision.max_pixels, vision.max_prompt_tokens) == (512**2, 2048**2, 2048)
     assert "EasyR1:examples/config.yaml" in config_file("grpo").read_text().splitlines()[0]

@@ -89,7 +89,7 @@ def test_trainer_takes_collect_or_collect_factory_not_both(tmp_path: Path, token
     with pytest.raises(ValueError, match="collect_factory"):
         Trainer(
             config,
-            engine_factory=lambda module: HFEngine(module, tokenizer),
+            engine=lambda module: HFEngine(module, tokenizer),
             reward_fn=env_reward,
             train_data=ROWS,
             collect=lambda rows, sampling, prefix: [],
@@ -118,7 +118,7 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
             "data.train_batch_size=2",
             "rollout.n=3",
             "rollout.max_tokens=12",
-            "algorithm.adv_estimator=grpo",
+            "algorithm.advantage.estimator=grpo",
             "actor.lr=1e-3",
             "actor.mini_batch_size=2",
             "trainer.total_steps=2",
@@ -154,7 +154,7 @@ def test_grpo_trains_a_search_agent_through_the_trainer(
 
     trainer = Trainer(
         config,
-        engine_factory=make_engine,
+        engine=make_engine,
         collect_factory=recording,
         reward_fn=env_reward,
         train_data=ROWS,
@@ -229,7 +229,7 @@ def test_dapo_overlong_punishment_refuses_multi_turn_trajectories(
     )
     trainer = Trainer(
         config,
-        engine_factory=lambda module: HFEngine(module, tokenizer),
+        engine=lambda module: HFEngine(module, tokenizer),
         collect=collect,
         reward_fn=env_reward,
         train_data=ROWS,

@@ -423,7 +423,7 @@ def test_gae_gives_wrong_answers_a_negative_advantage_from_a_fresh_critic() -> N
 
 
 def test_adv_epsilon_reaches_grpo_through_the_config() -> None:
-    """algorithm.adv_epsilon (TRL's 1e-4, veRL's 1e-6) is the divisor's epsilon the advantage phase uses."""
+    """algorithm.advantage.epsilon (TRL's 1e-4, veRL's 1e-6) is the divisor's epsilon the advantage phase uses."""
     from rlloom.core_rl.algorithms.kl_control import FixedKLController
     from rlloom.core_rl.config.schema import AlgorithmConfig
     from rlloom.core_rl.contracts.batch import TrajectoryBatch

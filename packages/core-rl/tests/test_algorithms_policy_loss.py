@@ -368,13 +368,13 @@ def test_policy_loss_kwargs_are_checked_against_the_losss_signature() -> None:
     from rlloom.core_rl.config.loading import load_config
     from rlloom.core_rl.config.schema import ConfigError
 
-    base = ["model.path=/m", "algorithm.policy_loss=kl_cov"]
-    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio is not a setting of .*kl_cov"):
-        load_config(None, [*base, "algorithm.policy_loss_kwargs={clip_cov_ratio: 0.1}"])
-    with pytest.raises(ConfigError, match="algorithm.dual_clip: "):
-        load_config(None, [*base, "algorithm.dual_clip=3"])
-    cfg = load_config(None, [*base, "algorithm.policy_loss_kwargs={kl_cov_ratio: 0.5, ppo_kl_coef: 2.0}"])
-    assert cfg.algorithm.policy_loss_kwargs == {"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}
+    base = ["model.path=/m", "algorithm.policy_loss.name=kl_cov"]
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss.kwargs: clip_cov_ratio is not a setting of .*kl_cov"):
+        load_config(None, [*base, "algorithm.policy_loss.kwargs={clip_cov_ratio: 0.1}"])
+    with pytest.raises(ConfigError, match="algorithm.policy_loss.dual_clip: "):
+        load_config(None, [*base, "algorithm.policy_loss.dual_clip=3"])
+    cfg = load_config(None, [*base, "algorithm.policy_loss.kwargs={kl_cov_ratio: 0.5, ppo_kl_coef: 2.0}"])
+    assert cfg.algorithm.policy_loss.kwargs == {"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}
 
 
 # ---- GPG (Chu et al. 2025, arXiv 2504.02546; veRL loss_mode=gpg) -----------------------------------------------
@@ -582,25 +582,27 @@ def test_sapo_and_gpg_settings_are_checked_at_load() -> None:
     from rlloom.core_rl.config.loading import load_config
     from rlloom.core_rl.config.schema import ConfigError
 
-    sapo = ["model.path=/m", "algorithm.policy_loss=sapo"]
+    sapo = ["model.path=/m", "algorithm.policy_loss.name=sapo"]
     cfg = load_config(
-        None, [*sapo, "algorithm.policy_loss_kwargs.tau_pos=1.0", "algorithm.policy_loss_kwargs.tau_neg=2"]
+        None, [*sapo, "algorithm.policy_loss.kwargs.tau_pos=1.0", "algorithm.policy_loss.kwargs.tau_neg=2"]
     )
-    assert cfg.algorithm.policy_loss_kwargs == {"tau_pos": 1.0, "tau_neg": 2.0}
-    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: tau_neg must be a finite temperature > 0 "):
-        load_config(None, [*sapo, "algorithm.policy_loss_kwargs.tau_neg=-1"])
+    assert cfg.algorithm.policy_loss.kwargs == {"tau_pos": 1.0, "tau_neg": 2.0}
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss.kwargs: tau_neg must be a finite temperature > 0 "):
+        load_config(None, [*sapo, "algorithm.policy_loss.kwargs.tau_neg=-1"])
     with pytest.raises(
-        ConfigError, match=r"tau is not a setting of algorithm.policy_loss=sapo; its settings: tau_pos, "
+        ConfigError, match=r"tau is not a setting of algorithm.policy_loss.name=sapo; its settings: tau_pos, "
     ):
-        load_config(None, [*sapo, "algorithm.policy_loss_kwargs={tau: 1.0}"])
-    gpg = ["model.path=/m", "algorithm.policy_loss=gpg"]
-    with pytest.raises(ConfigError, match=r"tau_pos is not a setting of algorithm.policy_loss=gpg; its settings: none"):
-        load_config(None, [*gpg, "algorithm.policy_loss_kwargs.tau_pos=1.0"])
+        load_config(None, [*sapo, "algorithm.policy_loss.kwargs={tau: 1.0}"])
+    gpg = ["model.path=/m", "algorithm.policy_loss.name=gpg"]
+    with pytest.raises(
+        ConfigError, match=r"tau_pos is not a setting of algorithm.policy_loss.name=gpg; its settings: none"
+    ):
+        load_config(None, [*gpg, "algorithm.policy_loss.kwargs.tau_pos=1.0"])
     for base in (sapo, gpg):
-        with pytest.raises(ConfigError, match="algorithm.dual_clip: "):
-            load_config(None, [*base, "algorithm.dual_clip=3"])
+        with pytest.raises(ConfigError, match="algorithm.policy_loss.dual_clip: "):
+            load_config(None, [*base, "algorithm.policy_loss.dual_clip=3"])
     # veRL keeps the temperatures on the actor: its key gets a hint to ours
-    with pytest.raises(ConfigError, match=r"that is veRL's name; here it is algorithm.policy_loss_kwargs.tau_pos "):
+    with pytest.raises(ConfigError, match=r"that is veRL's name; here it is algorithm.policy_loss.kwargs.tau_pos "):
         load_config(None, [*sapo, "actor_rollout_ref.actor.tau_pos=1.0"])
 
 
@@ -608,10 +610,10 @@ def test_the_load_time_loss_probe_checks_values_and_leaves_the_rng_alone() -> No
     from rlloom.core_rl.config.loading import load_config
     from rlloom.core_rl.config.schema import ConfigError
 
-    clip_cov = ["model.path=/m", "algorithm.policy_loss=clip_cov"]
-    with pytest.raises(ConfigError, match=r"algorithm.policy_loss_kwargs: clip_cov_ratio must be in \(0, 1\]"):
-        load_config(None, [*clip_cov, "algorithm.policy_loss_kwargs.clip_cov_ratio=2"])
+    clip_cov = ["model.path=/m", "algorithm.policy_loss.name=clip_cov"]
+    with pytest.raises(ConfigError, match=r"algorithm.policy_loss.kwargs: clip_cov_ratio must be in \(0, 1\]"):
+        load_config(None, [*clip_cov, "algorithm.policy_loss.kwargs.clip_cov_ratio=2"])
     state = torch.get_rng_state()
     # a band around 0 makes the probe's one token a candidate, so clip_cov draws from the RNG
-    load_config(None, [*clip_cov, "algorithm.policy_loss_kwargs.clip_cov_lb=-1"])
+    load_config(None, [*clip_cov, "algorithm.policy_loss.kwargs.clip_cov_lb=-1"])
     assert torch.equal(torch.get_rng_state(), state)

@@ -62,13 +62,13 @@ def test_template_variables_and_loss_settings_can_be_set_one_by_one_as_in_verl(t
     with pytest.raises(ConfigError, match="add_generation_prompt cannot be set there"):
         load_config(yaml_file, ["data.apply_chat_template_kwargs.add_generation_prompt=true"])
     # the same for a loss's settings, which veRL keeps under actor.policy_loss
-    loss = load_config(yaml_file, ["algorithm.policy_loss=clip_cov", "algorithm.policy_loss_kwargs.clip_cov_ub=4"])
-    assert loss.algorithm.policy_loss_kwargs == {"clip_cov_ub": 4.0}
-    with pytest.raises(ConfigError, match="here it is algorithm.policy_loss_kwargs, one entry per setting"):
+    loss = load_config(yaml_file, ["algorithm.policy_loss.name=clip_cov", "algorithm.policy_loss.kwargs.clip_cov_ub=4"])
+    assert loss.algorithm.policy_loss.kwargs == {"clip_cov_ub": 4.0}
+    with pytest.raises(ConfigError, match="here it is algorithm.policy_loss.kwargs, one entry per setting"):
         load_config(yaml_file, ["actor_rollout_ref.actor.policy_loss.clip_cov_ub=4"])
     # veRL's loss_mode is an alias of algorithm.policy_loss on the command line (issue 29)
     aliased = load_config(yaml_file, ["actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov"])
-    assert aliased.algorithm.policy_loss == "clip_cov"
+    assert aliased.algorithm.policy_loss.name == "clip_cov"
     with pytest.raises(ConfigError, match="'data.max_prompt_length' is a value, not a section"):
         load_config(yaml_file, ["data.max_prompt_length.x=1"])
 

@@ -18,7 +18,7 @@ def test_yaml_and_overrides() -> None:
     assert cfg.actor.lr == 1e-5
     assert cfg.actor.mini_batch_size == 3  # from the YAML
     assert cfg.trainer.trackers == ["jsonl"]
-    assert cfg.algorithm.clip_high == 0.28
+    assert cfg.algorithm.policy_loss.clip_high == 0.28
     # the resolved config round-trips through its YAML dump
     assert config_from_dict(__import__("yaml").safe_load(cfg.to_yaml())) == cfg
 
@@ -36,12 +36,12 @@ def test_unknown_key_names_the_nearest_valid_one() -> None:
 
 
 def test_bad_values_and_names_are_errors() -> None:
-    with pytest.raises(ConfigError, match=r"^algorithm.clip_low: input should be less than 1 \(got 1.5\)$"):
-        load_config(None, ["model.path=/m", "algorithm.clip_low=1.5"])
+    with pytest.raises(ConfigError, match=r"^algorithm.policy_loss.clip_low: input should be less than 1 \(got 1.5\)$"):
+        load_config(None, ["model.path=/m", "algorithm.policy_loss.clip_low=1.5"])
     with pytest.raises(
-        ConfigError, match="^algorithm.adv_estimator: unknown advantage estimator 'grpoo'; did you mean"
+        ConfigError, match="^algorithm.advantage.estimator: unknown advantage estimator 'grpoo'; did you mean"
     ):
-        load_config(None, ["model.path=/m", "algorithm.adv_estimator=grpoo"])
+        load_config(None, ["model.path=/m", "algorithm.advantage.estimator=grpoo"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["model.path"])
     with pytest.raises(ConfigError, match="is a value, not a section"):
@@ -68,7 +68,7 @@ def test_config_saved_in_output_dir(tiny_model_dir: Path, tmp_path: Path) -> Non
     from tiny_run import run
 
     run(
-        tiny_model_dir, tmp_path / "o", ["trainer.total_steps=1", "actor.warmup_steps=0", "algorithm.use_kl_loss=false"]
+        tiny_model_dir, tmp_path / "o", ["trainer.total_steps=1", "actor.warmup_steps=0", "algorithm.kl.use_loss=false"]
     )
     saved = load_config(tmp_path / "o" / "config.yaml")
     assert saved.trainer.total_steps == 1 and saved.model.path == str(tiny_model_dir)

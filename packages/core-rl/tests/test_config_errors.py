@@ -23,16 +23,18 @@ def error_of(overrides: list[str], path: Path | None = None) -> str:
 
 
 def test_value_errors_are_one_line_per_key_without_the_pydantic_dump() -> None:
-    assert error_of(["algorithm.adv_estimator=grpoo"]).startswith(
-        "algorithm.adv_estimator: unknown advantage estimator 'grpoo'; did you mean 'grpo'? Valid names: "
+    assert error_of(["algorithm.advantage.estimator=grpoo"]).startswith(
+        "algorithm.advantage.estimator: unknown advantage estimator 'grpoo'; did you mean 'grpo'? Valid names: "
     )
     assert error_of(["actor.lr=abc", "rollout.n=zero"]).splitlines() == [
         "rollout.n: input should be a valid integer, unable to parse string as an integer (got 'zero')",
         "actor.lr: input should be a valid number, unable to parse string as a number (got 'abc')",
     ]
-    assert error_of(["trainer.critic_warmup=2"]).startswith("trainer.critic_warmup: 2 but algorithm.adv_estimator=")
-    assert error_of(["algorithm.kl_loss_type=k7"]).startswith("algorithm.kl_loss_type: unknown KL estimator 'k7'")
-    for message in (error_of(["algorithm.adv_estimator=grpoo"]), error_of(["trainer.critic_warmup=2"])):
+    assert error_of(["trainer.critic_warmup=2"]).startswith(
+        "trainer.critic_warmup: 2 but algorithm.advantage.estimator="
+    )
+    assert error_of(["algorithm.kl.loss_type=k7"]).startswith("algorithm.kl.loss_type: unknown KL estimator 'k7'")
+    for message in (error_of(["algorithm.advantage.estimator=grpoo"]), error_of(["trainer.critic_warmup=2"])):
         assert "\n" not in message
         assert "input_value" not in message and "errors.pydantic.dev" not in message and "'model'" not in message
 
@@ -43,7 +45,7 @@ def test_unknown_keys_are_blamed_on_the_override_or_the_file(tmp_path: Path) -> 
     from_override = error_of(["algorithm.adv_estimtor=grpo"], yaml_file)
     assert from_override.startswith(
         "command-line override 'algorithm.adv_estimtor=grpo': unknown key 'algorithm.adv_estimtor'; "
-        "did you mean 'algorithm.adv_estimator'?"
+        "did you mean 'algorithm.advantage.estimator'?"
     )
     assert str(yaml_file) not in from_override
     yaml_file.write_text("model:\n  path: /m\nalgorithm:\n  adv_estimtor: grpo\n")
@@ -101,16 +103,18 @@ def test_overlong_buffer_longer_than_any_response_limit_is_refused_at_load() -> 
 
 
 def test_policy_loss_options_refused_at_load() -> None:
-    assert error_of(["algorithm.policy_loss=gspo", "algorithm.dual_clip=3"]).startswith("algorithm.dual_clip: ")
-    assert error_of(["algorithm.policy_loss=gmpo"]).startswith("algorithm.loss_agg_mode: token-mean but")
-    gmpo = ["algorithm.policy_loss=gmpo", "algorithm.loss_agg_mode=seq-mean-token-mean"]
+    assert error_of(["algorithm.policy_loss.name=gspo", "algorithm.policy_loss.dual_clip=3"]).startswith(
+        "algorithm.policy_loss.dual_clip: "
+    )
+    assert error_of(["algorithm.policy_loss.name=gmpo"]).startswith("algorithm.policy_loss.agg_mode: token-mean but")
+    gmpo = ["algorithm.policy_loss.name=gmpo", "algorithm.policy_loss.agg_mode=seq-mean-token-mean"]
     assert error_of([*gmpo, "algorithm.top_entropy_quantile=0.2"]).startswith("algorithm.top_entropy_quantile: ")
     assert error_of(["algorithm.tis={cap: 2, mode: sequence}"]).startswith("algorithm.tis.mode: ")
     assert error_of(["algorithm.top_entropy_quantile=0"]).startswith("algorithm.top_entropy_quantile: ")
-    assert error_of(["algorithm.adv_estimator=rloo", "algorithm.adv_std_scope=batch"]).startswith(
-        "algorithm.adv_std_scope: batch, but algorithm.adv_estimator=rloo"
+    assert error_of(["algorithm.advantage.estimator=rloo", "algorithm.advantage.std_scope=batch"]).startswith(
+        "algorithm.advantage.std_scope: batch, but algorithm.advantage.estimator=rloo"
     )
-    load_config(None, ["model.path=/m", "algorithm.adv_std_scope=batch"])  # grpo with its std: fine
+    load_config(None, ["model.path=/m", "algorithm.advantage.std_scope=batch"])  # grpo with its std: fine
     # a setting of a feature that is off: the flat keys of earlier configs say so; the sections cannot hold one
     assert error_of(["algorithm.filter_band=[0.01, 0.99]"]).startswith(
         "algorithm.filter_band: [0.01, 0.99] is a setting of algorithm.dynamic_sampling, which is off"
@@ -137,13 +141,15 @@ def test_policy_loss_options_refused_at_load() -> None:
     "estimator", ["grpo", "dr_grpo", "rloo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"]
 )
 def test_group_estimators_need_two_samples_per_prompt(estimator: str) -> None:
-    message = error_of([f"algorithm.adv_estimator={estimator}", "rollout.n=1"])
-    assert message.startswith(f"rollout.n: 1 sample per prompt, but algorithm.adv_estimator={estimator} compares")
+    message = error_of([f"algorithm.advantage.estimator={estimator}", "rollout.n=1"])
+    assert message.startswith(f"rollout.n: 1 sample per prompt, but algorithm.advantage.estimator={estimator} compares")
 
 
 @pytest.mark.parametrize("estimator", ["reinforce_plus_plus", "remax", "gae"])
 def test_estimators_without_groups_take_one_sample(estimator: str) -> None:
-    assert load_config(None, ["model.path=/m", f"algorithm.adv_estimator={estimator}", "rollout.n=1"]).rollout.n == 1
+    assert (
+        load_config(None, ["model.path=/m", f"algorithm.advantage.estimator={estimator}", "rollout.n=1"]).rollout.n == 1
+    )
 
 
 def test_warmup_as_long_as_the_run_is_refused_and_a_ratio_follows_the_run() -> None:

@@ -4,10 +4,12 @@ such a setting."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlloom.core_rl.config.loading import load_config
 from rlloom.core_rl.config.migration import LEGACY_KEYS, REMOVED_KEYS, migrate_config
@@ -123,17 +125,17 @@ def test_losses_declare_what_they_support() -> None:
 
     register_policy_loss("test_sequence_loss", sequence_level=True)(plain)
     try:
-        with pytest.raises(ConfigError, match="^algorithm.loss_agg_mode: token-mean but"):
-            load_config(None, ["model.path=/m", "algorithm.policy_loss=test_sequence_loss"])
+        with pytest.raises(ConfigError, match="^algorithm.policy_loss.agg_mode: token-mean but"):
+            load_config(None, ["model.path=/m", "algorithm.policy_loss.name=test_sequence_loss"])
         with pytest.raises(
-            ConfigError, match="^algorithm.tis: algorithm.policy_loss=test_sequence_loss has a sequence"
+            ConfigError, match="^algorithm.tis: algorithm.policy_loss.name=test_sequence_loss has a sequence"
         ):
             load_config(
                 None,
                 [
                     "model.path=/m",
-                    "algorithm.policy_loss=test_sequence_loss",
-                    "algorithm.loss_agg_mode=seq-mean-token-mean",
+                    "algorithm.policy_loss.name=test_sequence_loss",
+                    "algorithm.policy_loss.agg_mode=seq-mean-token-mean",
                     "algorithm.tis={cap: 2}",
                 ],
             )
@@ -181,4 +183,94 @@ def test_a_key_that_no_longer_does_anything_is_dropped_with_a_hint(
     assert [r.getMessage() for r in caplog.records if "bf16_autocast" in r.getMessage()] == [
         "config: trainer.bf16_autocast no longer does anything and was ignored; model.dtype (the compute dtype: "
         "bfloat16 autocasts forwards and keeps fp32 master weights, on CPU and GPU alike) decides now"
+    ]
+
+
+# the advantage, policy-loss and KL settings, flat before issue 38, and their places now
+SECTION_KEYS = {
+    "adv_estimator": ("advantage.estimator", "rloo"),
+    "norm_adv_by_std": ("advantage.norm_by_std", False),
+    "adv_epsilon": ("advantage.epsilon", 1e-4),
+    "adv_std_scope": ("advantage.std_scope", "group"),
+    "gamma": ("advantage.gamma", 0.99),
+    "lam": ("advantage.lam", 0.95),
+    "policy_loss": ("policy_loss.name", "sapo"),
+    "policy_loss_kwargs": ("policy_loss.kwargs", {"tau_pos": 1.0, "tau_neg": 1.05}),
+    "clip_low": ("policy_loss.clip_low", 0.1),
+    "clip_high": ("policy_loss.clip_high", 0.28),
+    "loss_agg_mode": ("policy_loss.agg_mode", "seq-mean-token-mean"),
+    "use_kl_loss": ("kl.use_loss", True),
+    "kl_loss_coef": ("kl.loss_coef", 0.02),
+    "kl_loss_type": ("kl.loss_type", "k2"),
+    "use_kl_in_reward": ("kl.use_in_reward", True),
+    "kl_in_reward_type": ("kl.reward_type", "k3"),
+    "kl_controller": ("kl.controller", "adaptive"),
+    "kl_coef": ("kl.reward_coef", 0.05),
+    "target_kl": ("kl.target", 3.0),
+    "kl_horizon": ("kl.horizon", 500),
+}
+
+
+def _nested(pairs: dict[str, object]) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for dotted, value in pairs.items():
+        section, leaf = dotted.split(".")
+        out.setdefault(section, {})[leaf] = value
+    return out
+
+
+def test_flat_objective_keys_load_into_their_sections_from_a_file_and_the_command_line(tmp_path: Path) -> None:
+    from rlloom.core_rl.config.renamed import LOSS_NAME, RENAMED_KEYS
+
+    assert set(SECTION_KEYS) == {*RENAMED_KEYS, "policy_loss"} - {"dual_clip"}  # dual_clip: not with sapo, below
+    assert {new for new, _ in SECTION_KEYS.values()} | {"policy_loss.dual_clip"} == {*RENAMED_KEYS.values(), LOSS_NAME}
+    new = _nested(dict(SECTION_KEYS.values()))
+    expected = load_config(None, ["model.path=/m", *(f"algorithm.{s}={v}" for s, v in new.items())])
+    assert expected.algorithm.policy_loss.kwargs == {"tau_pos": 1.0, "tau_neg": 1.05}
+    assert expected.algorithm.kl.horizon == 500 and expected.algorithm.advantage.lam == 0.95
+    flat_file = tmp_path / "flat.yaml"
+    flat_file.write_text(
+        yaml.safe_dump({"model": {"path": "/m"}, "algorithm": {k: v for k, (_, v) in SECTION_KEYS.items()}})
+    )
+    assert load_config(flat_file) == expected
+    overrides = [f"algorithm.{key}={json.dumps(value)}" for key, (_, value) in SECTION_KEYS.items()]
+    assert load_config(None, ["model.path=/m", *overrides]) == expected
+    # one entry of the renamed mapping, and the dual clip of a loss that has one
+    tau = load_config(None, ["model.path=/m", "algorithm.policy_loss=sapo", "algorithm.policy_loss_kwargs.tau_neg=2"])
+    assert tau.algorithm.policy_loss.kwargs == {"tau_neg": 2.0}
+    dual = load_config(None, ["model.path=/m", "algorithm.dual_clip=3"]).algorithm.policy_loss
+    assert (dual.name, dual.dual_clip) == ("ppo", 3.0)
+
+
+def test_an_override_of_either_form_wins_over_a_file_of_either_form(tmp_path: Path) -> None:
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("model: {path: /m}\nalgorithm:\n  clip_high: 0.28\n  policy_loss: ppo\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model: {path: /m}\nalgorithm:\n  policy_loss: {name: ppo, clip_high: 0.28}\n")
+    for path in (flat, nested):
+        for override in ("algorithm.clip_high=0.3", "algorithm.policy_loss.clip_high=0.3"):
+            loss = load_config(path, [override]).algorithm.policy_loss
+            assert (loss.name, loss.clip_high) == ("ppo", 0.3), (path.name, override)
+
+
+def test_a_flat_key_and_its_new_key_disagreeing_in_one_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "both.yaml"
+    path.write_text("model: {path: /m}\nalgorithm:\n  use_kl_loss: true\n  kl: {use_loss: false}\n")
+    with pytest.raises(ConfigError, match=r"algorithm.use_kl_loss: given as well as algorithm.kl.use_loss=False"):
+        load_config(path)
+    path.write_text("model: {path: /m}\nalgorithm:\n  use_kl_loss: true\n  kl: {use_loss: true}\n")
+    assert load_config(path).algorithm.kl.use_loss
+
+
+def test_each_renamed_key_gets_one_hint(caplog: pytest.LogCaptureFixture) -> None:
+    from rlloom.core_rl.config import migration as config_migration
+
+    config_migration._hinted.discard("algorithm.kl_loss_coef")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            load_config(None, ["model.path=/m", "algorithm.kl_loss_coef=0.01"])
+    hints = [r.getMessage() for r in caplog.records if "algorithm.kl_loss_coef" in r.getMessage()]
+    assert hints == [
+        "config: algorithm.kl_loss_coef is now algorithm.kl.loss_coef; it was read as that (write the new key to "
+        "silence this)"
     ]

@@ -204,7 +204,7 @@ def test_sharded_critic_matches_the_in_process_one(tiny_model_dir: Path, tmp_pat
     single = ValueCritic(
         ValueModel.from_pretrained(cfg.model, str(tiny_model_dir)),
         critic=cfg.critic,
-        loss_agg_mode=cfg.algorithm.loss_agg_mode,
+        loss_agg_mode=cfg.algorithm.policy_loss.agg_mode,
         total_steps=10,
         mini_batch_rows=3,
         device=CPU,
@@ -225,7 +225,7 @@ def test_sharded_critic_matches_the_in_process_one(tiny_model_dir: Path, tmp_pat
     reloaded = ValueCritic(
         ValueModel.from_pretrained(cfg.model, str(saved)),
         critic=cfg.critic,
-        loss_agg_mode=cfg.algorithm.loss_agg_mode,
+        loss_agg_mode=cfg.algorithm.policy_loss.agg_mode,
         total_steps=10,
         mini_batch_rows=3,
         device=CPU,
@@ -247,17 +247,18 @@ def test_trainer_on_two_ranks_matches_one_process_and_resumes_across_rank_counts
 ) -> None:
     """PPO with GAE and a KL loss, so actor, reference and critic all live on the ranks; a 16-row batch in
     mini-batches of 12 + 4 rows."""
-    steps = ["trainer.total_steps=2", "trainer.save_every=1", "algorithm.adv_estimator=gae"]
+    steps = ["trainer.total_steps=2", "trainer.save_every=1", "algorithm.advantage.estimator=gae"]
     two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300",
                  "distributed.rollout_on_ranks=false"]  # fmt: skip
     run(tiny_model_dir, tmp_path / "one", steps)
     expected = read_metrics(tmp_path / "one")
-    # the engine comes from engine_factory: with a sharded actor and rollout_on_ranks=false, one engine on the
-    # driver samples from its own copy synced through the driver (test_distributed_rollout: one on every rank)
+    # the engine is built on the actor (engine= a factory): with a sharded actor and rollout_on_ranks=false, one
+    # engine on the driver samples from its own copy synced through the driver (test_distributed_rollout: one on
+    # every rank)
     tokenizer = load_pretrained_tokenizer(tiny_model_dir)
     trainer = Trainer(
         tiny_config(tiny_model_dir, tmp_path / "two", [*steps, *two_ranks]),
-        engine_factory=lambda module: SharedModuleEngine(module, tokenizer),
+        engine=lambda module: SharedModuleEngine(module, tokenizer),
         reward_fn=digit_reward,
         train_data=sum_rows(8),
         val_data=sum_rows(4, seed=1),
@@ -283,7 +284,7 @@ def test_lora_on_two_ranks_matches_one_process(tiny_model_dir: Path, tmp_path: P
     merged weights, and the checkpoint (each rank's DCP shard of base + adapter) resumes in one process and exports
     to the one-process run's merged HF weights."""
     pytest.importorskip("peft")
-    lora = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.use_kl_loss=true"]
+    lora = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.kl.use_loss=true"]
     steps = ["trainer.total_steps=2", "trainer.save_every=1", *lora]
     two_ranks = ["distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300"]
     run(tiny_model_dir, tmp_path / "one", steps)
@@ -329,7 +330,7 @@ def test_bnpo_on_two_ranks_averages_the_token_means_of_every_ranks_micro_batches
     from rlloom.core_rl.workers.forward import response_logprobs
 
     cfg = worker_config(tiny_model_dir, ranks=2)
-    cfg.algorithm.loss_agg_mode = "bnpo"
+    cfg.algorithm.policy_loss.agg_mode = "bnpo"
     cfg.algorithm.entropy.coef = 0.0
     cfg.actor.ppo_epochs, cfg.actor.mini_batch_size, cfg.actor.shuffle = 1, 8, False
     single = in_process_actor(cfg, tiny_model_dir)

@@ -114,14 +114,14 @@ def assert_same_samples(got: list[list[Completion]], expected: list[list[Complet
 def test_each_rank_hosts_a_replica_that_samples_as_one_process_before_and_after_an_update(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """engine_factory= with 2 ranks: the trainer's engine is a replica on each rank (the default), which sample as
+    """engine= a factory, with 2 ranks: the trainer's engine is a replica on each rank (the default), which sample as
     one engine on the in-process actor's module does, before and after an update; then the trainer trains on them."""
     tokenizer = load_pretrained_tokenizer(tiny_model_dir)
-    overrides = ["trainer.total_steps=2", "algorithm.use_kl_loss=false", "actor.warmup_steps=0", "actor.lr=1e-2",
+    overrides = ["trainer.total_steps=2", "algorithm.kl.use_loss=false", "actor.warmup_steps=0", "actor.lr=1e-2",
                  "distributed.num_ranks=2", "distributed.cpus_per_rank=0.5", "distributed.timeout_s=300",
                  f"distributed.runtime_env={SHIP_TESTS}"]  # fmt: skip
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", overrides)
-    trainer = Trainer(cfg, engine_factory=seeded_factory(tokenizer), reward_fn=digit_reward, train_data=sum_rows(8))
+    trainer = Trainer(cfg, engine=seeded_factory(tokenizer), reward_fn=digit_reward, train_data=sum_rows(8))
     engines, group = trainer.engine, trainer.parts.actor
     assert isinstance(engines, RankEngines) and isinstance(group, RayActorGroup)
     single = PolicyActor(load_causal_lm(cfg.model, str(tiny_model_dir), CPU), **actor_settings(cfg, 2, CPU))

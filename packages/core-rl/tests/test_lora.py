@@ -18,7 +18,7 @@ from rlloom.core_rl.workers.actor import ADAPTER_DIR
 
 pytest.importorskip("peft")
 
-LORA = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.use_kl_loss=true"]
+LORA = ["model.lora_rank=4", "model.lora_alpha=8", "actor.lr=1e-2", "algorithm.kl.use_loss=true"]
 
 
 def make_trainer(model_dir: Path, out: Path, steps: int) -> tuple[Trainer, SamplingEngine]:

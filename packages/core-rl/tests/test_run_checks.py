@@ -187,7 +187,7 @@ def test_a_config_changed_after_it_was_built_is_checked_again(tmp_path: Path, no
     config = tiny_config("/unused", tmp_path, [])
     config.rollout.n = 1  # each field is checked on assignment, the combination (GRPO needs groups) is not
     engine = SamplingEngine.__new__(SamplingEngine)
-    with pytest.raises(ConfigError, match=r"rollout.n: 1 sample per prompt, but algorithm.adv_estimator=grpo"):
+    with pytest.raises(ConfigError, match=r"rollout.n: 1 sample per prompt, but algorithm.advantage.estimator=grpo"):
         Trainer(config, engine=engine, reward_fn=digit_reward, train_data=sum_rows(4))
 
 

@@ -23,7 +23,7 @@ from rlloom.core_rl.data.samplers import EpochSampler, LearnabilitySampler, Samp
 from rlloom.core_rl.trainer import Trainer
 
 ROWS = [{"prompt": f"q{i}"} for i in range(10)]
-FAST = ["rollout.n=2", "rollout.max_tokens=4", "actor.ppo_epochs=1", "algorithm.use_kl_loss=false"]
+FAST = ["rollout.n=2", "rollout.max_tokens=4", "actor.ppo_epochs=1", "algorithm.kl.use_loss=false"]
 
 
 def old_loader_ids(

@@ -29,7 +29,7 @@ FAST = [
     "rollout.n=2",
     "rollout.max_tokens=6",
     "actor.ppo_epochs=1",
-    "algorithm.use_kl_loss=false",
+    "algorithm.kl.use_loss=false",
     "trainer.save_every=0",
 ]
 

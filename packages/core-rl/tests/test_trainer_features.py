@@ -69,7 +69,12 @@ def test_max_prompt_length_stops_or_filters_before_training(tiny_model_dir: Path
 
 
 def test_critic_warmup_steps_leave_the_policy_and_the_engine_alone(tiny_model_dir: Path, tmp_path: Path) -> None:
-    overrides = ["algorithm.adv_estimator=gae", "trainer.critic_warmup=2", "trainer.total_steps=3", "critic.lr=1e-3"]
+    overrides = [
+        "algorithm.advantage.estimator=gae",
+        "trainer.critic_warmup=2",
+        "trainer.total_steps=3",
+        "critic.lr=1e-3",
+    ]
     engine = SamplingEngine(tiny_model_dir)
     make_trainer(tiny_model_dir, tmp_path, overrides, engine).fit()
     assert engine.weight_updates == 2  # at the start, and after step 3: warm-up steps leave the policy as it was
@@ -81,7 +86,7 @@ def test_critic_warmup_steps_leave_the_policy_and_the_engine_alone(tiny_model_di
 
 
 def test_critic_warmup_freezes_the_actor_and_trains_the_critic(tiny_model_dir: Path, tmp_path: Path) -> None:
-    overrides = ["algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "critic.lr=1e-3"]
+    overrides = ["algorithm.advantage.estimator=gae", "trainer.critic_warmup=1", "critic.lr=1e-3"]
     trainer = make_trainer(tiny_model_dir, tmp_path, overrides)
     actor, critic = trainer.parts.actor.model, trainer.parts.critic.model
     before = [p.detach().clone() for p in (*actor.parameters(), *critic.parameters())]
@@ -102,16 +107,16 @@ def test_ppo_with_critic_kl_in_reward_tis_and_filters(tiny_model_dir: Path, tmp_
         out,
         [
             "trainer.total_steps=2",
-            "algorithm.adv_estimator=gae",
-            "algorithm.gamma=0.99",
-            "algorithm.lam=0.95",
-            "algorithm.use_kl_loss=false",
-            "algorithm.use_kl_in_reward=true",
-            "algorithm.kl_controller=adaptive",
-            "algorithm.kl_coef=0.05",
+            "algorithm.advantage.estimator=gae",
+            "algorithm.advantage.gamma=0.99",
+            "algorithm.advantage.lam=0.95",
+            "algorithm.kl.use_loss=false",
+            "algorithm.kl.use_in_reward=true",
+            "algorithm.kl.controller=adaptive",
+            "algorithm.kl.reward_coef=0.05",
             "algorithm.tis_cap=2.0",
             "algorithm.overlong_filter=true",
-            "algorithm.dual_clip=3.0",
+            "algorithm.policy_loss.dual_clip=3.0",
             "actor.padding_free=true",
             "critic.padding_free=true",
             "critic.lr=1e-3",
@@ -150,10 +155,10 @@ def test_dynamic_sampling_and_remax(tiny_model_dir: Path, tmp_path: Path) -> Non
         tmp_path / "dapo",
         [
             "trainer.total_steps=2",
-            "algorithm.adv_estimator=remax",
+            "algorithm.advantage.estimator=remax",
             "algorithm.dynamic_sampling=true",
             "algorithm.max_sampling_rounds=2",
-            "algorithm.use_kl_loss=false",
+            "algorithm.kl.use_loss=false",
             "trainer.val_before_train=true",
         ],
     )
@@ -372,7 +377,7 @@ def test_old_logprobs_are_recomputed_when_something_reads_them_before_the_update
         "two epochs": ["actor.mini_batch_size=4"],  # tiny config: 2 epochs
         "two mini-batches": ["actor.ppo_epochs=1", "actor.mini_batch_size=2"],
         "TIS": [*on_policy, "algorithm.tis_cap=2.0"],
-        "KL in reward": [*on_policy, "algorithm.use_kl_in_reward=true"],
+        "KL in reward": [*on_policy, "algorithm.kl.use_in_reward=true"],
         "adaptive entropy": [*on_policy, "algorithm.adaptive_entropy=true"],
     }
     for name, overrides in cases.items():
@@ -442,9 +447,13 @@ def test_validation_with_several_samples_reports_best_and_worst_at_n(tiny_model_
 
 
 def test_batch_std_scope_reaches_the_advantages(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """algorithm.adv_std_scope=batch: each response's advantage is (reward - its group's mean) / the std of all
+    """algorithm.advantage.std_scope=batch: each response's advantage is (reward - its group's mean) / the std of all
     the step's rewards, read back from the step's rollout dump."""
-    overrides = ["trainer.total_steps=2", "algorithm.adv_std_scope=batch", f"trainer.rollout_data_dir={tmp_path / 'r'}"]
+    overrides = [
+        "trainer.total_steps=2",
+        "algorithm.advantage.std_scope=batch",
+        f"trainer.rollout_data_dir={tmp_path / 'r'}",
+    ]
     fit(tiny_model_dir, tmp_path / "run", overrides)
     records = [json.loads(line) for line in (tmp_path / "r" / "1.jsonl").read_text().splitlines()]
     rewards = torch.tensor([r["reward"] for r in records], dtype=torch.float64)
@@ -529,18 +538,18 @@ def test_reference_sync_is_refused_where_there_is_nothing_to_move() -> None:
 
     base = ["model.path=/m", "algorithm.ref_model_sync_steps=10"]
     with pytest.raises(ConfigError, match="algorithm.ref_sync: every 10 steps, but there is no reference model"):
-        load_config(None, [*base, "algorithm.use_kl_loss=false"])
+        load_config(None, [*base, "algorithm.kl.use_loss=false"])
     with pytest.raises(ConfigError, match="with LoRA the reference is the adapter-free base"):
-        load_config(None, [*base, "algorithm.use_kl_loss=true", "model.lora_rank=8"])
-    load_config(None, [*base, "algorithm.use_kl_loss=true"])
+        load_config(None, [*base, "algorithm.kl.use_loss=true", "model.lora_rank=8"])
+    load_config(None, [*base, "algorithm.kl.use_loss=true"])
 
 
 def test_a_loss_with_its_own_settings_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
     """policy_loss_kwargs reach the loss in the update: kl_cov with ratio 1.0 penalises every token, so its
     pg_clipfrac (the penalised share) is 1."""
     overrides = [
-        "algorithm.policy_loss=kl_cov",
-        "algorithm.policy_loss_kwargs={kl_cov_ratio: 1.0, ppo_kl_coef: 0.5}",
+        "algorithm.policy_loss.name=kl_cov",
+        "algorithm.policy_loss.kwargs={kl_cov_ratio: 1.0, ppo_kl_coef: 0.5}",
         "trainer.total_steps=2",
     ]
     trainer = make_trainer(tiny_model_dir, tmp_path / "run", overrides)

@@ -22,7 +22,7 @@ def test_verl_keys_set_our_keys_and_one_info_line_lists_them(caplog: pytest.LogC
                 MODEL,
                 "actor_rollout_ref.actor.optim.lr=3e-6",
                 "data.train_batch_size=16",
-                "algorithm.adv_estimator=rloo",
+                "algorithm.advantage.estimator=rloo",
                 "actor_rollout_ref.rollout.n=6",
                 "trainer.total_training_steps=7",
                 "algorithm.kl_ctrl.kl_coef=0.002",
@@ -32,18 +32,18 @@ def test_verl_keys_set_our_keys_and_one_info_line_lists_them(caplog: pytest.LogC
         )
     assert cfg.actor.lr == 3e-6
     assert cfg.data.train_batch_size == 16
-    assert cfg.algorithm.adv_estimator == "rloo"
+    assert cfg.algorithm.advantage.estimator == "rloo"
     assert cfg.rollout.n == 6
     assert cfg.trainer.total_steps == 7
-    assert cfg.algorithm.kl_coef == 0.002
+    assert cfg.algorithm.kl.reward_coef == 0.002
     assert cfg.algorithm.entropy.coef == 0.01
     assert cfg.rollout.max_tokens == 1024
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1
     assert "actor_rollout_ref.actor.optim.lr -> actor.lr" in lines[0]
     assert "data.max_response_length -> rollout.max_tokens" in lines[0]
-    assert "algorithm.dual_clip=3" in lines[0]  # veRL's default dual clip is named, since it is not ours
-    assert cfg.algorithm.dual_clip is None
+    assert "algorithm.policy_loss.dual_clip=3" in lines[0]  # veRL's default dual clip is named, since it is not ours
+    assert cfg.algorithm.policy_loss.dual_clip is None
 
 
 def test_values_are_translated_where_verl_spells_them_differently() -> None:
@@ -60,8 +60,8 @@ def test_values_are_translated_where_verl_spells_them_differently() -> None:
         ],
     )
     assert (cfg.trainer.save_every, cfg.trainer.val_every, cfg.rollout.top_k) == (0, 0, 0)
-    assert cfg.algorithm.policy_loss == "ppo"
-    assert cfg.algorithm.kl_loss_type == "k2"
+    assert cfg.algorithm.policy_loss.name == "ppo"
+    assert cfg.algorithm.kl.loss_type == "k2"
     assert cfg.trainer.resume == "never"
 
 
@@ -76,7 +76,7 @@ def test_clip_ratio_sets_both_bounds_and_the_specific_one_wins_in_any_order() ->
     for order in (1, -1):
         items = ["actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio=0.1"]
         cfg = load_config(None, [MODEL, *items[::order]])
-        assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (0.1, 0.28)
+        assert (cfg.algorithm.policy_loss.clip_low, cfg.algorithm.policy_loss.clip_high) == (0.1, 0.28)
 
 
 def test_filter_groups_turn_dynamic_sampling_on_keeping_the_files_settings(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ SEARCH_R1 = [
     "data.max_start_length=2048",
     "data.max_obs_length=500",
     "data.shuffle_train_dataloader=True",
-    "algorithm.adv_estimator=grpo",
+    "algorithm.advantage.estimator=grpo",
     "actor_rollout_ref.model.path=/models/qwen",
     "actor_rollout_ref.model.enable_gradient_checkpointing=true",
     "actor_rollout_ref.model.use_remove_padding=True",
@@ -211,8 +211,8 @@ def test_search_r1_command_line_loads_with_the_search_agents_grpo_config() -> No
     assert cfg.rollout.vllm.tensor_parallel_size == 1
     # Search-R1's fork counts ppo_mini_batch_size in trajectories: 256 of n_agent 5 is 52 prompts (ceil)
     assert (cfg.actor.lr, cfg.actor.warmup_ratio, cfg.actor.mini_batch_size) == (1e-6, 0.285, 52)
-    assert cfg.algorithm.use_kl_loss and cfg.algorithm.kl_loss_coef == 0.001
-    assert cfg.algorithm.kl_loss_type == "low_var_kl"
+    assert cfg.algorithm.kl.use_loss and cfg.algorithm.kl.loss_coef == 0.001
+    assert cfg.algorithm.kl.loss_type == "low_var_kl"
     assert (cfg.trainer.save_every, cfg.trainer.val_every, cfg.trainer.total_steps) == (100, 50, 1005)
     assert cfg.trainer.trackers == ["wandb"]
     assert (cfg.trainer.project, cfg.trainer.run_name) == ("Search-R1", "nq-search-r1-grpo-qwen2.5-3b-em")
@@ -225,4 +225,4 @@ def test_verl_vectorized_estimator_names_are_the_same_estimators(verl: str, ours
     from rlloom.core_rl.algorithms.estimators import get_advantage_estimator as get_advantage
 
     assert get_advantage(verl) is get_advantage(ours)
-    assert load_config(None, [MODEL, f"algorithm.adv_estimator={verl}"]).algorithm.adv_estimator == verl
+    assert load_config(None, [MODEL, f"algorithm.advantage.estimator={verl}"]).algorithm.advantage.estimator == verl

@@ -108,7 +108,7 @@ def test_vlm_rows_on_two_ranks_match_the_in_process_actor(tok: Any, noise_image:
     critic = ValueCritic(
         ValueModel.from_pretrained(cfg.model, str(saved.model)),
         critic=cfg.critic,
-        loss_agg_mode=cfg.algorithm.loss_agg_mode,
+        loss_agg_mode=cfg.algorithm.policy_loss.agg_mode,
         total_steps=10,
         mini_batch_rows=cfg.critic.mini_batch_size,
         device=CPU,

@@ -189,9 +189,10 @@ def _train_parser(commands: Any) -> None:
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import yaml
     from pydantic import ValidationError
-    from rlloom_apps.reasoning.train import load_train_config, run_train
+    from rlloom_apps.reasoning.preflight import check_rows, load_train_config
 
     from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.data import DataError
     from rlloom.rollout import engine_override, engine_problem
 
     for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
@@ -212,6 +213,12 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     if problem := engine_problem(config):  # no vLLM, or a model it cannot run: before any data or model loads
         parser.error(problem)
+    try:
+        check_rows(args.train_data, args.val_data)  # every row's data_source names a scorer: still without torch
+    except (ConfigError, DataError) as err:
+        parser.error(str(err))
+    from rlloom_apps.reasoning.train import run_train  # torch, transformers: only once everything checked out
+
     try:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
             lambda: run_train(

@@ -2,7 +2,7 @@
 
 Wiring only: a character-level Qwen2 (rlloom.core_rl.tiny) gets a short supervised warm-up on digit-string
 reversal that stops as soon as it answers some training strings exactly, then GRPO through rlloom.core_rl's
-Trainer, sampling with rlloom.rollout's HFEngine built on the actor's own module (`engine_factory`, no weight
+Trainer, sampling with rlloom.rollout's HFEngine built on the actor's own module (`engine=` a factory, no weight
 copy) and rewarded by an rlloom.rewards Rubric (exact answer + digits in place). Validation on held-out strings
 runs before training and every few steps; the run folder holds config.yaml, metrics.jsonl, checkpoints and the
 before/after table, which is also printed.
@@ -145,7 +145,7 @@ def run_demo(
 
     trainer = Trainer(
         config,
-        engine_factory=engine_on,
+        engine=engine_on,
         reward_fn=rubric_reward,
         train_data=train_rows,
         val_data=held_out_rows,

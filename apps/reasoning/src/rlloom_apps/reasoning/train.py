@@ -9,27 +9,17 @@ colocated with the actor and synced after every update (`rlloom.rollout.training
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS  # there, the CLI's help reads them without torch
+from rlloom_apps.reasoning.preflight import config_file, load_train_config  # torch-free, for the CLI's checks
 
 from rlloom.core_rl import train
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config
+from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.data import read_jsonl
 from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout import build_training_engine
-
-
-def config_file(name: str) -> Path:
-    """A bundled config by algorithm name, or a YAML path."""
-    return bundled_config(name, CONFIGS, ALGORITHMS)
-
-
-def load_train_config(name: str, overrides: Sequence[str] = ()) -> RLConfig:
-    """The config with the user's dotted overrides applied and validated (a bad key fails before any loading)."""
-    return load_config(config_file(name), overrides)
 
 
 def run_train(
@@ -51,9 +41,12 @@ def run_train(
     val_rows = read_jsonl(val_data) if val_data is not None else None
     if val_data is not None and not val_rows:  # else the run would quietly never validate
         raise ConfigError(f"--val-data {val_data} holds no rows; give prepared rows or leave --val-data out")
-    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
+    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_source)
     with (
         RegistryReward(workers=score_workers, timeout=score_timeout) as reward,
         build_training_engine(config, tokenizer) as engine,
     ):
         return train(config, reward_fn=reward, train_data=train_rows, val_data=val_rows, **engine.trainer_kwargs())
+
+
+__all__ = ["ALGORITHMS", "CONFIGS", "config_file", "load_train_config", "run_train"]

@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
-    from rlloom_apps.vlm_geo3k.train import load_config, run_train, vllm_options
+    from rlloom_apps.vlm_geo3k.preflight import check_rows, load_config
 
     from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.data import DataError
     from rlloom.rollout import engine_override, engine_problem
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -109,7 +110,13 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         config, vision = load_config(args.config, [*args.overrides, *engine_override(args.engine)])
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
-    if problem := engine_problem(config, vllm_options(vision)):  # before any data or model loads
+    try:
+        check_rows(args.train_data, args.val_data)  # every row's data_source names a scorer: still without torch
+    except (ConfigError, DataError) as err:
+        parser.error(str(err))
+    from rlloom_apps.vlm_geo3k.train import run_train, vllm_options  # torch, transformers: once all checked out
+
+    if problem := engine_problem(config, vllm_options(vision)):  # before any model loads
         parser.error(problem)
     try:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130

@@ -11,16 +11,17 @@ the actor's token ids and positions, `rlloom.rollout.vllm.images`); every sample
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlloom_apps.vlm_geo3k.data import check_image_paths
-from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
+from rlloom_apps.vlm_geo3k.preflight import ALGORITHMS, CONFIGS, SCORERS, config_file, load_config
+from rlloom_apps.vlm_geo3k.settings import VisionSettings
 from transformers import AutoConfig
 
 from rlloom.core_rl import train
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config
+from rlloom.core_rl.config import ConfigError, RLConfig
 from rlloom.core_rl.data import DataError, read_jsonl
 from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.multimodal import QwenVLProcessing
@@ -28,21 +29,7 @@ from rlloom.multimodal.collection import drop_overlong_rows, vision_collector
 from rlloom.rewards.trainer_reward import RegistryReward
 from rlloom.rollout import build_training_engine
 
-CONFIGS = Path(__file__).parent / "configs"
-ALGORITHMS = ("grpo",)
-SCORERS = {"geometry3k": "geo3k_easyr1"}  # EasyR1's math reward rather than the registry's plain accuracy
-
-__all__ = ["ALGORITHMS", "config_file", "load_config", "read_jsonl", "run_train", "vllm_options"]
-
-
-def config_file(name: str) -> Path:
-    """A bundled config by algorithm name, or a YAML path."""
-    return bundled_config(name, CONFIGS, ALGORITHMS)
-
-
-def load_config(name: str, overrides: Sequence[str] = ()) -> tuple[RLConfig, VisionSettings]:
-    """The config and its `vision:` section, overrides applied and validated before anything loads."""
-    return load_train_config(config_file(name), overrides)
+__all__ = ["ALGORITHMS", "CONFIGS", "SCORERS", "config_file", "load_config", "read_jsonl", "run_train", "vllm_options"]
 
 
 def vllm_options(vision: VisionSettings) -> dict[str, Any]:
@@ -74,7 +61,7 @@ def run_train(
     model_config = AutoConfig.from_pretrained(config.model.path)
     if getattr(model_config, "vision_config", None) is None:
         raise ConfigError(f"model.path={config.model.path} has no vision_config: pass a vision-language model")
-    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
+    tokenizer = load_pretrained_tokenizer(config.model.tokenizer_source)
     processing = vision.processing(model_config.vision_config, config.data.apply_chat_template_kwargs)
     train_rows = _fitting_rows(train_data, "--train-data", tokenizer, processing)
     if not train_rows:

@@ -16,7 +16,7 @@ from torch import nn
 from rlloom.core_rl.algorithms import mask_truncated_responses
 from rlloom.core_rl.config.schema import ConfigError, RLConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
-from rlloom.core_rl.contracts.protocols import RewardFn, RolloutEngine, Tracker
+from rlloom.core_rl.contracts.protocols import EngineFactory, EngineSource, RewardFn, Tracker
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.data.loader import PromptLoader, Row
 from rlloom.core_rl.data.prompt_filter import PromptFilter
@@ -33,7 +33,7 @@ from rlloom.core_rl.phases.reward_shaping import outcome_token_rewards
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.phases.token_weights import old_logprobs_read_before_update, policy_diagnostics, set_token_weights
 from rlloom.core_rl.run import builder as setup
-from rlloom.core_rl.run.builder import EngineFactory, RunFinished, RunParts, build_run
+from rlloom.core_rl.run.builder import RunFinished, RunParts, build_run
 from rlloom.core_rl.run.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
 from rlloom.core_rl.run.folder import record_config, resume_checkpoint
 from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
@@ -41,7 +41,6 @@ from rlloom.core_rl.run.state import RunState
 from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.workers.ema import WeightEMA
 from rlloom.core_rl.workers.optim import single_optimizer_step
-from rlloom.core_rl.workers.settings import mini_batch_rows
 from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 __all__ = ["EMA_DIR", "EngineFactory", "RunFinished", "Trainer", "outcome_token_rewards", "train"]
@@ -57,8 +56,8 @@ class Trainer:
         self,
         config: RLConfig,
         *,
-        engine: RolloutEngine | None = None,
-        engine_factory: EngineFactory | None = None,
+        engine: EngineSource | None = None,
+        engine_factory: EngineFactory | None = None,  # deprecated: engine= takes a factory
         reward_fn: RewardFn,
         train_data: Sequence[Row],
         val_data: Sequence[Row] | None = None,
@@ -100,7 +99,7 @@ class Trainer:
         self.entropy = EntropyBonus(cfg.algorithm)
         self.sampling = setup.sampling_params(cfg, self.step)
         self.ema = WeightEMA(self._policy_module(), cfg.trainer.ema_beta) if cfg.trainer.ema_beta else None
-        bucket_bytes = int(cfg.distributed.weight_bucket_mb * 2**20)
+        bucket_bytes = cfg.distributed.weight_bucket_bytes
         self.weights = EngineWeights(self.parts.actor, self.engine, bucket_bytes=bucket_bytes, step=self.step)
         self.rollouts = (
             OffPolicyRollouts(self.prompts, self.rounds, cfg.rollout, self.reward_errors, self.weights)
@@ -246,8 +245,7 @@ class Trainer:
         algo, actor = self.cfg.algorithm, self.cfg.actor
         if algo.old_logprobs != "auto" or old_logprobs_read_before_update(algo) or self.rollouts is not None:
             return False
-        rows = mini_batch_rows(self.cfg, actor.mini_batch_size)
-        return single_optimizer_step(batch.batch_size, rows, epochs=actor.ppo_epochs)
+        return single_optimizer_step(batch.batch_size, self.cfg.mini_batch_rows("actor"), epochs=actor.ppo_epochs)
 
     def _next_ptx_batch(self) -> TrajectoryBatch:
         assert self.ptx_loader is not None
@@ -339,8 +337,9 @@ class Trainer:
             return
         if saved is None:
             raise ConfigError(
-                f"{self.resume_from} has no critic state but algorithm.adv_estimator=gae trains a critic; resume "
-                "with the checkpoint's own algorithm.adv_estimator, or start a new run in a new trainer.output_dir"
+                f"{self.resume_from} has no critic state but algorithm.advantage.estimator=gae trains a critic; "
+                "resume with the checkpoint's own algorithm.advantage.estimator, or start a new run in a new "
+                "trainer.output_dir"
             )
         load_worker_state(self.parts.critic, saved, self.resume_from)
 
@@ -376,8 +375,8 @@ class Trainer:
 def train(
     config: RLConfig,
     *,
-    engine: RolloutEngine | None = None,
-    engine_factory: EngineFactory | None = None,
+    engine: EngineSource | None = None,
+    engine_factory: EngineFactory | None = None,  # deprecated: engine= takes a factory
     reward_fn: RewardFn,
     train_data: Sequence[Row],
     val_data: Sequence[Row] | None = None,

@@ -13,17 +13,9 @@ from torch import Tensor
 
 from rlloom.core_rl.algorithms.masked_stats import check_same_shape, masked_mean
 from rlloom.core_rl.algorithms.registry import UnknownNameError, unknown_name_message
+from rlloom.core_rl.config.catalog import KL_KINDS  # the names, torch-free, so the config checks them
 
-KL_KINDS: dict[str, str] = {
-    "k1": "k1",
-    "kl": "k1",
-    "k2": "k2",
-    "mse": "k2",
-    "k3": "k3",
-    "low_var_kl": "k3",
-    "abs": "abs",
-}
-"""Accepted names → estimator (veRL's names `kl`, `mse`, `low_var_kl` are aliases); each also with a `+`."""
+__all__ = ["KL_KINDS", "apply_kl_in_reward", "kl_penalty"]
 
 
 def _estimate(delta: Tensor, kind: str, clamp: float | None) -> Tensor:

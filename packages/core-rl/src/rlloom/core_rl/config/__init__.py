@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rlloom.core_rl.config.loading import demo_overrides as demo_overrides
     from rlloom.core_rl.config.loading import load_config as load_config
     from rlloom.core_rl.config.loading import load_config_with_section as load_config_with_section
+    from rlloom.core_rl.config.naming import unknown_row_names as unknown_row_names
     from rlloom.core_rl.config.schema import ConfigError as ConfigError
     from rlloom.core_rl.config.schema import KeyedValueError as KeyedValueError
     from rlloom.core_rl.config.schema import RLConfig as RLConfig
@@ -27,6 +28,7 @@ _EXPORTS = {
     "demo_overrides": "loading",
     "load_config": "loading",
     "load_config_with_section": "loading",
+    "unknown_row_names": "naming",
 }
 
 

@@ -1,19 +1,18 @@
-"""The `algorithm` section: advantage estimator, policy loss and its settings, KL, entropy bonus, and the optional
-features (TIS, dynamic sampling, overlong punishment, a moving reference, PPO-ptx) as sections that are absent when
-off, so a setting can only exist for a feature that is on. Flat keys of earlier configs are read by
-`config_migration`.
+"""The `algorithm` section: the advantage, policy-loss and KL sections (`objective`), the entropy bonus, and the
+optional features (TIS, dynamic sampling, overlong punishment, a moving reference, PPO-ptx) as sections that are
+absent when off, so a setting can only exist for a feature that is on. Flat keys of earlier configs are read by
+`migration`.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from rlloom.core_rl.config.keys import KeyedValueError
 from rlloom.core_rl.config.migration import migrate_algorithm
+from rlloom.core_rl.config.objective import AdvantageConfig, KLConfig, PolicyLossConfig, check_policy_loss
 from rlloom.core_rl.config.section import Section
 
 
@@ -141,71 +140,15 @@ class PtxConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    adv_estimator: str = Field(
-        default="grpo",
-        description="Advantage estimator by registry name: gae (Schulman et al. 2016), grpo (Shao et al. 2024), "
-        "dr_grpo (Liu et al. 2025), rloo (Ahmadian et al. 2024), gpg (Chu et al. 2025, veRL's), remax (Li et al. "
-        "2023), reinforce_plus_plus, reinforce_plus_plus_baseline (Hu 2025).",
+    advantage: AdvantageConfig = Field(
+        default_factory=AdvantageConfig, description="The advantage estimator and its settings."
     )
-    norm_adv_by_std: bool = Field(default=True, description="GRPO: divide by the group std (False = Dr.GRPO).")
-    adv_epsilon: float = Field(
-        default=1e-6,
-        gt=0.0,
-        description="GRPO's std divisor is std + adv_epsilon (veRL: 1e-6; TRL: 1e-4), so an all-equal group gives 0.",
+    policy_loss: PolicyLossConfig = Field(
+        default_factory=PolicyLossConfig, description="The policy loss, its clip ratios and loss aggregation."
     )
-    adv_std_scope: Literal["group", "batch"] = Field(
-        default="group",
-        description="grpo with norm_adv_by_std: divide by the std of the prompt's group, or of the whole batch's "
-        "rewards (group mean, batch std: TRL's scale_rewards=batch; Liu et al. 2025, 'Tricks or Traps?').",
+    kl: KLConfig = Field(
+        default_factory=KLConfig, description="The KL to the reference: a loss term and/or a reward penalty."
     )
-    gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor (GAE, REINFORCE++).")
-    lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda (Schulman et al. 2016).")
-    policy_loss: str = Field(
-        default="ppo",
-        description="Policy loss by registry name: ppo (Schulman et al. 2017), gspo, gmpo, cispo, clip_cov, kl_cov "
-        "(Cui et al. 2025), gpg (plain policy gradient, Chu et al. 2025), sapo (soft gate, Gao et al. 2025).",
-    )
-    policy_loss_kwargs: dict[str, float] = Field(
-        default_factory=dict,
-        description="The loss's own settings (veRL's actor.policy_loss.*, and actor.tau_pos/tau_neg), e.g. "
-        "{clip_cov_ratio: 0.0002, clip_cov_lb: 1.0, clip_cov_ub: 5.0} for clip_cov, {kl_cov_ratio: 0.0002, "
-        "ppo_kl_coef: 1.0} for kl_cov, {tau_pos: 1.0, tau_neg: 1.05} for sapo. Checked at load.",
-    )
-    clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below 1 (epsilon_low).")
-    clip_high: float = Field(
-        default=0.2, ge=0.0, description="PPO ratio clip above 1; 0.28 is DAPO's clip-higher (Yu et al. 2025)."
-    )
-    dual_clip: float | None = Field(
-        default=None,
-        gt=1.0,
-        description="Dual-clip bound c for negative advantages (Ye et al. 2020); None = off (the default). veRL's "
-        "vanilla loss always dual-clips with c = 3 (clip_ratio_c): set 3 for veRL's behaviour.",
-    )
-    loss_agg_mode: Literal[
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "bnpo"
-    ] = Field(
-        default="token-mean",
-        description="How token losses become a scalar: token-mean (DAPO), seq-mean-token-mean (GRPO), "
-        "seq-mean-token-sum-norm (Dr.GRPO), seq-mean-token-sum, bnpo (TRL: each micro-batch's token mean, "
-        "averaged over the micro-batches of all ranks; depends on actor.max_tokens_per_micro_batch).",
-    )
-    use_kl_loss: bool = Field(default=False, description="Add beta x KL(pi || pi_ref) to the loss (GRPO style).")
-    kl_loss_coef: float = Field(default=0.001, ge=0.0, description="Beta of the KL loss.")
-    kl_loss_type: str = Field(
-        default="low_var_kl",
-        description="KL estimator for the loss: k1, k2, k3/low_var_kl, abs; a `+` suffix (k3+) keeps the value "
-        "and takes k2's gradient (straight-through). Schulman 2020, 'Approximating KL Divergence'.",
-    )
-    use_kl_in_reward: bool = Field(
-        default=False, description="Subtract beta x KL from the token rewards (Ziegler et al. 2019, InstructGPT)."
-    )
-    kl_in_reward_type: str = Field(default="k1", description="KL estimator for the in-reward penalty.")
-    kl_controller: Literal["fixed", "adaptive"] = Field(
-        default="fixed", description="In-reward KL coefficient: fixed, or adaptive to a target (Ziegler et al.)."
-    )
-    kl_coef: float = Field(default=0.001, ge=0.0, description="Initial in-reward KL coefficient.")
-    target_kl: float = Field(default=6.0, gt=0.0, description="Adaptive controller target KL.")
-    kl_horizon: int = Field(default=10000, ge=1, description="Adaptive controller horizon.")
     top_entropy_quantile: float = Field(
         default=1.0,
         gt=0.0,
@@ -217,7 +160,7 @@ class AlgorithmConfig(Section):
         default="auto",
         description="Where the PPO ratio's old log-probs come from. auto: when the step makes exactly one "
         "optimizer step (actor.ppo_epochs 1, the batch within one mini-batch) and nothing before the update needs "
-        "them (no use_kl_in_reward, tis, top_entropy_quantile or entropy.adaptive), the update's own "
+        "them (no kl.use_in_reward, tis, top_entropy_quantile or entropy.adaptive), the update's own "
         "log-probs, detached, are the old ones (ratio 1, as TRL's GRPOTrainer does), saving a forward pass per "
         "step; otherwise, and with "
         "recompute, a separate forward computes them before the update.",
@@ -248,78 +191,12 @@ class AlgorithmConfig(Section):
         """Configs written for the flat keys (`tis_cap`, `dynamic_sampling: true`, ...) load with a hint."""
         return migrate_algorithm(data) if isinstance(data, dict) else data
 
+    @model_validator(mode="after")
+    def _check_policy_loss(self) -> AlgorithmConfig:
+        check_policy_loss(self.policy_loss, tis=self.tis is not None, top_entropy_quantile=self.top_entropy_quantile)
+        return self
+
     @property
     def uses_token_weights(self) -> bool:
         """Whether a per-token policy-gradient weight is set before the update (TIS, high-entropy selection)."""
         return self.tis is not None or self.top_entropy_quantile < 1.0
-
-
-def check_policy_loss(algo: AlgorithmConfig) -> None:
-    """The loss's own settings and what it supports (`LossTraits`, declared where the loss is registered)."""
-    from rlloom.core_rl.algorithms import STANDARD_LOSS_ARGUMENTS, get_policy_loss, policy_loss_traits
-
-    loss = algo.policy_loss
-    if algo.policy_loss_kwargs:
-        own = [n for n in inspect.signature(get_policy_loss(loss)).parameters if n not in STANDARD_LOSS_ARGUMENTS]
-        unknown = sorted(set(algo.policy_loss_kwargs) - set(own))
-        if unknown:
-            raise KeyedValueError(
-                "algorithm.policy_loss_kwargs",
-                f"{', '.join(unknown)} is not a setting of algorithm.policy_loss={loss}; its settings: "
-                f"{', '.join(own) or 'none'}",
-            )
-    traits = policy_loss_traits(loss)
-    if not traits.dual_clip and algo.dual_clip is not None:
-        raise KeyedValueError(
-            "algorithm.dual_clip",
-            f"algorithm.policy_loss={loss} has no dual clip (its ratio is already bounded); set "
-            "algorithm.dual_clip=null",
-        )
-    if traits.sequence_level:
-        sequence = f"algorithm.policy_loss={loss} has a sequence-level ratio with no per-token weights"
-        if algo.loss_agg_mode != "seq-mean-token-mean":
-            raise KeyedValueError(
-                "algorithm.loss_agg_mode",
-                f"{algo.loss_agg_mode} but algorithm.policy_loss={loss} has one loss term per sequence; set "
-                "algorithm.loss_agg_mode=seq-mean-token-mean",
-            )
-        if algo.tis is not None:
-            raise KeyedValueError(
-                "algorithm.tis", f"{sequence}; set algorithm.tis=null or use algorithm.policy_loss=ppo with TIS"
-            )
-        if algo.top_entropy_quantile < 1.0:
-            raise KeyedValueError(
-                "algorithm.top_entropy_quantile",
-                f"{sequence} to select tokens by; set algorithm.top_entropy_quantile=1.0 or use "
-                "algorithm.policy_loss=ppo",
-            )
-    if algo.policy_loss_kwargs:
-        _probe_policy_loss(algo)
-
-
-def _probe_policy_loss(algo: AlgorithmConfig) -> None:
-    """Run the loss once on a one-token batch, so that its own checks of the values in policy_loss_kwargs (a
-    temperature <= 0, a ratio outside (0, 1]) fail at load, naming the key, rather than at the first update."""
-    import torch
-
-    from rlloom.core_rl.algorithms import get_policy_loss
-
-    loss: Callable[..., Any] = get_policy_loss(algo.policy_loss)
-    one = torch.ones(1, 1)
-    with torch.random.fork_rng(devices=[]):  # clip_cov draws tokens at random: leave the seeded streams alone
-        try:
-            loss(
-                torch.zeros(1, 1),
-                torch.zeros(1, 1),
-                one,
-                one,
-                clip_low=algo.clip_low,
-                clip_high=algo.clip_high,
-                dual_clip=algo.dual_clip,
-                agg=algo.loss_agg_mode,
-                **algo.policy_loss_kwargs,
-            )
-        except ValueError as err:
-            raise KeyedValueError(
-                "algorithm.policy_loss_kwargs", f"{err} (algorithm.policy_loss={algo.policy_loss})"
-            ) from None

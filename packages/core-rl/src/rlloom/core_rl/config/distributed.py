@@ -36,7 +36,7 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
     )
     rollout_on_ranks: bool = Field(
         default=True,
-        description="With num_ranks > 1 and the Trainer's engine_factory=, every rank builds its own rollout engine "
+        description="With num_ranks > 1 and the Trainer's engine= a factory, every rank builds its own rollout engine "
         "(on its GPU, beside its shard): HF on a copy of the policy, or with rollout.engine=vllm a vLLM replica "
         "(seed trainer.seed + rank, rollout.vllm's memory share of the rank's GPU); prompts and agent turns go to "
         "the replica with the least work, and each rank loads its replica's weights from its own shards. false: "

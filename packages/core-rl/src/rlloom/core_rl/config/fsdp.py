@@ -1,5 +1,5 @@
-"""The FSDP2 options of the `distributed` section: CPU offload (for good, or between phases) and hybrid sharding (their own module, so the
-distributed section stays small; `DistributedConfig` inherits these fields)."""
+"""The FSDP2 options of the `distributed` section: CPU offload (for good, or between phases) and hybrid sharding
+(their own module, so the distributed section stays small; `DistributedConfig` inherits these fields)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ class FsdpOptions(Section):
         phase = [key for key in ("param_offload", "optimizer_offload") if getattr(self, key)]
         if phase and ranks == 1:
             raise KeyedValueError(f"distributed.{phase[0]}", "set, but num_ranks is 1: it moves FSDP2 shards, and "
-                                  "in-process training does not shard; set distributed.num_ranks > 1 or leave it unset")  # fmt: skip
+                                  "in-process training does not shard; set distributed.num_ranks > 1 or leave it "
+                                  "unset")  # fmt: skip
         if phase and self.cpu_offload:
             raise KeyedValueError(f"distributed.{phase[0]}", "set together with distributed.cpu_offload, which keeps "
                                   "that state in CPU memory for good; keep one of them")  # fmt: skip

@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rlloom.core_rl.config.compat.synonyms import synonym_hint
 from rlloom.core_rl.config.compat.trl_names import TRL_NAMES
 from rlloom.core_rl.config.naming import closest_name
+from rlloom.core_rl.config.renamed import RENAMED_KEYS
 
 
 class ConfigError(ValueError):
@@ -46,8 +48,8 @@ VERL_NAMES: dict[str, str] = {
     "trainer.experiment_name": "trainer.run_name",
     "trainer.resume_mode": "trainer.resume",
     "trainer.n_gpus_per_node": "distributed.num_ranks",
-    "algorithm.kl_ctrl.kl_coef": "algorithm.kl_coef",
-    "algorithm.kl_ctrl.type": "algorithm.kl_controller",
+    "algorithm.kl_ctrl.kl_coef": "algorithm.kl.reward_coef",
+    "algorithm.kl_ctrl.type": "algorithm.kl.controller",
     "algorithm.filter_groups.enable": "algorithm.dynamic_sampling (a section: {} or true for the defaults)",
     "critic.optim.lr": "critic.lr",
     "actor_rollout_ref.model.path": "model.path",
@@ -57,21 +59,21 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.warmup_ratio",
     "actor_rollout_ref.actor.ppo_mini_batch_size": "actor.mini_batch_size",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "actor.max_tokens_per_micro_batch",
-    "actor_rollout_ref.actor.use_kl_loss": "algorithm.use_kl_loss",
-    "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl_loss_coef",
-    "actor_rollout_ref.actor.kl_loss_type": "algorithm.kl_loss_type",
+    "actor_rollout_ref.actor.use_kl_loss": "algorithm.kl.use_loss",
+    "actor_rollout_ref.actor.kl_loss_coef": "algorithm.kl.loss_coef",
+    "actor_rollout_ref.actor.kl_loss_type": "algorithm.kl.loss_type",
     "actor_rollout_ref.actor.entropy_coeff": "algorithm.entropy.coef",
-    "actor_rollout_ref.actor.clip_ratio_low": "algorithm.clip_low",
-    "actor_rollout_ref.actor.clip_ratio_high": "algorithm.clip_high",
-    "actor_rollout_ref.actor.loss_agg_mode": "algorithm.loss_agg_mode",
+    "actor_rollout_ref.actor.clip_ratio_low": "algorithm.policy_loss.clip_low",
+    "actor_rollout_ref.actor.clip_ratio_high": "algorithm.policy_loss.clip_high",
+    "actor_rollout_ref.actor.loss_agg_mode": "algorithm.policy_loss.agg_mode",
     "actor_rollout_ref.rollout.response_length": "rollout.max_tokens",
-    "actor_rollout_ref.actor.clip_ratio": "algorithm.clip_low and algorithm.clip_high",
-    "actor_rollout_ref.actor.clip_ratio_c": "algorithm.dual_clip",
-    "actor_rollout_ref.actor.policy_loss.loss_mode": "algorithm.policy_loss",
-    "actor_rollout_ref.actor.policy_loss": "algorithm.policy_loss_kwargs, one entry per setting (e.g. "
-    "algorithm.policy_loss_kwargs.clip_cov_ratio=0.0002)",
-    "actor_rollout_ref.actor.tau_pos": "algorithm.policy_loss_kwargs.tau_pos (with algorithm.policy_loss=sapo)",
-    "actor_rollout_ref.actor.tau_neg": "algorithm.policy_loss_kwargs.tau_neg (with algorithm.policy_loss=sapo)",
+    "actor_rollout_ref.actor.clip_ratio": "algorithm.policy_loss.clip_low and algorithm.policy_loss.clip_high",
+    "actor_rollout_ref.actor.clip_ratio_c": "algorithm.policy_loss.dual_clip",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "algorithm.policy_loss.name",
+    "actor_rollout_ref.actor.policy_loss": "algorithm.policy_loss.kwargs, one entry per setting (e.g. "
+    "algorithm.policy_loss.kwargs.clip_cov_ratio=0.0002)",
+    "actor_rollout_ref.actor.tau_pos": "algorithm.policy_loss.kwargs.tau_pos (with algorithm.policy_loss.name=sapo)",
+    "actor_rollout_ref.actor.tau_neg": "algorithm.policy_loss.kwargs.tau_neg (with algorithm.policy_loss.name=sapo)",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
     "actor_rollout_ref.actor.grad_clip": "actor.grad_clip",
     "actor_rollout_ref.actor.use_dynamic_bsz": "actor.max_tokens_per_micro_batch (micro-batches always fill a "
@@ -84,7 +86,7 @@ VERL_NAMES: dict[str, str] = {
     "actor_rollout_ref.rollout.val_kwargs.n": "rollout.val_n",
     "actor_rollout_ref.rollout.val_kwargs.temperature": "rollout.val_temperature",
     "actor_rollout_ref.rollout.val_kwargs.top_p": "rollout.val_top_p",
-    "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
+    "algorithm.norm_adv_by_std_in_grpo": "algorithm.advantage.norm_by_std",
     "algorithm.filter_groups.max_num_gen_batches": "algorithm.dynamic_sampling.max_rounds",
     "algorithm.rollout_is_threshold": "algorithm.tis.cap",
     "algorithm.rollout_is_mode": "algorithm.tis.mode",
@@ -161,9 +163,21 @@ def unknown_key_message(
     if verl:
         full, hint = verl[0][0], verl[0][1]
         return f"unknown key '{full}'; {hint} Valid keys here: {', '.join(valid)}"
-    close = closest_name(key, valid)
-    hint = f"; did you mean '{prefix}{close}'?" if close else ""
-    return f"unknown key '{full}'{hint} Valid keys here: {', '.join(valid)}"
+    return f"unknown key '{full}'{_nearest(prefix, key, valid)} Valid keys here: {', '.join(valid)}"
+
+
+def _nearest(prefix: str, key: str, valid: Sequence[str]) -> str:
+    """`; did you mean 'x'?`: a peer's name for a setting (`learning_rate` → `actor.lr`), else the nearest valid
+    key, or the new place of a near miss of a renamed `algorithm` key (`adv_estimtor` → `advantage.estimator`)."""
+    synonym = synonym_hint(key)
+    if synonym is not None and synonym[0] != f"{prefix}{key}":
+        target, note = synonym
+        return f"; did you mean '{target}'{f' {note}' if note else ''}? ({key} is what other trainers call it)"
+    renamed = RENAMED_KEYS if prefix == "algorithm." else {}
+    close = closest_name(key, [*valid, *renamed])
+    if close is None:
+        return ""
+    return f"; did you mean '{prefix}{renamed.get(close, close)}'?"
 
 
 def verl_hint(key: str) -> str | None:

@@ -6,6 +6,7 @@ valid key; an app's own section (`search:`, `vision:`) is read and checked besid
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,9 +25,8 @@ from rlloom.core_rl.config.keys import (
     section_model,
     validation_message,
 )
-from rlloom.core_rl.config.migration import LEGACY_KEYS, migrate_config, set_flat_override
+from rlloom.core_rl.config.migration import LEGACY_KEYS, migrate_config, renamed_key, set_flat_override
 from rlloom.core_rl.config.schema import RLConfig
-from rlloom.core_rl.data.samplers import check_sampler_config
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
 
@@ -181,7 +181,7 @@ def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Translated]]:
     parsed = search_r1_mini_batch([_parse_override(item) for item in items])
     out: list[tuple[str, Translated]] = []
     for item, pair in zip(items, parsed, strict=True):
-        out.extend((item, t) for t in translate([pair]))
+        out.extend((item, dataclasses.replace(t, key=renamed_key(t.key, t.value))) for t in translate([pair]))
     return sorted(out, key=lambda pair: not pair[1].fan_out)  # veRL's clip_ratio before clip_ratio_low/high
 
 
@@ -247,7 +247,10 @@ def _validate(raw: Mapping[str, Any], errors: Sequence[str] = ()) -> RLConfig:
     if errors:
         raise ConfigError("\n".join(errors))
     # user code is imported here, not in a validator: Ray workers re-validate the config where the file may not be
-    check_sampler_config(config.data.sampler.class_path, config.data.sampler.kwargs)
+    if config.data.sampler.class_path is not None:
+        from rlloom.core_rl.data.samplers import check_sampler_config  # torch: only for a sampler named
+
+        check_sampler_config(config.data.sampler.class_path, config.data.sampler.kwargs)
     return config
 
 

@@ -1,11 +1,13 @@
 """Flat keys of earlier rlloom configs, read into the nested sections that replaced them, with a one-line hint.
 
-Features with settings of their own are sections that are absent (null) when the feature is off
-(`algorithm.tis`, `algorithm.dynamic_sampling`, `algorithm.overlong`, `algorithm.entropy.adaptive`,
-`algorithm.ref_sync`, `algorithm.ptx`), so a setting of a switched-off feature cannot exist. Configs written for
-the flat keys still load: each flat key moves to its place, a switch (`tis_cap`, `dynamic_sampling: true`,
-`overlong_buffer`, `adaptive_entropy`, `ref_model_sync_steps`, `ptx_coef`) turns its section on or off, and a
-setting left for a feature that stays off is refused, naming it, as before.
+The advantage, policy-loss and KL settings were flat keys of `algorithm` (`adv_estimator`, `clip_low`,
+`use_kl_loss`, ...); they are renamed into `algorithm.advantage`, `algorithm.policy_loss` and `algorithm.kl`
+(`RENAMED_KEYS`), in a file as on the command line. Features with settings of their own are sections that are
+absent (null) when the feature is off (`algorithm.tis`, `algorithm.dynamic_sampling`, `algorithm.overlong`,
+`algorithm.entropy.adaptive`, `algorithm.ref_sync`, `algorithm.ptx`), so a setting of a switched-off feature cannot
+exist. Configs written for the flat keys still load: each flat key moves to its place, a switch (`tis_cap`,
+`dynamic_sampling: true`, `overlong_buffer`, `adaptive_entropy`, `ref_model_sync_steps`, `ptx_coef`) turns its
+section on or off, and a setting left for a feature that stays off is refused, naming it, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlloom.core_rl.config.keys import KeyedValueError
+from rlloom.core_rl.config.renamed import LOSS_NAME, RENAMED_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +113,23 @@ def set_flat_override(raw: dict[str, Any], key: str, value: Any) -> bool:
     return False  # its section is off: left flat for migrate_config
 
 
+def renamed_key(key: str, value: Any) -> str:
+    """The key a command-line override of a renamed `algorithm` key sets now (`algorithm.clip_low` →
+    `algorithm.policy_loss.clip_low`, `algorithm.policy_loss_kwargs.tau_pos` → `algorithm.policy_loss.kwargs.tau_pos`,
+    `algorithm.policy_loss=gspo` → `algorithm.policy_loss.name`), hinting once; any other key unchanged."""
+    head, _, rest = key.partition(".")
+    name, dot, tail = rest.partition(".")
+    if head != "algorithm":
+        return key
+    if name == "policy_loss" and not tail and value is not None and not isinstance(value, Mapping):
+        _hint("algorithm.policy_loss", f"algorithm.{LOSS_NAME} (algorithm.policy_loss is a section)")
+        return f"algorithm.{LOSS_NAME}"
+    if name not in RENAMED_KEYS:
+        return key
+    _hint(f"algorithm.{name}", f"algorithm.{RENAMED_KEYS[name]}")
+    return f"algorithm.{RENAMED_KEYS[name]}{dot}{tail}"
+
+
 def migrate_config(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a whole config's nested dict with the flat keys of `algorithm` and `data` moved into their
     sections (`data.ptx_*` into `algorithm.ptx`)."""
@@ -134,6 +154,7 @@ def migrate_config(raw: Mapping[str, Any]) -> dict[str, Any]:
 def migrate_algorithm(raw: Mapping[str, Any], *, data_ptx: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`algorithm`'s dict with its flat keys (and `data.ptx_*`, given as `data_ptx`) moved into sections."""
     algo = {key: _copy(value) for key, value in raw.items()}
+    _rename_in_sections(algo)
     flat = {key: algo.pop(key) for key in list(algo) if key in ALGORITHM_KEYS or key == "adaptive_entropy"}
     data_ptx = dict(data_ptx or {})
     for key in flat:
@@ -163,6 +184,30 @@ def migrate_algorithm(raw: Mapping[str, Any], *, data_ptx: Mapping[str, Any] | N
                 algo, "ptx", leaf, data_ptx[key], old=f"data.{key}", default=_DEFAULTS.get(f"ptx_{leaf}", _NO_DEFAULT)
             )
     return algo
+
+
+def _rename_in_sections(algo: dict[str, Any]) -> None:
+    """Move the renamed flat keys of `algo` (and a loss given by name) into their sections, in place."""
+    loss = algo.get("policy_loss")
+    if loss is not None and not isinstance(loss, Mapping):
+        _hint("algorithm.policy_loss", f"algorithm.{LOSS_NAME} (algorithm.policy_loss is a section)")
+        algo["policy_loss"] = {"name": loss}
+    for old, new in RENAMED_KEYS.items():
+        if old not in algo:
+            continue
+        value = algo.pop(old)
+        _hint(f"algorithm.{old}", f"algorithm.{new}")
+        section, leaf = new.split(".")
+        target = algo.get(section)
+        if target is None:
+            target = algo[section] = {}
+        if not isinstance(target, dict):
+            raise KeyedValueError(f"algorithm.{old}", f"algorithm.{section} is {target!r}, not a section of settings")
+        if leaf in target and target[leaf] != value:
+            raise KeyedValueError(
+                f"algorithm.{old}", f"given as well as algorithm.{new}={target[leaf]!r}; keep only algorithm.{new}"
+            )
+        target[leaf] = value
 
 
 _NO_DEFAULT = object()

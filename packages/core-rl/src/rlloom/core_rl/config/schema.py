@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
@@ -25,18 +24,19 @@ from rlloom.core_rl.config.algorithm import (
     PtxConfig,
     RefSyncConfig,
     TISConfig,
-    check_policy_loss,
 )
+from rlloom.core_rl.config.catalog import is_group_relative, unknown_name
 from rlloom.core_rl.config.distributed import DistributedConfig
 from rlloom.core_rl.config.engine import RolloutEngineName, VLLMRolloutConfig, VLLMServerRolloutConfig
 from rlloom.core_rl.config.keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config.migration import migrate_config
-from rlloom.core_rl.config.naming import closest_name
+from rlloom.core_rl.config.objective import AdvantageConfig, KLConfig, PolicyLossConfig
 from rlloom.core_rl.config.section import Section
 
 __all__ = [
     "ActorConfig",
     "AdaptiveEntropyConfig",
+    "AdvantageConfig",
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
@@ -44,10 +44,12 @@ __all__ = [
     "DistributedConfig",
     "DynamicSamplingConfig",
     "EntropyConfig",
+    "KLConfig",
     "KeyedValueError",
     "MaxTokensStage",
     "ModelConfig",
     "OverlongConfig",
+    "PolicyLossConfig",
     "PtxConfig",
     "RLConfig",
     "RefSyncConfig",
@@ -114,6 +116,11 @@ class ModelConfig(_Section):
         default="all-linear", description="Modules that get adapters (peft's `target_modules`)."
     )
 
+    @property
+    def tokenizer_source(self) -> str:
+        """Where the tokenizer loads from: tokenizer_path, else the model's own folder."""
+        return self.tokenizer_path or self.path
+
     @model_validator(mode="after")
     def _check_precision(self) -> ModelConfig:
         if self.param_dtype == "bfloat16" and self.dtype != "bfloat16":
@@ -140,10 +147,12 @@ class SamplerConfig(_Section):
 
     @model_validator(mode="after")
     def _check_spec(self) -> SamplerConfig:
-        from rlloom.core_rl.data.samplers import BUILTIN_SAMPLERS
-
         path = self.class_path
-        if path is not None and path not in BUILTIN_SAMPLERS and (":" not in path or path.endswith(":")):
+        if path is not None and (":" not in path or path.endswith(":")):
+            from rlloom.core_rl.data.samplers import BUILTIN_SAMPLERS  # torch: only for a name without a colon
+
+            if path in BUILTIN_SAMPLERS:
+                return self
             raise KeyedValueError(
                 "data.sampler.class_path",
                 f"{path!r} names no class; write 'package.module:Class' or 'path/to/file.py:Class' (veRL's "
@@ -456,47 +465,27 @@ class RLConfig(_Section):
         return migrate_config(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
-    def _check_names(self) -> RLConfig:
-        from rlloom.core_rl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, kl_penalty
-
-        algo = self.algorithm
-        for key, registry in (("adv_estimator", ADVANTAGE_ESTIMATORS), ("policy_loss", POLICY_LOSSES)):
-            name = getattr(algo, key)
-            if name not in registry:
-                raise KeyedValueError(f"algorithm.{key}", unknown_name(registry.kind, name, registry.names()))
-        import torch
-
-        probe = torch.zeros(1)
-        for key in ("kl_loss_type", "kl_in_reward_type"):
-            try:
-                kl_penalty(probe, probe, getattr(algo, key))
-            except ValueError as err:
-                raise KeyedValueError(f"algorithm.{key}", str(err)) from None
-        return self
-
-    @model_validator(mode="after")
     def _check_combinations(self) -> RLConfig:
         """Settings that cannot work together, refused here rather than after the model loaded."""
-        from rlloom.core_rl.algorithms import GROUP_RELATIVE_ESTIMATORS
-
         algo, rollout, trainer = self.algorithm, self.rollout, self.trainer
+        estimator = algo.advantage.estimator
         if trainer.critic_warmup and not self.uses_critic:
             raise KeyedValueError(
                 "trainer.critic_warmup",
-                f"{trainer.critic_warmup} but algorithm.adv_estimator={algo.adv_estimator} trains no critic; use "
-                "algorithm.adv_estimator=gae or set trainer.critic_warmup=0",
+                f"{trainer.critic_warmup} but algorithm.advantage.estimator={estimator} trains no critic; use "
+                "algorithm.advantage.estimator=gae or set trainer.critic_warmup=0",
             )
-        if algo.adv_estimator in GROUP_RELATIVE_ESTIMATORS and rollout.n < 2:
+        if is_group_relative(estimator) and rollout.n < 2:
             raise KeyedValueError(
                 "rollout.n",
-                f"{rollout.n} sample per prompt, but algorithm.adv_estimator={algo.adv_estimator} compares each "
+                f"{rollout.n} sample per prompt, but algorithm.advantage.estimator={estimator} compares each "
                 "sample with the others of its prompt's group, so every advantage would be 0; set rollout.n=2 or more "
                 "(GRPO papers use 8-16), or use an estimator without groups (reinforce_plus_plus, remax, gae)",
             )
         if algo.ref_sync is not None:
             why = None
             if not self.uses_reference:
-                why = "there is no reference model (neither use_kl_loss nor use_kl_in_reward is on)"
+                why = "there is no reference model (neither algorithm.kl.use_loss nor use_in_reward is on)"
             elif self.model.lora_rank > 0:
                 why = "with LoRA the reference is the adapter-free base model, which does not move"
             elif self.distributed.num_ranks > 1:
@@ -524,12 +513,13 @@ class RLConfig(_Section):
                 "is kept for the whole in-process policy only, not with LoRA (model.lora_rank > 0) or sharded "
                 "workers (distributed.num_ranks > 1); set trainer.ema_beta=null",
             )
-        if algo.adv_std_scope == "batch" and (algo.adv_estimator != "grpo" or not algo.norm_adv_by_std):
+        advantage = algo.advantage
+        if advantage.std_scope == "batch" and (estimator != "grpo" or not advantage.norm_by_std):
             raise KeyedValueError(
-                "algorithm.adv_std_scope",
-                f"batch, but algorithm.adv_estimator={algo.adv_estimator} with norm_adv_by_std="
-                f"{algo.norm_adv_by_std} divides by no group std to replace; use algorithm.adv_estimator=grpo with "
-                "norm_adv_by_std=true, or set algorithm.adv_std_scope=group",
+                "algorithm.advantage.std_scope",
+                f"batch, but algorithm.advantage.estimator={estimator} with norm_by_std={advantage.norm_by_std} "
+                "divides by no group std to replace; use algorithm.advantage.estimator=grpo with norm_by_std=true, "
+                "or set algorithm.advantage.std_scope=group",
             )
         limits = [("rollout.max_tokens", rollout.max_tokens)]
         limits += [(f"rollout.max_tokens_schedule[{i}].max_tokens", s.max_tokens) for i, s in enumerate(
@@ -541,7 +531,6 @@ class RLConfig(_Section):
                     f"{algo.overlong.buffer} tokens exceeds the response limit {key}={limit}; make the buffer a part "
                     "of the limit (DAPO: 4096 of 20480) or set algorithm.overlong=null",
                 )
-        check_policy_loss(algo)
         _check_ptx(self)
         for section in ("actor", "critic") if self.uses_critic else ("actor",):
             optim: ActorConfig = getattr(self, section)
@@ -557,11 +546,19 @@ class RLConfig(_Section):
 
     @property
     def uses_critic(self) -> bool:
-        return self.algorithm.adv_estimator == "gae"
+        """Whether a critic is trained (GAE's values)."""
+        return self.algorithm.advantage.estimator == "gae"
 
     @property
     def uses_reference(self) -> bool:
-        return self.algorithm.use_kl_loss or self.algorithm.use_kl_in_reward
+        """Whether a reference model is loaded (the KL is in the loss or in the reward)."""
+        return self.algorithm.kl.uses_reference
+
+    def mini_batch_rows(self, section: Literal["actor", "critic"] = "actor") -> int:
+        """Rows in one optimizer step of `actor` or `critic`: its mini_batch_size prompts, each with its rollout.n
+        samples (the last mini-batch of a step may be smaller)."""
+        optim: ActorConfig = self.actor if section == "actor" else self.critic
+        return optim.mini_batch_size * self.rollout.n
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -589,10 +586,3 @@ def _check_ptx(cfg: RLConfig) -> None:
             "PPO-ptx runs in the in-process actor only, not on sharded workers (distributed.num_ranks > 1); set "
             "distributed.num_ranks=1 or algorithm.ptx=null",
         )
-
-
-def unknown_name(kind: str, name: str, valid: Sequence[str]) -> str:
-    """`unknown <kind> 'x'; did you mean 'y'? Valid names: ...`."""
-    close = closest_name(name, valid)
-    hint = f"; did you mean {close!r}?" if close else ""
-    return f"unknown {kind} {name!r}{hint} Valid names: {', '.join(sorted(valid))}."

@@ -22,16 +22,17 @@ def compute_advantages(
     mask = batch.loss_mask
     token_rewards = outcome_token_rewards(batch["scores"], mask)
     out: dict[str, float] = {}
-    if algo.use_kl_in_reward:
+    if algo.kl.use_in_reward:
         token_rewards, current_kl = apply_kl_in_reward(
-            token_rewards, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_ctrl.value, algo.kl_in_reward_type
+            token_rewards, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_ctrl.value, algo.kl.reward_type
         )
         out["kl_in_reward/kl"] = float(current_kl)
         out["kl_in_reward/coef"] = kl_ctrl.value
         kl_ctrl.update(float(current_kl), n_steps=batch.batch_size)
     batch["token_rewards"] = token_rewards
     baselines = None
-    if algo.adv_estimator == "remax":
+    advantage = algo.advantage
+    if advantage.estimator == "remax":
         baselines = torch.tensor([t.extra_info["remax_baseline"] for t in trajectories], dtype=torch.float32)
     inputs = AdvantageInputs(
         token_rewards=token_rewards,
@@ -39,11 +40,11 @@ def compute_advantages(
         group_ids=batch.non_tensors["group_id"],
         values=batch.tensors.get("values"),
         baseline_scores=baselines,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        norm_by_std=algo.norm_adv_by_std,
-        std_scope=algo.adv_std_scope,
-        eps=algo.adv_epsilon,
+        gamma=advantage.gamma,
+        lam=advantage.lam,
+        norm_by_std=advantage.norm_by_std,
+        std_scope=advantage.std_scope,
+        eps=advantage.epsilon,
     )
-    batch["advantages"], batch["returns"] = get_advantage_estimator(algo.adv_estimator)(inputs)
+    batch["advantages"], batch["returns"] = get_advantage_estimator(advantage.estimator)(inputs)
     return out

@@ -12,7 +12,8 @@ from rlloom.core_rl.config.schema import AlgorithmConfig
 
 def kl_controller(algo: AlgorithmConfig) -> KLController:
     """The in-reward KL coefficient's controller (always built: it is part of every checkpoint)."""
-    return make_kl_controller(algo.kl_controller, algo.kl_coef, target_kl=algo.target_kl, horizon=algo.kl_horizon)
+    kl = algo.kl
+    return make_kl_controller(kl.controller, kl.reward_coef, target_kl=kl.target, horizon=kl.horizon)
 
 
 class EntropyBonus:

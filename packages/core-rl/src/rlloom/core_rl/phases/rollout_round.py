@@ -49,7 +49,7 @@ class RoundRunner:
                     buffer=algo.overlong.buffer,
                     penalty_factor=algo.overlong.penalty_factor,
                 )
-            if algo.adv_estimator == "remax":
+            if algo.advantage.estimator == "remax":
                 errors += self.greedy_baselines(rows, trajectories, prefix, sampling)
         return ScoredRound(trajectories, errors, penalties)
 

@@ -17,7 +17,7 @@ from rlloom.core_rl.config.schema import AlgorithmConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 
 OLD_LOGPROB_READERS: dict[str, Callable[[AlgorithmConfig], bool]] = {
-    "algorithm.use_kl_in_reward": lambda algo: algo.use_kl_in_reward,
+    "algorithm.kl.use_in_reward": lambda algo: algo.kl.use_in_reward,
     "algorithm.tis": lambda algo: algo.tis is not None,
     "algorithm.entropy.adaptive": lambda algo: algo.entropy.adaptive is not None,
     "algorithm.top_entropy_quantile": lambda algo: algo.top_entropy_quantile < 1.0,
@@ -38,7 +38,7 @@ def policy_diagnostics(batch: TrajectoryBatch, entropy: torch.Tensor | None, alg
     if entropy is not None:
         out["actor/entropy"] = float(masked_mean(entropy, mask))
     if "ref_logprobs" in batch:
-        kl = kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], algo.kl_loss_type)
+        kl = kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], algo.kl.loss_type)
         out["actor/kl_mean"] = float(masked_mean(kl, mask))
     if "rollout_logprobs" in batch:
         tis = algo.tis

@@ -220,8 +220,8 @@ class PolicyActor:
         self.mini_batch_rows = mini_batch_rows
         self.max_response_length = max_response_length
         self.optimizer, self.scheduler = build_optimizer(model.parameters(), actor, total_steps)
-        loss: Callable[..., Any] = get_policy_loss(algorithm.policy_loss)
-        settings = algorithm.policy_loss_kwargs  # the loss's own knobs (checked against its signature at load)
+        loss: Callable[..., Any] = get_policy_loss(algorithm.policy_loss.name)
+        settings = algorithm.policy_loss.kwargs  # the loss's own knobs (checked against its signature at load)
         self.policy_loss = cast(PolicyLossFn, functools.partial(loss, **settings) if settings else loss)
         self.generator = torch.Generator().manual_seed(seed)
         self.share_prompts = actor.share_prompt_forward
@@ -257,7 +257,7 @@ class PolicyActor:
         `algorithm.entropy.coef` for these updates (adaptive entropy control sets it every step). `ptx_batch` gives
         the next PPO-ptx batch; it is called once per optimizer step while `algorithm.ptx` is set."""
         coef = self.algo.entropy.coef if entropy_coef is None else float(entropy_coef)
-        for key in ("advantages", *(("ref_logprobs",) if self.algo.use_kl_loss else ())):
+        for key in ("advantages", *(("ref_logprobs",) if self.algo.kl.use_loss else ())):
             if key not in batch.tensors:
                 raise KeyError(f"update_policy: the batch lacks {key!r}; compute it before the update")
         if "old_logprobs" not in batch.tensors and not self.single_update(batch.batch_size):
@@ -295,12 +295,12 @@ class PolicyActor:
         tokens, seqs = token_and_seq_counts(mini.loss_mask)
         micro_batches = self._training_micro_batches(mini)
         agg = LossAggregation(
-            self.algo.loss_agg_mode,
+            self.algo.policy_loss.agg_mode,
             global_token_count=float(tokens.clamp(min=1)),
             global_seq_count=float(seqs.clamp(min=1)),
             norm_length=float(self.max_response_length),
             global_micro_batch_count=self._micro_batch_count(micro_batches)
-            if self.algo.loss_agg_mode == "bnpo"
+            if self.algo.policy_loss.agg_mode == "bnpo"
             else None,
         )
         totals: dict[str, torch.Tensor] = {}
@@ -375,9 +375,9 @@ class PolicyActor:
             old_logprobs,
             micro["advantages"],
             mask,
-            clip_low=self.algo.clip_low,
-            clip_high=self.algo.clip_high,
-            dual_clip=self.algo.dual_clip,
+            clip_low=self.algo.policy_loss.clip_low,
+            clip_high=self.algo.policy_loss.clip_high,
+            dual_clip=self.algo.policy_loss.dual_clip,
             agg=agg,
             rollout_is_weights=weights,
         )
@@ -389,10 +389,10 @@ class PolicyActor:
             entropy_loss = aggregate_with(entropy, mask, agg)
             loss = loss - entropy_coef * entropy_loss
             out["entropy_loss"] = entropy_loss.detach()
-        if self.algo.use_kl_loss:
-            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl_loss_type)
+        if self.algo.kl.use_loss:
+            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl.loss_type)
             kl_loss = aggregate_with(kl, mask, agg)
-            loss = loss + self.algo.kl_loss_coef * kl_loss
+            loss = loss + self.algo.kl.loss_coef * kl_loss
             out["kl_loss"] = kl_loss.detach()
             out["kl_mean"] = masked_mean(kl.detach(), mask) * share
         if on_policy:
@@ -412,8 +412,8 @@ class PolicyActor:
         out: dict[str, torch.Tensor] = {}
         if entropy is not None:
             out["entropy"] = masked_mean(entropy.detach(), mask) * share
-        if "ref_logprobs" in micro.tensors and not self.algo.use_kl_loss:
-            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl_loss_type)
+        if "ref_logprobs" in micro.tensors and not self.algo.kl.use_loss:
+            kl = kl_penalty(logprobs, micro["ref_logprobs"], self.algo.kl.loss_type)
             out["kl_mean"] = masked_mean(kl, mask) * share
         if "rollout_logprobs" in micro.tensors:
             mismatch = mismatch_metrics(logprobs, micro["rollout_logprobs"], mask)

@@ -14,11 +14,6 @@ from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.workers.precision import model_precision
 
 
-def mini_batch_rows(cfg: RLConfig, prompts: int) -> int:
-    """Rows in a mini-batch of `prompts` prompts: each comes with its `rollout.n` samples."""
-    return prompts * cfg.rollout.n
-
-
 def bf16_compute(cfg: RLConfig) -> bool:
     """Whether forwards compute in bf16: `model.dtype` is the compute dtype (see `precision`)."""
     return model_precision(cfg.model).bf16_compute
@@ -30,7 +25,7 @@ def actor_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> dic
         "actor": cfg.actor,
         "algorithm": cfg.algorithm,
         "total_steps": total_steps,
-        "mini_batch_rows": mini_batch_rows(cfg, cfg.actor.mini_batch_size),
+        "mini_batch_rows": cfg.mini_batch_rows("actor"),
         "max_response_length": cfg.rollout.max_tokens,
         "device": device,
         "bf16": bf16_compute(cfg),
@@ -54,13 +49,13 @@ def critic_settings(cfg: RLConfig, total_steps: int, device: torch.device) -> di
     """`ValueCritic`'s keyword arguments besides the model."""
     return {
         "critic": cfg.critic,
-        "loss_agg_mode": cfg.algorithm.loss_agg_mode,
+        "loss_agg_mode": cfg.algorithm.policy_loss.agg_mode,
         "total_steps": total_steps,
-        "mini_batch_rows": mini_batch_rows(cfg, cfg.critic.mini_batch_size),
+        "mini_batch_rows": cfg.mini_batch_rows("critic"),
         "device": device,
         "bf16": bf16_compute(cfg),
         "seed": cfg.trainer.seed,
     }
 
 
-__all__ = ["actor_settings", "bf16_compute", "critic_settings", "mini_batch_rows", "reference_settings"]
+__all__ = ["actor_settings", "bf16_compute", "critic_settings", "reference_settings"]

@@ -54,7 +54,7 @@ def _kl_type(value: Any) -> Any:
 
 
 def _loss_mode(value: Any) -> Any:
-    """vanilla is ppo; veRL's vanilla always dual-clips (c = 3): add algorithm.dual_clip=3 for that."""
+    """vanilla is ppo; veRL's vanilla always dual-clips (c = 3): add algorithm.policy_loss.dual_clip=3 for that."""
     return "ppo" if value == "vanilla" else value
 
 
@@ -100,11 +100,12 @@ VERL_ALIASES: dict[str, Alias] = {
     "trainer.experiment_name": Alias(("trainer.run_name",)),
     "trainer.resume_mode": Alias(("trainer.resume",), _resume_mode),
     "trainer.max_actor_ckpt_to_keep": Alias(("trainer.keep_last",)),
-    "algorithm.kl_ctrl.kl_coef": Alias(("algorithm.kl_coef",)),
-    "algorithm.kl_ctrl.type": Alias(("algorithm.kl_controller",)),
-    "algorithm.kl_ctrl.target_kl": Alias(("algorithm.target_kl",)),
-    "algorithm.kl_ctrl.horizon": Alias(("algorithm.kl_horizon",)),
-    "algorithm.norm_adv_by_std_in_grpo": Alias(("algorithm.norm_adv_by_std",)),
+    "algorithm.kl_ctrl.kl_coef": Alias(("algorithm.kl.reward_coef",)),
+    "algorithm.kl_ctrl.type": Alias(("algorithm.kl.controller",)),
+    "algorithm.kl_ctrl.target_kl": Alias(("algorithm.kl.target",)),
+    "algorithm.kl_ctrl.horizon": Alias(("algorithm.kl.horizon",)),
+    "algorithm.kl_penalty": Alias(("algorithm.kl.reward_type",), _kl_type),
+    "algorithm.norm_adv_by_std_in_grpo": Alias(("algorithm.advantage.norm_by_std",)),
     "algorithm.filter_groups.enable": Alias(("algorithm.dynamic_sampling",), _on_off, section_switch=True),
     "algorithm.filter_groups.max_num_gen_batches": Alias(("algorithm.dynamic_sampling.max_rounds",), _max_rounds),
     "critic.optim.lr": Alias(("critic.lr",)),
@@ -131,16 +132,16 @@ VERL_ALIASES: dict[str, Alias] = {
     f"{_ARF}.actor.ppo_max_token_len_per_gpu": Alias(("actor.max_tokens_per_micro_batch",)),
     f"{_ARF}.actor.ppo_epochs": Alias(("actor.ppo_epochs",)),
     f"{_ARF}.actor.grad_clip": Alias(("actor.grad_clip",)),
-    f"{_ARF}.actor.use_kl_loss": Alias(("algorithm.use_kl_loss",)),
-    f"{_ARF}.actor.kl_loss_coef": Alias(("algorithm.kl_loss_coef",)),
-    f"{_ARF}.actor.kl_loss_type": Alias(("algorithm.kl_loss_type",), _kl_type),
+    f"{_ARF}.actor.use_kl_loss": Alias(("algorithm.kl.use_loss",)),
+    f"{_ARF}.actor.kl_loss_coef": Alias(("algorithm.kl.loss_coef",)),
+    f"{_ARF}.actor.kl_loss_type": Alias(("algorithm.kl.loss_type",), _kl_type),
     f"{_ARF}.actor.entropy_coeff": Alias(("algorithm.entropy.coef",)),
-    f"{_ARF}.actor.clip_ratio": Alias(("algorithm.clip_low", "algorithm.clip_high")),
-    f"{_ARF}.actor.clip_ratio_low": Alias(("algorithm.clip_low",)),
-    f"{_ARF}.actor.clip_ratio_high": Alias(("algorithm.clip_high",)),
-    f"{_ARF}.actor.clip_ratio_c": Alias(("algorithm.dual_clip",)),
-    f"{_ARF}.actor.loss_agg_mode": Alias(("algorithm.loss_agg_mode",)),
-    f"{_ARF}.actor.policy_loss.loss_mode": Alias(("algorithm.policy_loss",), _loss_mode),
+    f"{_ARF}.actor.clip_ratio": Alias(("algorithm.policy_loss.clip_low", "algorithm.policy_loss.clip_high")),
+    f"{_ARF}.actor.clip_ratio_low": Alias(("algorithm.policy_loss.clip_low",)),
+    f"{_ARF}.actor.clip_ratio_high": Alias(("algorithm.policy_loss.clip_high",)),
+    f"{_ARF}.actor.clip_ratio_c": Alias(("algorithm.policy_loss.dual_clip",)),
+    f"{_ARF}.actor.loss_agg_mode": Alias(("algorithm.policy_loss.agg_mode",)),
+    f"{_ARF}.actor.policy_loss.loss_mode": Alias(("algorithm.policy_loss.name",), _loss_mode),
     f"{_ARF}.rollout.n": Alias(("rollout.n",)),
     f"{_ARF}.rollout.n_agent": Alias(("rollout.n",)),  # Search-R1's name
     f"{_ARF}.rollout.temperature": Alias(("rollout.temperature",)),
@@ -160,8 +161,9 @@ VERL_ALIASES: dict[str, Alias] = {
     "algorithm.rollout_is_threshold": Alias(("algorithm.tis.cap",)),
     "algorithm.rollout_is_mode": Alias(("algorithm.tis.mode",)),
 }
-"""veRL's dotted key → ours. Keys that are the same in both (`data.train_batch_size`, `algorithm.adv_estimator`,
-`trainer.total_epochs`) need no alias."""
+"""veRL's dotted key → ours. Keys that are the same in both (`data.train_batch_size`, `trainer.total_epochs`) need
+no alias; veRL's `algorithm.adv_estimator`, `gamma`, `lam` and `use_kl_in_reward` were rlloom's names too and are
+read as their sections' keys by `migration.RENAMED_KEYS`, with its hint."""
 
 
 @dataclass(frozen=True)
@@ -212,12 +214,12 @@ def log_aliases(translated: Sequence[Translated]) -> None:
     """One info line naming every alias applied (none: nothing logged)."""
     pairs = dict.fromkeys(f"{t.verl_key} -> {t.key}" for t in translated if t.verl_key is not None)
     if pairs:
-        dual = any(t.key == "algorithm.dual_clip" for t in translated)
+        dual = any(t.key == "algorithm.policy_loss.dual_clip" for t in translated)
         note = "" if dual else DUAL_CLIP_NOTE
         logger.info("config: read veRL's keys as ours: %s%s", ", ".join(pairs), note)
 
 
 DUAL_CLIP_NOTE = (
     "; note: veRL's vanilla loss always dual-clips (clip_ratio_c=3) and rlloom's does not unless "
-    "algorithm.dual_clip=3 is set"
+    "algorithm.policy_loss.dual_clip=3 is set"
 )
