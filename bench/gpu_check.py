@@ -977,7 +977,7 @@ def check_grpo_step(ctx: Context) -> dict[str, Any]:
             return engines[-1]
 
         try:
-            trainer = Trainer(config, reward_fn=even_word_reward, train_data=rows, engine_factory=engine_on)
+            trainer = Trainer(config, reward_fn=even_word_reward, train_data=rows, engine=engine_on)
             setup_s = time.perf_counter() - t0
             actor_model = trainer.parts.actor.model
             trainer.weights.sync()

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from rlloom_apps.search_agent.cli import main
 from rlloom_apps.search_agent.data import prepare
-from rlloom_apps.search_agent.settings import load_train_config
-from rlloom_apps.search_agent.train import CONFIGS
+from rlloom_apps.search_agent.settings import CONFIGS, load_train_config
 
 from rlloom.rollout import engine_override
 

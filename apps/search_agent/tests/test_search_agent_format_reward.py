@@ -22,9 +22,8 @@ import pytest
 from pydantic import ValidationError
 from rlloom_apps.search_agent.cli import main
 from rlloom_apps.search_agent.data import prepare
-from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv, FormatRewardSettings, Segment, score_segments
-from rlloom_apps.search_agent.settings import load_train_config
-from rlloom_apps.search_agent.train import CONFIGS
+from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv, Segment, score_segments
+from rlloom_apps.search_agent.settings import CONFIGS, FormatRewardSettings, load_train_config
 
 from rlloom.agent import Sample
 from rlloom.agent.envs.search import SEARCH_R1_INVALID_ACTION

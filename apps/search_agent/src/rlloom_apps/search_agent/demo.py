@@ -168,7 +168,7 @@ def run_demo(
     try:
         train(
             config,
-            engine_factory=engine_on,
+            engine=engine_on,
             collect_factory=agent_collector(tokenizer, make_env, loop),
             reward_fn=env_reward,
             train_data=world.rows(world.train_names),

@@ -24,7 +24,7 @@ from rlloom_apps.search_agent.data import search_r1_question
 from rlloom_apps.search_agent.eval_settings import EvalSettings
 
 from rlloom.agent import AgentLoop, AgentRubric, Sample, SearchEnv, SearchEnvConfig, SingleTurnEnv
-from rlloom.core_rl.contracts import Trajectory
+from rlloom.core_rl import Trajectory
 from rlloom.rewards.qa import extract_tagged_answer, qa_em_scorer, qa_golds
 
 Method = Literal["search", "rag", "direct"]

@@ -24,30 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from rlloom_apps.search_agent.settings import FormatRewardSettings
 
 from rlloom.agent import SearchEnv
 from rlloom.agent.environment import StepResult
 from rlloom.core_rl import RewardOutput, Trajectory
 from rlloom.rewards.format import FormatCheck, search_r1_sequence
 from rlloom.rewards.qa import exact_match, extract_tagged_answer, f1, normalize_answer, qa_golds
-
-
-class FormatRewardSettings(BaseModel):
-    """The three scores of Search-R1's `reward_model` section; defaults are its v0.3 launch scripts' values."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    structure_format_score: float = Field(
-        default=0.2,
-        ge=0.0,
-        le=1.0,
-        description="Valid sequence with a wrong or no answer; 1 minus it for a correct answer in an invalid sequence.",
-    )
-    final_format_score: float = Field(default=0.1, ge=0.0, le=1.0, description="Wrong answer, invalid sequence.")
-    retrieval_score: float = Field(
-        default=0.0, ge=0.0, le=1.0, description="Added to a valid wrong answer when a gold alias was retrieved."
-    )
 
 
 class Segment(NamedTuple):

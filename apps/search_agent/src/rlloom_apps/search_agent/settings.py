@@ -1,4 +1,5 @@
-"""The `search:` section of a search-agent training config, and loading a config that has one.
+"""The `search:` section of a search-agent training config, and loading a config that has one (torch-free: `search-agent
+train` checks the config with it before anything heavy loads).
 
 A config file holds core-rl's `RLConfig` sections (model, data, rollout, algorithm, actor, critic, trainer) plus
 `search:`, what the agent loop and the retriever need. Overrides use the same dotted form for both
@@ -12,9 +13,28 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rlloom_apps.search_agent.format_reward import FormatRewardSettings
 
 from rlloom.core_rl.config import RLConfig, load_config_with_section
+
+CONFIGS = Path(__file__).parent / "configs"
+"""The bundled configs (grpo, ppo, grpo_8gpu): here, not in train.py, so a config is checked before torch loads."""
+
+
+class FormatRewardSettings(BaseModel):
+    """The three scores of Search-R1's `reward_model` section; defaults are its v0.3 launch scripts' values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    structure_format_score: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="Valid sequence with a wrong or no answer; 1 minus it for a correct answer in an invalid sequence.",
+    )
+    final_format_score: float = Field(default=0.1, ge=0.0, le=1.0, description="Wrong answer, invalid sequence.")
+    retrieval_score: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Added to a valid wrong answer when a gold alias was retrieved."
+    )
 
 
 class SearchSettings(BaseModel):

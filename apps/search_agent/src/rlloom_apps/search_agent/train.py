@@ -32,7 +32,6 @@ from rlloom.core_rl.data import rows_that_fit
 from rlloom.core_rl.workers import load_pretrained_tokenizer
 from rlloom.rollout import HFEngineConfig, build_training_engine
 
-CONFIGS = Path(__file__).parent / "configs"
 logger = logging.getLogger(__name__)
 
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv, FormatRewardSettings
+from rlloom_apps.search_agent.format_reward import FormatRewardSearchEnv
+from rlloom_apps.search_agent.settings import FormatRewardSettings
 from rlloom_apps.search_agent.warmup_settings import WarmupSettings
 from torch import nn
 

