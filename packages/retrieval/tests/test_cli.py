@@ -240,7 +240,7 @@ def test_every_flag_has_a_help_text_and_shows_its_default(capsys: pytest.Capture
     top = capsys.readouterr().out
     assert "argparse" not in top and "build an index folder" in top and "examples:" in top
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"build-index", "import-faiss", "serve", "search", "eval"}
+    assert set(commands) == {"build-index", "import-faiss", "import-lucene", "serve", "search", "eval"}
     for name, sub in commands.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):

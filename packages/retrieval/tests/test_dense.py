@@ -210,3 +210,23 @@ def test_a_moved_model_folder_is_accepted_at_load_and_another_encoder_refused(
     narrow = _other_encoder(minilm_path, tmp_path / "random128", hidden=128)
     with pytest.raises(IndexLoadError, match=r"embeds into 128 dimensions but the index stores 384"):
         load_index(path, model=narrow)
+
+
+def test_a_query_past_the_encoders_window_is_reported_not_refused(
+    dense_flat: IndexRetriever, start_server: Any
+) -> None:
+    """The encoder cuts a query to its token window (256 here); the server says which queries it cut."""
+    import httpx
+
+    from rlloom.retrieval.server import ServerLimits
+
+    queries = ["who is shirley temple", "radio " * 300, "é" * 200]  # 1,800 characters; 200 two-byte characters
+    assert dense_flat.over_window(queries) == {1: "256 tokens (the encoder's window)"}
+    with start_server(dense_flat, ServerLimits(freeze_gc=False)) as server:
+        body = httpx.post(
+            f"{server.url}/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=60
+        ).json()
+    assert body["truncated_queries"] == [{"index": 1, "chars": 1800, "limit": "256 tokens (the encoder's window)"}]
+    assert [[h["document"]["id"] for h in hits] for hits in body["result"]] == [
+        [h.doc_id for h in hits] for hits in dense_flat.search(queries, 3)
+    ]

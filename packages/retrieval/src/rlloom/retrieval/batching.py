@@ -3,7 +3,9 @@
 The backend call runs in a worker thread so the event loop keeps accepting requests; while one batch runs, the
 next one fills up, so under load batches grow by themselves and the window mostly matters when traffic is light.
 A request is never split across batches, and a batch holds at most `max_batch_queries` queries unless a single
-request alone is larger. The number of queued queries is bounded: beyond it `submit` raises `OverloadedError` at
+request alone is larger (the server submits a large request in pieces of `max_batch_queries`). Requests with
+different `options` (say a reranker's candidate depth) are not merged: `search` gets them as extra arguments.
+The number of queued queries is bounded: beyond it `submit` raises `OverloadedError` at
 once (the server answers 503) instead of letting latency grow without bound.
 """
 
@@ -16,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -29,6 +31,7 @@ class OverloadedError(RuntimeError):
 class _Pending(Generic[T]):
     queries: list[str]
     k: int
+    options: tuple[Any, ...]
     future: asyncio.Future[list[T]]
 
 
@@ -42,12 +45,13 @@ class BatchStats:
 
 @dataclass
 class MicroBatcher(Generic[T]):
-    """Collects (queries, k) requests and calls `search(all_queries, max_k)` once per batch in a worker thread.
+    """Collects (queries, k) requests and calls `search(all_queries, max_k, *options)` once per batch in a worker
+    thread.
 
-    `search` returns one result list per query; each request gets its slice, cut to its own k by `trim`.
+    `search` returns one result per query; each request gets its slice, cut to its own k by `trim`.
     """
 
-    search: Callable[[list[str], int], list[T]]
+    search: Callable[..., list[T]]
     trim: Callable[[T, int], T]
     window_s: float = 0.001
     max_batch_queries: int = 1024
@@ -76,7 +80,7 @@ class MicroBatcher(Generic[T]):
     def pending_queries(self) -> int:
         return self._pending_queries
 
-    async def submit(self, queries: list[str], k: int) -> list[T]:
+    async def submit(self, queries: list[str], k: int, options: tuple[Any, ...] = ()) -> list[T]:
         if self._arrived is None:
             raise RuntimeError("MicroBatcher.start() was not called")
         if self._pending_queries + len(queries) > self.max_pending_queries:
@@ -85,7 +89,7 @@ class MicroBatcher(Generic[T]):
             )
         future: asyncio.Future[list[T]] = asyncio.get_running_loop().create_future()
         self._pending_queries += len(queries)
-        self._waiting.append(_Pending(queries, k, future))
+        self._waiting.append(_Pending(queries, k, options, future))
         self._arrived.set()
         return await future
 
@@ -100,7 +104,11 @@ class MicroBatcher(Generic[T]):
                 await asyncio.sleep(self.window_s)
             batch = [self._waiting.popleft()]
             size = len(batch[0].queries)
-            while self._waiting and size + len(self._waiting[0].queries) <= self.max_batch_queries:
+            while (
+                self._waiting
+                and self._waiting[0].options == batch[0].options
+                and size + len(self._waiting[0].queries) <= self.max_batch_queries
+            ):
                 item = self._waiting.popleft()
                 batch.append(item)
                 size += len(item.queries)
@@ -111,7 +119,9 @@ class MicroBatcher(Generic[T]):
         k = max(item.k for item in batch)
         started = time.perf_counter()
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.search, queries, k)
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.search, queries, k, *batch[0].options
+            )
         except Exception as err:  # one bad batch must not stop the loop: every waiting request gets the error
             for item in batch:
                 if not item.future.done():

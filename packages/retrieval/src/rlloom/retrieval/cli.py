@@ -16,7 +16,8 @@ from rlloom.retrieval.types import CorpusFormatError, IndexLoadError
 
 DESCRIPTION = """\
 Retrieval for search agents: build an index folder from a Search-R1 or BEIR JSONL corpus (BM25, dense, Lucene or
-hybrid), serve it over HTTP with Search-R1's /retrieve API, search it from the shell, and measure it
+hybrid) or import Search-R1's prebuilt ones, serve it (or Google / SerpAPI search, optionally reranked by a
+cross-encoder) over HTTP with Search-R1's /retrieve API, search it from the shell, and measure it
 (nDCG/Recall/MRR against qrels, or answer-hit@k against a QA file)."""
 
 EXAMPLES = """\
@@ -26,7 +27,10 @@ examples:
   rlloom-retrieval search "who wrote the iliad" --index indexes/wiki-bm25 -k 5
   rlloom-retrieval import-faiss --faiss e5_Flat.index --corpus wiki-18.jsonl --out indexes/wiki-e5 \\
       --opt model=/models/e5-base-v2
+  rlloom-retrieval import-lucene --lucene wiki18/bm25 --corpus wiki-18.jsonl --out indexes/wiki-lucene
   rlloom-retrieval serve --index indexes/wiki-bm25 --port 8000
+  rlloom-retrieval serve --index indexes/wiki-e5 --rerank-model /models/ms-marco-MiniLM-L12-v2
+  GOOGLE_API_KEY=... GOOGLE_CSE_ID=... rlloom-retrieval serve --online google --opt cache_dir=cache
   rlloom-retrieval search "who wrote the iliad" --url http://127.0.0.1:8000
   rlloom-retrieval eval --index indexes/wiki-bm25 --queries nq.jsonl --answers
 
@@ -119,17 +123,50 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="dense option, repeatable: model=DIR (required: the encoder's local folder), index_type, flat_fp16, "
-        "... (default: none)",
+        help="dense option, repeatable: model=DIR (required: the encoder's local folder), index_type (flat, sq8, "
+        "ivfpq, hnsw), flat_fp16, ... (default: none)",
+    )
+    imp.add_argument(
+        "--recall-probes",
+        type=int,
+        default=200,
+        help="with a compressed index_type: stored vectors searched in it and exactly, for the recall@1/3/10 "
+        "report; 0 skips it (default: %(default)s)",
+    )
+
+    luc = sub.add_parser(
+        "import-lucene",
+        help="make a lucene index folder from a prebuilt pyserini Lucene index and its corpus (Search-R1's "
+        "wiki-18 BM25)",
+        description="Adopt a Lucene index that pyserini/Anserini built from --corpus (Search-R1's "
+        "wiki-18-bm25-index: JsonCollection, doc ids = passage ids) as a lucene index folder, without re-indexing. "
+        "Its files are hard-linked (copied across filesystems). Needs the `lucene` extra.",
+    )
+    luc.add_argument("--lucene", required=True, type=Path, help="the Lucene index folder (holds segments_N)")
+    luc.add_argument("--corpus", required=True, type=Path, help="its corpus: Search-R1 or BEIR JSONL, or .gz")
+    luc.add_argument("--out", required=True, type=Path, help="index folder to create (as build-index --out)")
+    luc.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="lucene option, repeatable: k1 (0.9), b (0.4), threads (2) (default: none)",
     )
 
     serve = sub.add_parser(
         "serve",
-        help="serve an index over HTTP (Search-R1 /retrieve, /search, /health, /stats)",
-        description="Serve an index over HTTP until interrupted: Search-R1's POST /retrieve, the native "
-        "POST /search, GET /health and GET /stats.",
+        help="serve an index or an online engine over HTTP (Search-R1 /retrieve, /search, /health, /stats)",
+        description="Serve an index folder, or Google Custom Search / SerpAPI, over HTTP until interrupted: "
+        "Search-R1's POST /retrieve, the native POST /search, GET /health and GET /stats. With --rerank-model, "
+        "each query's candidates are reranked by a cross-encoder (Search-R1's retrieval_rerank_server API).",
     )
-    serve.add_argument("--index", required=True, type=Path, help="index folder made by build-index")
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--index", type=Path, help="index folder made by build-index or an import")
+    source.add_argument(
+        "--online",
+        choices=["google", "serpapi"],
+        help="search online instead: google (keys in GOOGLE_API_KEY, GOOGLE_CSE_ID) or serpapi (SERPAPI_API_KEY)",
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 for all (default: %(default)s)"
     )
@@ -145,12 +182,34 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="ServerLimits field, repeatable: max_queries (512), max_topk (100), max_query_chars (4096), "
-        "default_topk (3), max_body_bytes (room for max_queries x max_query_chars), batch_window_ms (1.0), "
-        "max_batch_queries (1024), max_pending_queries (8192), body_timeout_s (30), idle_timeout_s (5), "
-        "max_connections (half the open-file limit), freeze_gc (true) (default: none)",
+        help="ServerLimits field, repeatable: max_queries (8192), max_topk (100), max_query_chars (4096, longer "
+        "queries are cut and reported), default_topk (3), max_body_bytes (64 MiB), max_response_bytes (256 MiB), "
+        "batch_window_ms (1.0), max_batch_queries (1024), max_pending_queries (8192), body_timeout_s (30), "
+        "idle_timeout_s (5), max_connections (half the open-file limit), freeze_gc (true) (default: none)",
     )
-    serve.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help=QUERY_OPT_HELP)
+    serve.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"with --index: {QUERY_OPT_HELP}; with --online: the engine's settings (cache_dir, cache_ttl_s, "
+        "max_qps, max_concurrency, retries, timeout_s, base_url; serpapi: engine)",
+    )
+    serve.add_argument(
+        "--rerank-model",
+        type=Path,
+        default=None,
+        help="local sentence-transformers CrossEncoder folder: rerank each query's candidates with it (extra "
+        "`dense`) (default: no reranking)",
+    )
+    serve.add_argument(
+        "--rerank-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="reranker setting, repeatable: depth (10 candidates a query), batch_size (32), max_length (512), "
+        "device, passage_format (search-r1 | contents) (default: none)",
+    )
 
     search = sub.add_parser(
         "search",
@@ -284,16 +343,43 @@ def main(argv: list[str] | None = None) -> int:
             backend = PRESETS[args.preset].backend if args.preset else args.backend or "bm25"
             print(f"built {backend} index at {out}" + (f" (preset {args.preset})" if args.preset else ""))
         elif args.command == "import-faiss":
-            from rlloom.retrieval.prebuilt import import_faiss_index
+            from rlloom.retrieval.prebuilt import import_faiss_index, import_report
 
             check_output_folder_flag(args.out)
-            out = import_faiss_index(args.corpus, args.faiss, args.out, preset=args.preset, **_options(args.opt))
+            if args.recall_probes < 0:
+                raise ValueError(f"--recall-probes must be >= 0, got {args.recall_probes}")
+            out = import_faiss_index(
+                args.corpus,
+                args.faiss,
+                args.out,
+                preset=args.preset,
+                recall_probes=args.recall_probes,
+                **_options(args.opt),
+            )
             print(f"imported {args.faiss} as a dense index at {out} (preset {args.preset})")
-        elif args.command == "serve":
-            from rlloom.retrieval.server import ServerLimits, serve
+            report = import_report(out)
+            if report is not None:
+                recalls = ", ".join(f"{key} {value:.4f}" for key, value in report.items() if key.startswith("recall"))
+                print(f"{report['index_type']} against exact search ({report['probes']} probes): {recalls}")
+        elif args.command == "import-lucene":
+            from rlloom.retrieval.prebuilt import import_lucene_index
 
+            check_output_folder_flag(args.out)
+            out = import_lucene_index(args.corpus, args.lucene, args.out, **_options(args.opt))
+            print(f"imported {args.lucene} as a lucene index at {out}")
+        elif args.command == "serve":
+            from rlloom.retrieval.server import ServerLimits
+            from rlloom.retrieval.serving import serve
+
+            rerank = None
+            if args.rerank_model is not None:
+                rerank = {**_options(args.rerank_opt, "--rerank-opt"), "model": str(args.rerank_model)}
+            elif args.rerank_opt:
+                raise ValueError("--rerank-opt needs --rerank-model (the cross-encoder's folder)")
             serve(
                 args.index,
+                online=args.online,
+                rerank=rerank,
                 host=args.host,
                 port=args.port,
                 workers=args.workers,

@@ -121,6 +121,15 @@ class HybridBackend:
         self._passages = passages
         self.reranker = CrossEncoderReranker(config.rerank_model) if config.rerank_model else None
 
+    def over_window(self, queries: list[str]) -> dict[int, str]:
+        """Queries a dense part's encoder cuts to its window (see `DenseBackend.over_window`)."""
+        out: dict[int, str] = {}
+        for part in (self.second, self.first):
+            check = getattr(part, "over_window", None)
+            if check is not None:
+                out.update(check(queries))
+        return out
+
     def rank(self, queries: list[str], k: int) -> list[Ranking]:
         depth = max(k, self.config.depth)
         pairs = zip(self.first.rank(queries, depth), self.second.rank(queries, depth), strict=True)

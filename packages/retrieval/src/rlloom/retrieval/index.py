@@ -154,7 +154,7 @@ def _load_backend(backend: str, config: BaseModel, folder: Path, store: DocStore
     if backend == "lucene":
         from rlloom.retrieval.lucene import LuceneBackend
 
-        return LuceneBackend.load(folder, config)  # type: ignore[arg-type]
+        return LuceneBackend.load(folder, config, store)  # type: ignore[arg-type]
     raise IndexLoadError(f"unknown backend {backend!r} in the manifest")
 
 
@@ -228,6 +228,12 @@ class IndexRetriever:
         except KeyError:
             return False
         return True
+
+    def over_window(self, queries: list[str]) -> dict[int, str]:
+        """Queries (by position) that the backend's encoder cuts to its token window, with that window; empty
+        for bm25 and lucene, which read a query whole."""
+        check = getattr(self.backend, "over_window", None)
+        return check(queries) if check is not None else {}
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         if k < 1:

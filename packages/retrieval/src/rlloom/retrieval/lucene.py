@@ -7,13 +7,14 @@ results map back to passages without a lookup table.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +36,11 @@ class LuceneConfig(BaseModel):
     k1: float = Field(default=0.9, gt=0, description="BM25 k1 (Anserini default 0.9).")
     b: float = Field(default=0.4, ge=0, le=1, description="BM25 b (Anserini default 0.4).")
     threads: int = Field(default=2, gt=0, description="Indexing and batch-search threads.")
+    docids: Literal["row", "corpus-id"] = Field(
+        default="row",
+        description="What a Lucene doc id is: the passage row (indexes built here, and imports whose corpus ids "
+        "are the row numbers, as wiki-18's) or a corpus id looked up in `lucene_ids/` (other imports).",
+    )
 
 
 def java_major(java_home: str | None) -> int | None:
@@ -106,12 +112,51 @@ def _import_pyserini() -> Any:
     return LuceneIndexer, LuceneSearcher
 
 
-class LuceneBackend:
-    """A pyserini LuceneSearcher over an index whose doc ids are passage rows."""
+IDS_DIR = "lucene_ids"
 
-    def __init__(self, searcher: Any, config: LuceneConfig) -> None:
+
+def _id_hash(doc_id: str) -> int:
+    """A stable signed 64-bit hash of a passage id (Python's own `hash` changes between processes)."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+class IdLookup:
+    """Passage id -> row through a sorted array of id hashes (16 bytes a passage, memory-mapped), each match
+    confirmed against the passage store, so a hash collision cannot return the wrong passage."""
+
+    def __init__(self, folder: Path, store: DocStore) -> None:
+        self.hashes = np.load(folder / IDS_DIR / "hashes.npy", mmap_mode="r")
+        self.rows = np.load(folder / IDS_DIR / "rows.npy", mmap_mode="r")
+        self.store = store
+
+    def row(self, doc_id: str) -> int | None:
+        h = _id_hash(doc_id)
+        at = int(np.searchsorted(self.hashes, h))
+        while at < len(self.hashes) and int(self.hashes[at]) == h:
+            row = int(self.rows[at])
+            if self.store.doc_id(row) == doc_id:
+                return row
+            at += 1
+        return None
+
+
+def write_id_lookup(folder: Path, store: DocStore) -> IdLookup:
+    """Write `lucene_ids/` (sorted id hashes and their rows) for `store` under `folder`."""
+    hashes = np.fromiter((_id_hash(store.doc_id(i)) for i in range(len(store))), dtype=np.int64, count=len(store))
+    order = np.argsort(hashes, kind="stable")
+    (folder / IDS_DIR).mkdir()
+    np.save(folder / IDS_DIR / "hashes.npy", hashes[order])
+    np.save(folder / IDS_DIR / "rows.npy", order.astype(np.int64))
+    return IdLookup(folder, store)
+
+
+class LuceneBackend:
+    """A pyserini LuceneSearcher; its doc ids are passage rows, or corpus ids mapped to rows by `IdLookup`."""
+
+    def __init__(self, searcher: Any, config: LuceneConfig, lookup: IdLookup | None = None) -> None:
         self.searcher = searcher
         self.config = config
+        self.lookup = lookup
         searcher.set_bm25(config.k1, config.b)
         self.doc_count = int(searcher.num_docs)
 
@@ -128,9 +173,22 @@ class LuceneBackend:
         return cls(searcher_cls(str(target)), config)
 
     @classmethod
-    def load(cls, folder: Path, config: LuceneConfig) -> LuceneBackend:
+    def load(cls, folder: Path, config: LuceneConfig, store: DocStore | None = None) -> LuceneBackend:
         _, searcher_cls = _import_pyserini()
-        return cls(searcher_cls(str(folder / LUCENE_DIR)), config)
+        lookup = None
+        if config.docids == "corpus-id":
+            if store is None:
+                raise ValueError("a lucene index with corpus-id doc ids needs its passage store to map them")
+            lookup = IdLookup(folder, store)
+        return cls(searcher_cls(str(folder / LUCENE_DIR)), config, lookup)
+
+    def _row(self, docid: str) -> int:
+        if self.lookup is None:
+            return int(docid)
+        row = self.lookup.row(docid)
+        if row is None:
+            raise KeyError(f"Lucene doc id {docid!r} is not a passage id of this index's corpus")
+        return row
 
     def rank(self, queries: list[str], k: int) -> list[Ranking]:
         if not queries:
@@ -142,7 +200,7 @@ class LuceneBackend:
             hits = found.get(qid, [])
             out.append(
                 Ranking(
-                    np.asarray([int(h.docid) for h in hits], dtype=np.int64),
+                    np.asarray([self._row(h.docid) for h in hits], dtype=np.int64),
                     np.asarray([h.score for h in hits], dtype=np.float32),
                 )
             )

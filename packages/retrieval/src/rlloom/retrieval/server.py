@@ -1,23 +1,26 @@
 """The retrieval HTTP server: Search-R1's `POST /retrieve`, the native `POST /search`, `/health` and `/stats`.
 
 Requests from all clients go through one `MicroBatcher`, so 32 agents asking one query each cost about one
-backend call, not 32. Limits (queries per request, topk, query length) answer 422 naming the field; a full queue
-answers 503 at once; any backend error answers 500 for that request only. A body that stalls gets 408 and its
-connection closed; idle connections are closed and open ones capped (`uvicorn_options`), so slow or stuck
-clients cannot use up the process's file descriptors.
+backend call, not 32. Sized for Search-R1's trainer, which sends every search of a turn in one request (512
+prompts x 5 samples = 2,560 queries): up to `max_queries` (8,192) queries a request, searched in pieces of
+`max_batch_queries` and written out piece by piece, so what one request holds is bounded by `max_response_bytes`
+(413 naming the limit beyond it). An over-long query is cut to `max_query_chars`, or found to pass a dense
+encoder's token window, and reported in the answer's `truncated_queries` and a log line, never a 422 for the
+batch. Other limits (queries per request, topk) answer 422 naming the field; a full queue answers 503 at once;
+any backend error answers 500 for that request only. A body that stalls gets 408 and its connection closed; idle
+connections are closed and open ones capped (`uvicorn_options`), so slow or stuck clients cannot use up the
+process's file descriptors.
 """
 
 from __future__ import annotations
 
 import gc
-import json
+import logging
 import os
-import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +34,7 @@ from rlloom.retrieval.fast_path import QueryFastPath
 from rlloom.retrieval.types import Hit, Retriever
 from rlloom.retrieval.wire import (
     RENAMED,
+    RerankRetrieveRequest,
     RetrieveRequest,
     RetrieveResponse,
     SearchRequest,
@@ -38,7 +42,11 @@ from rlloom.retrieval.wire import (
     route_docs,
 )
 
-__all__ = ["RetrieveRequest", "SearchRequest", "ServerLimits", "app_for_index", "create_app", "serve"]
+__all__ = ["RetrieveRequest", "SearchRequest", "ServerLimits", "create_app", "uvicorn_options"]
+
+logger = logging.getLogger("rlloom.retrieval.server")
+
+DEFAULT_BODY_BYTES = 64 * 1024 * 1024
 
 
 class ServerLimits(BaseModel):
@@ -46,17 +54,32 @@ class ServerLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_queries: int = Field(default=512, gt=0, description="Queries per request.")
+    max_queries: int = Field(
+        default=8192,
+        gt=0,
+        description="Queries per request (Search-R1's trainer sends a whole turn at once: 512 prompts x 5 = 2,560).",
+    )
     max_topk: int = Field(default=100, gt=0, description="Largest topk/k a request may ask for.")
-    max_query_chars: int = Field(default=4096, gt=0, description="Characters per query.")
+    max_query_chars: int = Field(
+        default=4096,
+        gt=0,
+        description="Characters a query is cut to (and reported in `truncated_queries`); a dense encoder also "
+        "cuts to its token window, which is reported the same way.",
+    )
     default_topk: int = Field(
         default=3, gt=0, description="topk when a /retrieve request sends null (Search-R1 uses 3)."
     )
     max_body_bytes: int | None = Field(
         default=None,
         gt=0,
-        description="Largest request body; a larger one gets 413 without being read whole. Default: room for "
-        "max_queries queries of max_query_chars characters, JSON-escaped (6 bytes a character), plus 64 KiB.",
+        description="Largest request body; a larger one gets 413 without being read whole. Default: 64 MiB "
+        "(2,560 queries of 4,096 characters fit 6 times over).",
+    )
+    max_response_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        description="Largest answer one request may build (about queries x topk x passage bytes); past it the "
+        "request gets 413 naming this limit. Bounds the memory a request holds.",
     )
     batch_window_ms: float = Field(default=1.0, ge=0, description="How long the batcher waits to gather more queries.")
     max_batch_queries: int = Field(default=1024, gt=0, description="Queries per backend call.")
@@ -86,8 +109,8 @@ class ServerLimits(BaseModel):
     )
 
     def body_limit(self) -> int:
-        """`max_body_bytes`, or room for the largest request the other limits allow."""
-        return self.max_body_bytes or self.max_queries * self.max_query_chars * 6 + 65_536
+        """`max_body_bytes`, or 64 MiB."""
+        return self.max_body_bytes or DEFAULT_BODY_BYTES
 
     def connection_limit(self) -> int:
         """`max_connections`, or half the open-file limit of this process."""
@@ -132,17 +155,35 @@ def _invalid(loc: tuple[str | int, ...], message: str) -> Response:
 
 def _check(queries: list[str], k: int, k_field: str, limits: ServerLimits) -> Response | None:
     if len(queries) > limits.max_queries:
-        return _invalid(("queries",), f"{len(queries)} queries exceed the limit of {limits.max_queries} per request")
+        return _invalid(
+            ("queries",),
+            f"{len(queries)} queries exceed the limit of {limits.max_queries} per request; send fewer, or start the "
+            f"server with `--limit max_queries={len(queries)}`",
+        )
     if k < 1 or k > limits.max_topk:
         return _invalid((k_field,), f"must be between 1 and {limits.max_topk}, got {k}")
-    for i, query in enumerate(queries):
-        if len(query) > limits.max_query_chars:  # same loc shape as pydantic's: ["body", "queries", i]
-            return _invalid(("queries", i), f"{len(query)} characters exceed the limit of {limits.max_query_chars}")
     return None
 
 
-def _trim(hits: list[Hit], k: int) -> list[Hit]:
-    return hits[:k]
+class _Answer:
+    """One query's hits, and the token window its text passed (None when it fit)."""
+
+    __slots__ = ("hits", "window")
+
+    def __init__(self, hits: list[Hit], window: str | None) -> None:
+        self.hits, self.window = hits, window
+
+
+def _trim(answer: _Answer, k: int) -> _Answer:
+    return _Answer(answer.hits[:k], answer.window)
+
+
+def _truncate(queries: list[str], max_chars: int) -> tuple[list[str], dict[int, str]]:
+    """Queries cut to `max_chars` characters, and which were cut."""
+    cut = {i: f"{max_chars} characters" for i, q in enumerate(queries) if len(q) > max_chars}
+    if not cut:
+        return queries, cut
+    return [q[:max_chars] if i in cut else q for i, q in enumerate(queries)], cut
 
 
 def _schema_error(err: ValidationError, model: type[BaseModel]) -> Response:
@@ -165,25 +206,34 @@ def _json(content: Any, status_code: int = 200, headers: dict[str, str] | None =
     return Response(to_json(content), status_code=status_code, media_type="application/json", headers=headers)
 
 
-def _search_r1_body(results: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
-    """Search-R1 wire format: `{"result": [[{"document": {"id", "contents"}, "score"}...]...]}`."""
+def _search_r1_items(answers: list[_Answer], return_scores: bool) -> list[Any]:
+    """Search-R1 wire format, one list per query: `[{"document": {"id", "contents"}, "score"}...]`."""
     if return_scores:
-        return {
-            "result": [
-                [{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score} for h in hits]
-                for hits in results
-            ]
-        }
-    return {"result": [[{"id": h.doc_id, "contents": h.contents} for h in hits] for hits in results]}
-
-
-def _native_body(results: list[list[Hit]]) -> dict[str, Any]:
-    """Native format: `{"results": [[{"doc_id", "score", "text", "title"}...]...]}`."""
-    return {
-        "results": [
-            [{"doc_id": h.doc_id, "score": h.score, "text": h.text, "title": h.title} for h in hits] for hits in results
+        return [
+            [{"document": {"id": h.doc_id, "contents": h.contents}, "score": h.score} for h in a.hits] for a in answers
         ]
-    }
+    return [[{"id": h.doc_id, "contents": h.contents} for h in a.hits] for a in answers]
+
+
+def _native_items(answers: list[_Answer]) -> list[Any]:
+    """Native format, one list per query: `[{"doc_id", "score", "text", "title"}...]`."""
+    return [[{"doc_id": h.doc_id, "score": h.score, "text": h.text, "title": h.title} for h in a.hits] for a in answers]
+
+
+def _search_with_windows(retriever: Retriever) -> Any:
+    """The batcher's search: the retriever's hits, plus the token window each query passed (if it has one)."""
+    window_check = getattr(retriever, "over_window", None)
+
+    def search(queries: list[str], k: int, *options: Any) -> list[_Answer]:
+        hits = retriever.search(queries, k, *options)  # type: ignore[call-arg]
+        over = window_check(queries) if window_check is not None else {}
+        return [_Answer(h, over.get(i)) for i, h in enumerate(hits)]
+
+    return search
+
+
+class _ResponseTooLargeError(Exception):
+    """The answer passed max_response_bytes."""
 
 
 def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: dict[str, Any] | None = None) -> FastAPI:
@@ -191,11 +241,15 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
 
     The two query routes read the raw body and validate it with pydantic's JSON parser instead of going through
     FastAPI's per-request dependency machinery: at a few hundred microseconds of backend time per query, request
-    handling is the cost that decides throughput.
+    handling is the cost that decides throughput. A `rerank.RerankingRetriever` also takes Search-R1's
+    `retrieval_rerank_server` fields on /retrieve (`topk_retrieval`, `topk_rerank`).
     """
+    from rlloom.retrieval.rerank import RerankingRetriever
+
     limits = limits or ServerLimits()
-    batcher: MicroBatcher[list[Hit]] = MicroBatcher(
-        search=retriever.search,
+    reranking = isinstance(retriever, RerankingRetriever)
+    batcher: MicroBatcher[_Answer] = MicroBatcher(
+        search=_search_with_windows(retriever),
         trim=_trim,
         window_s=limits.batch_window_ms / 1000,
         max_batch_queries=limits.max_batch_queries,
@@ -205,9 +259,11 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
     counters = {
         "requests": 0,
         "queries": 0,
+        "truncated_queries": 0,
         "rejected_503": 0,
         "invalid_422": 0,
         "too_large_413": 0,
+        "response_too_large_413": 0,
         "timed_out_408": 0,
         "errors_500": 0,
     }
@@ -225,37 +281,102 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
 
     app = FastAPI(title="rlloom retrieval", lifespan=lifespan)
 
-    async def run(queries: list[str], k: int, k_field: str) -> list[list[Hit]] | Response:
+    async def run(
+        route: str,
+        queries: list[str],
+        k: int,
+        *,
+        k_field: str,
+        render: Any,
+        key: bytes,
+        options: tuple[Any, ...] = (),
+    ) -> Response:
+        """Search `queries` in pieces of max_batch_queries and write the answer `{key: [...]}` piece by piece."""
         invalid = _check(queries, k, k_field, limits)
         if invalid is not None:
             counters["invalid_422"] += 1
             return invalid
-        if not queries:  # Search-R1's trainer asks on turns where no conversation searched
-            counters["requests"] += 1
-            return []
+        sent = queries
+        queries, cut = _truncate(queries, limits.max_query_chars)
         t0 = time.perf_counter()
+        parts: list[bytes] = []
+        size = 0
+        step = limits.max_batch_queries
         try:
-            results = await batcher.submit(queries, k)
+            for lo in range(0, len(queries), step):
+                answers = await batcher.submit(queries[lo : lo + step], k, options)
+                for i, answer in enumerate(answers, start=lo):
+                    if answer.window is not None:
+                        cut[i] = answer.window
+                part = to_json(render(answers))[1:-1]  # the piece's lists, without the enclosing brackets
+                size += len(part) + 1
+                if size > limits.max_response_bytes:
+                    raise _ResponseTooLargeError(lo + len(answers))
+                parts.append(part)
         except OverloadedError as err:
             counters["rejected_503"] += 1
             return _json({"detail": str(err)}, 503, {"Retry-After": "1"})
+        except _ResponseTooLargeError as err:
+            counters["response_too_large_413"] += 1
+            detail = (
+                f"the answer passed max_response_bytes ({limits.max_response_bytes} bytes) after {err.args[0]} of "
+                f"{len(queries)} queries at topk {k}; send fewer queries or a smaller topk per request, or start the "
+                "server with a larger `--limit max_response_bytes=N`"
+            )
+            return _json({"detail": detail}, 413)
         except Exception as err:
             counters["errors_500"] += 1
             return _json({"detail": f"retrieval failed: {type(err).__name__}: {err}"}, 500)
         latency.add(time.perf_counter() - t0)
         counters["requests"] += 1
         counters["queries"] += len(queries)
-        return results
+        body = b'{"' + key + b'":[' + b",".join(parts) + b"]"
+        if cut:  # an extra field: Search-R1's client reads only `result`
+            counters["truncated_queries"] += len(cut)
+            report = [{"index": i, "chars": len(sent[i]), "limit": cut[i]} for i in sorted(cut)]
+            body += b',"truncated_queries":' + to_json(report)
+            first = report[0]
+            logger.warning(
+                "%s: %d of %d queries cut to fit (query %d: %d characters, limit %s)",
+                route,
+                len(cut),
+                len(queries),
+                first["index"],
+                first["chars"],
+                first["limit"],
+            )
+        return Response(body + b"}", media_type="application/json")
 
     async def answer_retrieve(raw: bytes) -> Response:
+        model = RerankRetrieveRequest if reranking else RetrieveRequest
         try:
-            body = RetrieveRequest.model_validate_json(raw)
+            body = model.model_validate_json(raw)
         except ValidationError as err:
             counters["invalid_422"] += 1
-            return _schema_error(err, RetrieveRequest)
-        k = body.topk or limits.default_topk  # Search-R1's server: `if not request.topk`, so 0 is the default too
-        results = await run(body.queries, k, "topk")
-        return results if isinstance(results, Response) else _json(_search_r1_body(results, body.return_scores))
+            return _schema_error(err, model)
+        # Search-R1's server: `if not request.topk`, so 0 is the default too
+        k, k_field = body.topk or limits.default_topk, "topk"
+        options: tuple[int, ...] = ()
+        if isinstance(body, RerankRetrieveRequest):
+            if body.topk_rerank:
+                k, k_field = body.topk_rerank, "topk_rerank"
+            if body.topk_retrieval:
+                if body.topk_retrieval > limits.max_topk or body.topk_retrieval < 1:
+                    counters["invalid_422"] += 1
+                    return _invalid(
+                        ("topk_retrieval",), f"must be between 1 and {limits.max_topk}, got {body.topk_retrieval}"
+                    )
+                options = (body.topk_retrieval,)
+        scores = body.return_scores
+        return await run(
+            "/retrieve",
+            body.queries,
+            k,
+            k_field=k_field,
+            render=lambda answers: _search_r1_items(answers, scores),
+            key=b"result",
+            options=options,
+        )
 
     async def answer_search(raw: bytes) -> Response:
         try:
@@ -263,10 +384,9 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         except ValidationError as err:
             counters["invalid_422"] += 1
             return _schema_error(err, SearchRequest)
-        results = await run(body.queries, body.k, "k")
-        return results if isinstance(results, Response) else _json(_native_body(results))
+        return await run("/search", body.queries, body.k, k_field="k", render=_native_items, key=b"results")
 
-    @app.post("/retrieve", **route_docs(RetrieveRequest, RetrieveResponse))
+    @app.post("/retrieve", **route_docs(RerankRetrieveRequest if reranking else RetrieveRequest, RetrieveResponse))
     async def retrieve(request: Request) -> Response:
         """Search-R1's endpoint; body `RetrieveRequest`, response `{"result": ...}`."""
         return await answer_retrieve(await request.body())
@@ -282,7 +402,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         counters["too_large_413"] += 1
         detail = (
             f"request body exceeds {body_limit} bytes; send fewer or shorter queries per request, or start the "
-            "server with a larger max_body_bytes"
+            "server with a larger `--limit max_body_bytes=N`"
         )
         return _json({"detail": detail}, 413)
 
@@ -323,92 +443,3 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         }
 
     return app
-
-
-_ENV_INDEX = "RLLOOM_RETRIEVAL_INDEX"
-_ENV_LIMITS = "RLLOOM_RETRIEVAL_LIMITS"
-_ENV_OVERRIDES = "RLLOOM_RETRIEVAL_OVERRIDES"
-
-
-def app_for_index(index: str | Path, limits: ServerLimits | None = None, **overrides: Any) -> FastAPI:
-    """Load an index folder and serve it."""
-    from rlloom.retrieval.index import load_index
-
-    retriever = load_index(index, **overrides)
-    info = {"backend": retriever.manifest.backend, "doc_count": retriever.manifest.doc_count, "index": str(index)}
-    return create_app(retriever, limits, info)
-
-
-def app_from_environment() -> FastAPI:
-    """uvicorn factory for `--workers N`: each worker process loads the index named in the environment."""
-    index = os.environ.get(_ENV_INDEX)
-    if not index:
-        raise RuntimeError(f"set {_ENV_INDEX} to an index folder")
-    limits = ServerLimits.model_validate_json(os.environ.get(_ENV_LIMITS, "{}"))
-    return app_for_index(index, limits, **json.loads(os.environ.get(_ENV_OVERRIDES, "{}")))
-
-
-def check_port(host: str, port: int) -> None:
-    """Fail in one line, before the index loads, when uvicorn could not bind `host:port` (in use, or not allowed).
-
-    Binds with SO_REUSEADDR like uvicorn, so a port in TIME_WAIT from a stopped server still counts as free.
-    """
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as err:
-        raise OSError(f"--host {host} does not resolve ({err.strerror}); pass an address such as 127.0.0.1") from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as err:
-            raise OSError(
-                f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); stop whatever holds the port "
-                "or pass another --port"
-            ) from None
-
-
-def serve(
-    index: str | Path,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    workers: int = 1,
-    limits: ServerLimits | None = None,
-    log_level: str = "warning",
-    **overrides: Any,
-) -> None:
-    """Run the server until interrupted; with workers > 1 each uvicorn worker process loads the index itself.
-
-    Checks the port and the overrides first and prints `serving ... on http://host:port` only once the index
-    is loaded and the port is free, right before uvicorn binds it.
-    """
-    import uvicorn
-
-    from rlloom.retrieval.index import check_load_options
-    from rlloom.retrieval.manifest import read_manifest
-
-    limits = limits or ServerLimits()
-    if workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}")
-    check_port(host, port)
-    check_load_options(Path(index), read_manifest(index), overrides)
-    announce = f"serving {index} on http://{host}:{port} ({workers} worker(s))"
-    if workers == 1:
-        app = app_for_index(index, limits, **overrides)
-        print(announce, flush=True)
-        uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_options(limits))
-        return
-    os.environ[_ENV_INDEX] = str(Path(index).resolve())
-    os.environ[_ENV_LIMITS] = limits.model_dump_json()
-    os.environ[_ENV_OVERRIDES] = json.dumps(overrides)
-    print(announce, flush=True)
-    uvicorn.run(
-        "rlloom.retrieval.server:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        **uvicorn_options(limits),
-    )

@@ -24,6 +24,18 @@ class RetrieveRequest(BaseModel):
     return_scores: bool = Field(default=False, description="Wrap each passage as {document, score}.")
 
 
+class RerankRetrieveRequest(RetrieveRequest):
+    """/retrieve on a reranking server: Search-R1's `retrieval_rerank_server.py` body, which adds two fields.
+
+    `topk_rerank` (else `topk`, else the default 3) passages a query are returned, the best of `topk_retrieval`
+    (else the server's `--rerank-opt depth`, 10) candidates by the cross-encoder. Search-R1's trainer sends
+    `topk`; its rerank server ignores that and returns `topk_rerank`, 3 by default: the same passages here.
+    """
+
+    topk_retrieval: int | None = Field(default=None, description="Candidates a query; null: the server's depth.")
+    topk_rerank: int | None = Field(default=None, description="Passages a query after reranking; null: `topk`.")
+
+
 class SearchRequest(BaseModel):
     """The native request body."""
 
@@ -49,10 +61,21 @@ class ScoredDocument(BaseModel):
     score: float
 
 
+class TruncatedQuery(BaseModel):
+    """A query that was cut to fit: by the server's `max_query_chars`, or by a dense encoder's token window."""
+
+    index: int = Field(description="Its position in `queries`.")
+    chars: int = Field(description="Its length in characters as sent.")
+    limit: str = Field(description='What it was cut to: "4096 characters" or "256 tokens (the encoder\'s window)".')
+
+
 class RetrieveResponse(BaseModel):
     """One list per query, best first: `{document, score}` items with `return_scores`, bare documents without."""
 
     result: list[list[ScoredDocument]] | list[list[SearchR1Document]]
+    truncated_queries: list[TruncatedQuery] | None = Field(
+        default=None, description="Only when a query was cut to fit; Search-R1's client reads `result` alone."
+    )
 
 
 class NativeHit(BaseModel):
@@ -64,6 +87,7 @@ class NativeHit(BaseModel):
 
 class SearchResponse(BaseModel):
     results: list[list[NativeHit]]
+    truncated_queries: list[TruncatedQuery] | None = Field(default=None, description="Only when a query was cut.")
 
 
 class ErrorLocation(BaseModel):
@@ -87,9 +111,10 @@ class MessageErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     408: {"model": MessageErrorBody, "description": "The body did not arrive within body_timeout_s; the connection "
           "is closed."},
-    413: {"model": MessageErrorBody, "description": "The body is larger than max_body_bytes."},
+    413: {"model": MessageErrorBody, "description": "The body is larger than max_body_bytes, or the answer would "
+          "pass max_response_bytes; the detail names the limit and the flag that raises it."},
     422: {"model": ValidationErrorBody, "description": "Not valid JSON, not the schema, or over a limit (max_queries, "
-          "max_topk, max_query_chars); `loc` names the field."},
+          "max_topk); `loc` names the field. An over-long query is cut and reported, not refused."},
     500: {"model": MessageErrorBody, "description": "The retriever failed on this batch."},
     503: {"model": MessageErrorBody, "description": "The queue is full (max_pending_queries): retry after "
           "Retry-After seconds. At max_connections uvicorn answers a plain-text 503 and closes the connection."},

@@ -1,0 +1,156 @@
+"""Search-R1's real batch shapes: its trainer sends every search of a turn in one request (512 prompts x 5 samples
+= 2,560 queries, `search_r1/llm_agent/generation.py` `_batch_search`) and reads `response.json()['result']`, one
+list per query, each item's `['document']['contents']`. The server used to refuse more than 512 queries, and a
+whole batch for one query over 4,096 characters; the trainer then died with `KeyError: 'result'`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rlloom.retrieval.index import IndexRetriever, build_index, load_index
+from rlloom.retrieval.server import ServerLimits
+
+TURN = 512 * 5  # Search-R1's GRPO turn: train_batch_size 512, n_agent 5
+
+
+def _post_like_search_r1(url: str, payload: dict[str, Any]) -> Any:
+    """What Search-R1's `_batch_search` does: `requests.post(search_url, json=payload).json()`, no timeout."""
+    try:
+        import requests
+    except ImportError:  # same JSON body either way
+        return httpx.post(url, json=payload, timeout=None).json()
+    return requests.post(url, json=payload).json()  # Search-R1 sets no timeout
+
+
+def _passages_to_string(result: list[dict[str, Any]]) -> str:
+    """How Search-R1's trainer reads one query's list (`_passages2string`): the contents' first line is the title."""
+    lines = []
+    for idx, item in enumerate(result):
+        title, _, text = item["document"]["contents"].partition("\n")
+        lines.append(f"Doc {idx + 1}(Title: {title}) {text}")
+    return "\n".join(lines)
+
+
+def _turn_queries(hotpot: Path) -> list[str]:
+    """2,560 distinct queries (a turn's searches differ), two of them longer than 4,096 characters."""
+    titles = [json.loads(line)["title"] for line in (hotpot / "corpus.jsonl").read_text().splitlines()]
+    queries = [f"{titles[i % len(titles)]} {titles[(7 * i + 3) % len(titles)]} {i}" for i in range(TURN)]
+    queries[17] = "Shirley Temple " * 400  # 6,000 characters
+    queries[2000] = "radio program " * 350 + "Corliss Archer"  # 4,914 characters
+    return queries
+
+
+@pytest.fixture(scope="module")
+def served_index(tmp_path_factory: pytest.TempPathFactory, hotpot: Path) -> Any:
+    """The index served by the documented command, `rlloom-retrieval serve --index DIR --port P` (defaults)."""
+    index = build_index(hotpot / "corpus.jsonl", tmp_path_factory.mktemp("turn") / "bm25")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    log = tmp_path_factory.mktemp("turn-log") / "stderr.txt"
+    cmd = [sys.executable, "-m", "rlloom.retrieval.cli", "serve", "--index", str(index), "--port", str(port)]
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                try:
+                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the server did not come up in 60 s"
+                time.sleep(0.1)
+            yield url, load_index(index), log
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_a_2560_query_turn_gets_one_result_list_per_query(served_index: Any, hotpot: Path) -> None:
+    url, index, log = served_index
+    queries = _turn_queries(hotpot)
+    body = _post_like_search_r1(f"{url}/retrieve", {"queries": queries, "topk": 3, "return_scores": True})
+    result = body["result"]
+    assert len(result) == TURN
+    searched = [q[:4096] for q in queries]  # the server cuts a query to max_query_chars (4,096)
+    expected = index.search(searched, 3)
+    for got, want in zip(result, expected, strict=True):
+        assert [set(item) for item in got] == [{"document", "score"}] * len(want)
+        assert [item["document"]["id"] for item in got] == [h.doc_id for h in want]
+        assert [item["document"]["contents"] for item in got] == [h.contents for h in want]
+        assert [item["score"] for item in got] == pytest.approx([h.score for h in want])
+        assert _passages_to_string(got).startswith("Doc 1(Title: ")
+    # the two over-long queries were cut, reported in a field Search-R1's client does not read, and logged
+    assert body["truncated_queries"] == [
+        {"index": 17, "chars": 6000, "limit": "4096 characters"},
+        {"index": 2000, "chars": 4914, "limit": "4096 characters"},
+    ]
+    stats = httpx.get(f"{url}/stats").json()
+    assert stats["requests"] == 1 and stats["queries"] == TURN and stats["truncated_queries"] == 2
+    assert stats["largest_batch"] <= 1024  # searched in pieces of max_batch_queries, not in one 2,560 call
+    assert "2 of 2560 queries cut to fit" in log.read_text()
+
+
+def test_the_turn_without_scores_and_an_empty_turn(served_index: Any, hotpot: Path) -> None:
+    url, _, _ = served_index
+    queries = _turn_queries(hotpot)[:TURN]
+    bare = _post_like_search_r1(f"{url}/retrieve", {"queries": queries, "topk": 3})
+    assert len(bare["result"]) == TURN and set(bare["result"][5][0]) == {"id", "contents"}
+    assert _post_like_search_r1(f"{url}/retrieve", {"queries": [], "topk": 3, "return_scores": True}) == {"result": []}
+
+
+def test_default_limits_fit_search_r1s_batches() -> None:
+    limits = ServerLimits()
+    assert limits.max_queries >= 4096 and limits.default_topk == 3
+    two_turns = json.dumps({"queries": ["x" * 4096] * TURN, "topk": 3, "return_scores": True}).encode()
+    assert len(two_turns) * 2 < limits.body_limit()
+
+
+def test_over_max_queries_is_a_422_naming_the_flag(start_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    with start_server(hotpot_bm25, ServerLimits(max_queries=100, freeze_gc=False)) as server:
+        response = httpx.post(f"{server.url}/retrieve", json={"queries": ["film"] * 101, "topk": 3})
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "queries"] and "--limit max_queries=101" in detail["msg"]
+
+
+def test_an_answer_over_max_response_bytes_is_a_413_naming_the_limit(
+    start_server: Any, hotpot_bm25: IndexRetriever
+) -> None:
+    """queries x topk x passage bytes is bounded: the answer is written piece by piece and stops at the limit."""
+    limits = ServerLimits(max_response_bytes=50_000, max_batch_queries=16, freeze_gc=False)
+    with start_server(hotpot_bm25, limits) as server:
+        small = httpx.post(f"{server.url}/retrieve", json={"queries": ["film"] * 4, "topk": 3, "return_scores": True})
+        assert small.status_code == 200 and len(small.content) < 50_000
+        big = httpx.post(f"{server.url}/retrieve", json={"queries": ["film"] * 200, "topk": 20})
+        assert big.status_code == 413
+        detail = big.json()["detail"]
+        assert "max_response_bytes (50000 bytes)" in detail and "--limit max_response_bytes=N" in detail
+        stats = httpx.get(f"{server.url}/stats").json()
+        assert stats["response_too_large_413"] == 1
+        assert stats["batches"] < 200 // 16  # it stopped at the piece that crossed the limit
+
+
+def test_a_large_request_shares_the_backend_with_other_clients(start_server: Any, hotpot_bm25: IndexRetriever) -> None:
+    """Pieces of one big request go through the batcher like any request: the answer is the same as one call."""
+    limits = ServerLimits(max_batch_queries=64, freeze_gc=False)
+    queries = [f"film {i}" for i in range(300)]
+    with start_server(hotpot_bm25, limits) as server:
+        body = httpx.post(f"{server.url}/search", json={"queries": queries, "k": 2}).json()
+        stats = httpx.get(f"{server.url}/stats").json()
+    assert [[h["doc_id"] for h in hits] for hits in body["results"]] == [
+        [h.doc_id for h in hits] for hits in hotpot_bm25.search(queries, 2)
+    ]
+    assert stats["batches"] == 5 and stats["largest_batch"] == 64
