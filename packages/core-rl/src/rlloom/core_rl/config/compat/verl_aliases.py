@@ -2,7 +2,8 @@
 
 Only keys whose value means the same here are aliased (a few values are translated: veRL's `-1` for "never" is our
 `0`, its `vanilla` loss is our `ppo`). veRL keys with no meaning here (GPU counts, micro-batch
-sizes) stay unknown-key errors with a hint (`config_keys.VERL_NAMES`). The loader logs one info line
+sizes) stay unknown-key errors with a hint (`config_keys.VERL_NAMES`), unless a launcher reads them off first as
+infrastructure (`verl_infra`: reported once, changing nothing). The loader logs one info line
 listing the aliases it applied.
 """
 
@@ -110,6 +111,10 @@ VERL_ALIASES: dict[str, Alias] = {
     "algorithm.filter_groups.max_num_gen_batches": Alias(("algorithm.dynamic_sampling.max_rounds",), _max_rounds),
     "critic.optim.lr": Alias(("critic.lr",)),
     "critic.cliprange_value": Alias(("critic.value_clip",)),
+    "critic.model.path": Alias(("critic.path",)),
+    "critic.model.use_remove_padding": Alias(("critic.padding_free",)),
+    "critic.optim.lr_warmup_steps_ratio": Alias(("critic.warmup_ratio",)),
+    "critic.optim.weight_decay": Alias(("critic.weight_decay",)),
     f"{_ARF}.model.path": Alias(("model.path",)),
     f"{_ARF}.model.enable_gradient_checkpointing": Alias(("model.gradient_checkpointing",)),
     f"{_ARF}.model.lora_rank": Alias(("model.lora_rank",)),
