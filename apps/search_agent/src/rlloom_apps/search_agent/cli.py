@@ -49,15 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a search agent (Search-R1's GRPO or PPO setup) on prepared rows",
         description="Multi-turn rollouts with search through rlloom's AgentLoop, rewarded by exact match of the "
         "last <answer>. Extra arguments (anywhere among the options) are dotted config overrides, e.g. "
-        "model.path=/models/Qwen2.5-3B search.max_turns=2 actor.lr=5e-7.",
+        "model.path=/models/Qwen2.5-3B search.max_turns=2 actor.lr=5e-7. Search-R1's launch-script overrides "
+        "(after `python3 -m verl.trainer.main_ppo`) work as typed: data.train_files, retriever.url and the rest "
+        "are read as the flags and keys here; see --dry-run.",
         formatter_class=HelpFormatter,
     )
     fit.add_argument(
-        "--config", default="grpo", help="grpo, ppo (Search-R1's setups), grpo_8gpu (grpo on 8 GPUs) or a YAML file"
+        "--config",
+        default=None,
+        help="grpo, ppo (Search-R1's setups), grpo_8gpu (grpo on 8 GPUs) or a YAML file (default: grpo; ppo for "
+        "Search-R1's algorithm.adv_estimator=gae)",
     )
-    fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
+    fit.add_argument(
+        "--train-data", type=Path, default=None, help="JSONL rows from prepare-data (or Search-R1's data.train_files=)"
+    )
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (greedy EM; default: none)")
-    _retrieval_args(fit, required=True)
+    fit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and the keys mapped or set aside, check the data files and the retrieval "
+        "settings, and exit without loading torch or a model",
+    )
+    _retrieval_args(fit, required=False)  # one of them, or Search-R1's retriever.url=: checked in _train
     add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. search.max_turns=2")
     _eval_parser(commands)
@@ -224,22 +237,56 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import yaml
     from pydantic import ValidationError
     from rlloom_apps.search_agent.settings import CONFIGS, load_train_config
+    from rlloom_apps.search_agent.train_request import train_request
 
     from rlloom.core_rl.config import ConfigError, bundled_config
-    from rlloom.rollout import engine_override, engine_problem
+    from rlloom.rollout import engine_override
 
     try:
-        config = bundled_config(args.config, CONFIGS, ("grpo", "ppo", "grpo_8gpu"))
+        request = train_request(args)  # Search-R1's and veRL's keys read as ours, or refused
+        config = bundled_config(request.config, CONFIGS, ("grpo", "ppo", "grpo_8gpu"))
     except ConfigError as err:
         parser.error(str(err))
     check_yaml(parser, str(config))
-    overrides = [*args.overrides, *engine_override(args.engine)]  # the flag wins over rollout.engine
+    overrides = [*request.overrides, *engine_override(args.engine)]  # the flag wins over rollout.engine
     try:
         rl, search = load_train_config(config, overrides)  # a bad config fails before anything loads
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
+    if args.dry_run:
+        _dry_run(parser, request, rl, search)
+        return
+    for line in request.summary:  # once, never silently
+        print(f"config: {line}", file=sys.stderr)
+    _run_train(parser, request, rl, search, config=config, overrides=overrides)
+
+
+def _dry_run(parser: argparse.ArgumentParser, request: Any, rl: Any, search: Any) -> None:
+    """The resolved run, its data files read and its retrieval checked, all without torch."""
+    from rlloom_apps.search_agent.data import read_rows
+    from rlloom_apps.search_agent.train_request import check_retrieval_settings, dry_run_report
+
+    try:
+        read_rows(request.train_data, "--train-data", as_samples=False)
+        if request.val_data is not None:
+            read_rows(request.val_data, "--val-data", as_samples=False)
+        retrieval = check_retrieval_settings(request)
+    except ValueError as err:
+        parser.error(str(err))
+    print(dry_run_report(rl, search, request, retrieval))
+
+
+def _run_train(
+    parser: argparse.ArgumentParser, request: Any, rl: Any, search: Any, *, config: Path, overrides: list[str]
+) -> None:
+    """Check the engine, the rows as the agent loop reads them and the retriever (now loading torch), then train."""
+    from pydantic import ValidationError
+
+    from rlloom.core_rl.config import ConfigError
+    from rlloom.rollout import engine_problem
+
     if problem := engine_problem(rl):  # no vLLM, or a model it cannot run: before any data or model loads
         parser.error(problem)
     # only now the modules that load torch (the agent package) and the trainer
@@ -249,11 +296,14 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
     try:
         # rows without gold answers would train silently at reward 0: refuse them as eval does
-        read_rows(args.train_data, "--train-data")
-        if args.val_data is not None:
-            read_rows(args.val_data, "--val-data")
+        read_rows(request.train_data, "--train-data")
+        if request.val_data is not None:
+            read_rows(request.val_data, "--val-data")
         check_retrieval(
-            args.index, args.retrieval_url, api=search.retrieval_api, search_r1_setting=SEARCH_R1_API_OVERRIDE
+            request.index,
+            request.retrieval_url,
+            api=search.retrieval_api,
+            search_r1_setting=SEARCH_R1_API_OVERRIDE,
         )
     except ValueError as err:
         parser.error(str(err))
@@ -261,10 +311,10 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
             lambda: run_train(
                 config,
-                train_data=args.train_data,
-                val_data=args.val_data,
-                index=args.index,
-                retrieval_url=args.retrieval_url,
+                train_data=request.train_data,
+                val_data=request.val_data,
+                index=request.index,
+                retrieval_url=request.retrieval_url,
                 overrides=overrides,
             ),
             rl.trainer.output_dir,

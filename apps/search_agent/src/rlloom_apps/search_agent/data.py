@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlloom.agent.environment import Sample
-from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv itself uses
 from rlloom.core_rl.data import PARQUET_HINT, DataError, open_text, read_parquet, write_jsonl
 
 
@@ -27,6 +25,8 @@ def search_r1_question(question: str) -> str:
 
 
 def search_r1_prompt(question: str) -> str:
+    from rlloom.agent.envs.search import SEARCH_R1_TEMPLATE  # the prompt SearchEnv uses (loads torch: here)
+
     return SEARCH_R1_TEMPLATE.format(question=search_r1_question(question))
 
 
@@ -127,8 +127,9 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
                 raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg}); give JSONL or a JSON list") from None
 
 
-def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
-    """The rows of a prepare-data file, each checked for a data source and a gold answer before anything loads."""
+def read_rows(path: Path, flag: str, *, as_samples: bool = True) -> list[dict[str, Any]]:
+    """The rows of a prepare-data file, each checked for a data source and a gold answer before anything loads;
+    `as_samples=False` skips reading each as the agent loop does (that loads torch: `train --dry-run` skips it)."""
     from rlloom.rewards.qa import qa_golds
 
     if not path.is_file():
@@ -150,6 +151,10 @@ def read_rows(path: Path, flag: str) -> list[dict[str, Any]]:
                 f"{flag} {path} row {i} has no prompt (a 'prompt' list of chat messages, or a 'question'); "
                 "make rows with `search-agent prepare-data`"
             )
+        if not as_samples:
+            continue
+        from rlloom.agent.environment import Sample
+
         try:  # as the agent loop reads it: a string `prompt` passed here and failed at its first rollout
             Sample.from_row(row)
         except ValueError as err:
