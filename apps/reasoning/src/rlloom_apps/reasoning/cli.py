@@ -182,6 +182,12 @@ def _train_parser(commands: Any) -> None:
         "--score-workers", type=int, default=None, help="scoring processes, 1 or more (default: one per core)"
     )
     fit.add_argument("--score-timeout", type=float, default=30.0, help="seconds per sample's scoring at most")
+    fit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and the veRL keys mapped or set aside, check the data files' rows, and exit "
+        "without loading torch or a model",
+    )
     add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=5e-7")
 
@@ -205,18 +211,31 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.score_timeout <= 0:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
     check_yaml(parser, args.config)
+    from rlloom.core_rl.config.compat.verl_infra import read_verl_infrastructure
+
     try:
-        config = load_train_config(args.config, [*args.overrides, *engine_override(args.engine)])
+        read = read_verl_infrastructure(args.overrides)  # veRL's micro-batch sizes, nnodes=1 ...: listed, not lost
+        config = load_train_config(args.config, [*read.overrides, *engine_override(args.engine)])
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
         parser.error(str(err))
-    if problem := engine_problem(config):  # no vLLM, or a model it cannot run: before any data or model loads
+    if not args.dry_run and (problem := engine_problem(config)):  # vLLM loads torch: not in a dry run
         parser.error(problem)
     try:
         check_rows(args.train_data, args.val_data)  # every row's data_source names a scorer: still without torch
     except (ConfigError, DataError) as err:
         parser.error(str(err))
+    if args.dry_run:
+        print("# reasoning train --dry-run: the resolved config")
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False).rstrip())
+        print(f"# train data: {args.train_data} (rows checked)\n# val data: {args.val_data or 'none'}")
+        for line in read.summary():
+            print(f"#   {line}")
+        print("# not checked without loading torch: the model folder and the rollout engine (vLLM)")
+        return
+    for line in read.summary():  # once, never silently
+        print(f"config: {line}", file=sys.stderr)
     from rlloom_apps.reasoning.train import run_train  # torch, transformers: only once everything checked out
 
     try:
