@@ -168,3 +168,14 @@ def test_dry_run_reads_the_data_files(tmp_path: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         main(["train", "--dry-run", "--train-data", str(bad), "--retrieval-url", "http://h:1", "model.path=/m"])
     assert "is not a prepare-data row" in capsys.readouterr().err
+
+
+def test_verl_data_keys_alone_stand_in_for_the_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _rows(tmp_path / "d")
+    index = tmp_path / "not_an_index"
+    index.mkdir()
+    argv = [f"data.train_files={data / 'train.parquet'}", "--index", str(index), "model.path=/m"]
+    with pytest.raises(SystemExit):
+        main(["train", "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert f"--index {index}" in err and "--train-data" not in err  # the data key was read; the index is checked

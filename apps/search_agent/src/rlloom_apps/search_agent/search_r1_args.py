@@ -107,6 +107,7 @@ _IGNORED_WHY = {
 def looks_like_search_r1(items: Sequence[str]) -> bool:
     """Whether a command line uses Search-R1's own keys (then `read_search_r1` reads it)."""
     own = {"max_turns", "retriever.url", "retriever.topk", "data.max_obs_length", "data.max_start_length"}
+    own |= {"data.train_files", "data.val_files"}  # veRL's too, but here they can only be the data flags
     return any(item.lstrip("+").partition("=")[0].strip() in own for item in items)
 
 
