@@ -104,7 +104,7 @@ def make_actor(
             grad_clip=1.0,
             share_prompt_forward=share_prompts,
         ),
-        algorithm=AlgorithmConfig(clip_low=0.2, clip_high=0.2, loss_agg_mode="token-mean"),
+        algorithm=AlgorithmConfig(policy_loss={"clip_low": 0.2, "clip_high": 0.2, "agg_mode": "token-mean"}),
         total_steps=10**6,
         mini_batch_rows=samples,
         max_response_length=response_len,

@@ -210,7 +210,7 @@ def main() -> None:
         {
             "model": {"path": str(root)},
             "rollout": {"n": 1, "max_tokens": 96},
-            "algorithm": {"adv_estimator": "reinforce_plus_plus"},  # one sample per prompt: no groups
+            "algorithm": {"advantage": {"estimator": "reinforce_plus_plus"}},  # one sample per prompt: no groups
             "actor": {"lr": 1e-5, "ppo_epochs": 1, "mini_batch_size": 13, "max_tokens_per_micro_batch": 1024},
             "trainer": {"device": "cpu", "seed": 0},
             "distributed": {"num_ranks": args.ranks, "cpus_per_rank": 1.0, "timeout_s": 600},

@@ -91,7 +91,7 @@ def main() -> None:
         {
             "model": {"path": str(root / "model")},
             "rollout": {"n": 1, "max_tokens": 32},
-            "algorithm": {"adv_estimator": "reinforce_plus_plus"},
+            "algorithm": {"advantage": {"estimator": "reinforce_plus_plus"}},
             "actor": {"lr": 1e-5, "ppo_epochs": 1, "mini_batch_size": 4, "max_tokens_per_micro_batch": 512},
             "trainer": {"device": "cpu", "seed": 0},
             "distributed": {"num_ranks": args.ranks, "cpus_per_rank": 1.0, "timeout_s": 600},

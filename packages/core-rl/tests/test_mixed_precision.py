@@ -28,7 +28,7 @@ CPU = torch.device("cpu")
 STEPS = 20
 LR = 1e-6
 ACTOR = {"lr": LR, "ppo_epochs": 1, "mini_batch_size": 7, "warmup_steps": 0}
-ALGORITHM = {"adv_estimator": "reinforce_plus_plus"}
+ALGORITHM = {"advantage": {"estimator": "reinforce_plus_plus"}}
 
 
 def with_param_dtype(cfg: ModelConfig, name: str) -> ModelConfig:

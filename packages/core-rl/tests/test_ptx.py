@@ -56,7 +56,7 @@ def ptx_batch_of(texts: list[str]) -> TrajectoryBatch:
 def make_actor(model_dir: Path, ptx_coef: float) -> PolicyActor:
     model = load_causal_lm(ModelConfig(path=str(model_dir)), str(model_dir), CPU)
     ptx = PtxConfig(coef=ptx_coef, files=["rows.jsonl"]) if ptx_coef > 0 else None  # the actor reads only coef
-    algo = AlgorithmConfig(ptx=ptx, loss_agg_mode="token-mean")
+    algo = AlgorithmConfig(ptx=ptx, policy_loss={"agg_mode": "token-mean"})
     # one optimizer step over the whole batch, micro-batched by a small token budget
     cfg = ActorConfig(lr=1e-2, ppo_epochs=1, mini_batch_size=4, shuffle=False, max_tokens_per_micro_batch=24)
     return PolicyActor(

@@ -354,7 +354,7 @@ def sapo_policy_loss(
     paper damps those updates faster (τ_neg > τ_pos) for stability. Gao et al. 2025 (Qwen), "Soft Adaptive Policy
     Optimization" (arXiv 2511.20347): τ_pos = 1.0, τ_neg = 1.05 and the `seq-mean-token-mean` objective; veRL's
     `sapo` (actor.tau_pos / actor.tau_neg), which always aggregates as `seq-mean-token-mean`; here `agg`
-    (algorithm.loss_agg_mode) applies, as for every loss. clip_low/clip_high are not used; `pg_clipfrac` and
+    (algorithm.policy_loss.agg_mode) applies, as for every loss. clip_low/clip_high are not used; `pg_clipfrac` and
     `pg_clipfrac_lower` are 0 (nothing is clipped).
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, rollout_is_weights)
