@@ -360,21 +360,26 @@ class _Watch:
         self.emit(f"EXIT {self.exit_code(True)}")
 
 
-def _sysv_shm():
-    """Bytes resident in the run's System V shared memory segments (its IPC namespace's), attached or not."""
-    total = 0
+def _proc_columns_sum(path, columns):
+    """The sum of `columns` (0-based) over every row of a /proc table below its header line; 0 when unreadable."""
     try:
-        with open("/proc/sysvipc/shm", "rb") as f:
+        with open(path, "rb") as f:
             lines = f.read().splitlines()[1:]
     except OSError:
         return 0
+    total = 0
     for line in lines:
         fields = line.split()
         try:
-            total += int(fields[14])  # rss
+            total += sum(int(fields[column]) for column in columns)
         except (ValueError, IndexError):
             continue
     return total
+
+
+def _sysv_shm():
+    """Bytes resident in the run's System V shared memory segments (its IPC namespace's), attached or not."""
+    return _proc_columns_sum("/proc/sysvipc/shm", (14,))  # rss
 
 
 def _unix_socket_memory():
@@ -392,19 +397,7 @@ def _unix_socket_memory():
 
 def _netlink_memory():
     """Bytes queued in the run's netlink sockets (/proc/net/netlink's Rmem and Wmem columns)."""
-    total = 0
-    try:
-        with open("/proc/net/netlink", "rb") as f:
-            lines = f.read().splitlines()[1:]
-    except OSError:
-        return 0
-    for line in lines:
-        fields = line.split()
-        try:
-            total += int(fields[4]) + int(fields[5])
-        except (ValueError, IndexError):
-            continue
-    return total
+    return _proc_columns_sum("/proc/net/netlink", (4, 5))
 
 
 _UNIX_DIAG = bytes((1, 0, 0, 0)) + b"\xff\xff\xff\xff" + bytes(4) + (0x20).to_bytes(4, "little") + bytes(8)
