@@ -211,7 +211,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.score_timeout <= 0:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
     check_yaml(parser, args.config)
-    from rlloom.core_rl.config.compat.verl_infra import read_verl_infrastructure
+    from rlloom.core_rl.config.compat import read_verl_infrastructure
 
     try:
         read = read_verl_infrastructure(args.overrides)  # veRL's micro-batch sizes, nnodes=1 ...: listed, not lost

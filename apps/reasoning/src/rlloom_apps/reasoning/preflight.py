@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rlloom_apps.reasoning.bundled import ALGORITHMS, CONFIGS
 
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, load_config, unknown_row_names
-from rlloom.core_rl.data import read_jsonl
+from rlloom.core_rl.config import RLConfig, bundled_config, load_config
+from rlloom.core_rl.data import check_row_sources
 from rlloom.rewards import DEFAULT_SCORERS, registry
 
 
@@ -33,21 +33,13 @@ def known_source(name: str, scorers: Mapping[str, str] | None = None) -> bool:
 def check_rows(train_data: Path, val_data: Path | None) -> None:
     """Every row file holds rows, and each row's `data_source` names a scorer; a `ConfigError` listing every
     problem (file:line, the name, the nearest known one) otherwise."""
-    problems: list[str] = []
-    for label, path in (("--train-data", train_data), ("--val-data", val_data)):
-        if path is None:
-            continue
-        rows = read_jsonl(path)  # JsonlRows: errors about a row name its file:line
-        if not rows:
-            problems.append(f"{label} {path} holds no rows; give rows from `reasoning prepare-data`")
-            continue
-        missing = next((i for i, row in enumerate(rows) if not isinstance(row.get("data_source"), str)), None)
-        if missing is not None:
-            problems.append(f"{rows.where(missing)}: the row has no data_source, which picks its scorer")
-        unknown = unknown_row_names(rows, "data_source", known_source, DEFAULT_SCORERS, where=rows.where)
-        problems += [f"{p} (a name of rlloom.rewards' registry or 'module:function')" for p in unknown]
-    if problems:
-        raise ConfigError("\n".join(problems))
+    check_row_sources(
+        {"--train-data": train_data, "--val-data": val_data},
+        known=known_source,
+        valid=DEFAULT_SCORERS,
+        prepare_command="reasoning prepare-data",
+        unknown_hint=" (a name of rlloom.rewards' registry or 'module:function')",
+    )
 
 
 __all__ = ["check_rows", "config_file", "known_source", "load_train_config"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlloom.core_rl.config import ConfigError
-from rlloom.core_rl.config.compat.verl_infra import CommandLine, read_verl_infrastructure, split_key_value
+from rlloom.core_rl.config.compat import CommandLine, read_verl_infrastructure, split_key_value
 
 _RETRIEVE = "/retrieve"
 

@@ -15,7 +15,7 @@ from rlloom_apps.search_agent.search_r1_args import looks_like_search_r1, read_s
 from rlloom_apps.search_agent.settings import SearchSettings
 
 from rlloom.core_rl.config import ConfigError, RLConfig
-from rlloom.core_rl.config.compat.verl_infra import CommandLine, read_verl_infrastructure
+from rlloom.core_rl.config.compat import CommandLine, read_verl_infrastructure
 
 
 @dataclass

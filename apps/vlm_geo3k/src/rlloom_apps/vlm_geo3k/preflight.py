@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rlloom_apps.vlm_geo3k.settings import VisionSettings, load_train_config
 
-from rlloom.core_rl.config import ConfigError, RLConfig, bundled_config, unknown_row_names
-from rlloom.core_rl.data import read_jsonl
+from rlloom.core_rl.config import RLConfig, bundled_config
+from rlloom.core_rl.data import check_row_sources
 from rlloom.rewards import DEFAULT_SCORERS, registry
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -35,20 +35,12 @@ def _known(name: str) -> bool:
 def check_rows(train_data: Path, val_data: Path | None) -> None:
     """Every row file holds rows, and each row's `data_source` names a scorer; a `ConfigError` listing every
     problem (file:line, the name, the nearest known one) otherwise."""
-    problems: list[str] = []
-    for label, path in (("--train-data", train_data), ("--val-data", val_data)):
-        if path is None:
-            continue
-        rows = read_jsonl(path)
-        if not rows:
-            problems.append(f"{label} {path} holds no rows; give rows from `vlm-geo3k prepare-data`")
-            continue
-        missing = next((i for i, row in enumerate(rows) if not isinstance(row.get("data_source"), str)), None)
-        if missing is not None:
-            problems.append(f"{rows.where(missing)}: the row has no data_source, which picks its scorer")
-        problems += unknown_row_names(rows, "data_source", _known, [*DEFAULT_SCORERS], where=rows.where)
-    if problems:
-        raise ConfigError("\n".join(problems))
+    check_row_sources(
+        {"--train-data": train_data, "--val-data": val_data},
+        known=_known,
+        valid=DEFAULT_SCORERS,
+        prepare_command="vlm-geo3k prepare-data",
+    )
 
 
 __all__ = ["ALGORITHMS", "CONFIGS", "SCORERS", "check_rows", "config_file", "load_config"]

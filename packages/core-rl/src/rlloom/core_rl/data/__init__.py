@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     from rlloom.core_rl.data.rows import read_jsonl as read_jsonl
     from rlloom.core_rl.data.rows import read_parquet as read_parquet
     from rlloom.core_rl.data.rows import write_jsonl as write_jsonl
+    from rlloom.core_rl.data.sources import check_row_sources as check_row_sources
 
 _EXPORTS = {
+    "check_row_sources": "sources",
     "PromptLoader": "loader",
     "ground_truth": "loader",
     "rows_that_fit": "loader",
