@@ -175,7 +175,12 @@ def _train_parser(commands: Any) -> None:
         "dotted config overrides, e.g. model.path=/models/x actor.lr=5e-7 rollout.n=8.",
         formatter_class=HelpFormatter,
     )
-    fit.add_argument("--config", default="grpo", help=f"{', '.join(ALGORITHMS)}, or a YAML file")
+    fit.add_argument(
+        "--config",
+        default=None,
+        help=f"{', '.join(ALGORITHMS)}, or a YAML file (default: grpo); ppo when veRL's algorithm.adv_estimator=gae "
+        "is among the overrides, as veRL's PPO scripts set it",
+    )
     fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
     fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
     fit.add_argument(
@@ -190,6 +195,15 @@ def _train_parser(commands: Any) -> None:
     )
     add_engine_argument(fit)
     fit.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. actor.lr=5e-7")
+
+
+def _default_config(overrides: list[str]) -> str:
+    """The bundled config a command line without --config starts from: ppo (one sample per prompt, a critic, KL in
+    the reward, as veRL's ppo_trainer defaults) when veRL's `algorithm.adv_estimator=gae` is typed, else grpo."""
+    gae = any(
+        item.replace(" ", "") in ("algorithm.adv_estimator=gae", "+algorithm.adv_estimator=gae") for item in overrides
+    )
+    return "ppo" if gae else "grpo"
 
 
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -210,12 +224,13 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--score-workers must be 1 or more (scoring processes), got {args.score_workers}")
     if args.score_timeout <= 0:
         parser.error(f"--score-timeout must be more than 0 seconds, got {args.score_timeout:g}")
-    check_yaml(parser, args.config)
+    config_name = args.config or _default_config(args.overrides)
+    check_yaml(parser, config_name)
     from rlloom.core_rl.config.compat import read_verl_infrastructure
 
     try:
         read = read_verl_infrastructure(args.overrides)  # veRL's micro-batch sizes, nnodes=1 ...: listed, not lost
-        config = load_train_config(args.config, [*read.overrides, *engine_override(args.engine)])
+        config = load_train_config(config_name, [*read.overrides, *engine_override(args.engine)])
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
     except (ConfigError, ValidationError) as err:
@@ -227,7 +242,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except (ConfigError, DataError) as err:
         parser.error(str(err))
     if args.dry_run:
-        print("# reasoning train --dry-run: the resolved config")
+        print(f"# reasoning train --dry-run: the resolved config (from {config_name})")
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False).rstrip())
         print(f"# train data: {args.train_data} (rows checked)\n# val data: {args.val_data or 'none'}")
         for line in read.summary():

@@ -115,6 +115,8 @@ VERL_ALIASES: dict[str, Alias] = {
     "critic.model.use_remove_padding": Alias(("critic.padding_free",)),
     "critic.optim.lr_warmup_steps_ratio": Alias(("critic.warmup_ratio",)),
     "critic.optim.weight_decay": Alias(("critic.weight_decay",)),
+    "critic.ppo_max_token_len_per_gpu": Alias(("critic.max_tokens_per_micro_batch",)),
+    "critic.ppo_mini_batch_size": Alias(("critic.mini_batch_size",)),  # prompts in both, as the actor's
     f"{_ARF}.model.path": Alias(("model.path",)),
     f"{_ARF}.model.enable_gradient_checkpointing": Alias(("model.gradient_checkpointing",)),
     f"{_ARF}.model.lora_rank": Alias(("model.lora_rank",)),

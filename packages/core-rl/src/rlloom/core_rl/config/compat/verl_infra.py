@@ -65,6 +65,31 @@ INFRASTRUCTURE: dict[str, Infrastructure] = {
     "critic.model.enable_gradient_checkpointing": Infrastructure(
         "memory only: the critic follows model.gradient_checkpointing"
     ),
+    # veRL's examples/grpo_trainer/run_qwen2-7b.sh and ppo_trainer/run_qwen2-7b_seq_balance.sh (issue 40 item 1)
+    "data.truncation": Infrastructure(
+        "error: a prompt over data.max_prompt_length stops the run here too (or is left out with "
+        "data.filter_overlong_prompts=true)",
+        lambda value: value == "error",
+        "rlloom never truncates a prompt: set data.filter_overlong_prompts=true to leave longer rows out, or raise "
+        "data.max_prompt_length",
+    ),
+    "data.return_raw_chat": Infrastructure(
+        "prompts are chat messages here and the engine applies the chat template; the tokens are the same"
+    ),
+    f"{_ARF}.actor.use_dynamic_bsz": Infrastructure(
+        "memory only: micro-batches always fill a token budget here (actor.max_tokens_per_micro_batch)"
+    ),
+    f"{_ARF}.rollout.log_prob_max_token_len_per_gpu": Infrastructure(_MICRO),
+    f"{_ARF}.ref.log_prob_max_token_len_per_gpu": Infrastructure(_MICRO),
+    f"{_ARF}.rollout.mode": Infrastructure(
+        "sync or async: the engine batches the requests itself here; the samples' distribution is the same",
+        lambda value: value in ("sync", "async"),
+        "veRL's rollout modes are sync and async; rollout.engine picks the engine here",
+    ),
+    f"{_ARF}.rollout.multi_turn.format": Infrastructure(
+        "veRL's tool-call parser for its multi-turn rollout; reasoning train rolls out one turn without tools "
+        "and search-agent parses Search-R1's tags"
+    ),
 }
 """veRL key → why it changes nothing here (for the values `accepts`)."""
 
@@ -121,8 +146,23 @@ def read_verl_infrastructure(items: Sequence[str], read: CommandLine | None = No
         else:
             raise ConfigError(f"command-line override {typed!r} (veRL's name): {infra.refusal}")
     _read_placement(read, gpus, nodes)
+    _critic_follows_actor(read)
     read.mapped.extend(_aliases(read.overrides))
     return read
+
+
+_CRITIC_MINI = ("critic.ppo_mini_batch_size", "critic.mini_batch_size")
+
+
+def _critic_follows_actor(read: CommandLine) -> None:
+    """veRL's critic takes the actor's `ppo_mini_batch_size` unless it is given one; with a critic (gae) and only
+    the actor's typed, the critic here gets the same, as the number of critic steps per batch is part of the math."""
+    pairs = dict(split_key_value(item) for item in read.overrides)
+    estimator = pairs.get("algorithm.adv_estimator", pairs.get("algorithm.advantage.estimator"))
+    actor = pairs.get(f"{_ARF}.actor.ppo_mini_batch_size")
+    if estimator != "gae" or actor is None or any(key in pairs for key in _CRITIC_MINI):
+        return
+    read.overrides.append(f"critic.ppo_mini_batch_size={actor}")
 
 
 def _aliases(overrides: Sequence[str]) -> list[tuple[str, str]]:
