@@ -24,7 +24,7 @@ def test_row_shape_matches_verl() -> None:
     row = to_row("gsm8k", GSM8K_RECORD, 7, "test")
     assert row["data_source"] == "gsm8k"
     assert row["reward_model"] == {"style": "rule", "ground_truth": "1203"}
-    assert row["extra_info"] == {"index": 7, "split": "test"}
+    assert row["extra_info"] == {"index": 7, "split": "test", "solution": "3 + 1200 = <<3+1200=1203>>1203"}
     assert row["prompt"][0]["role"] == "user"
     assert row["prompt"][0]["content"].startswith("Janet has 3 apples")
     assert "\\boxed{}" in row["prompt"][0]["content"]

@@ -88,8 +88,16 @@ def to_row(dataset: str, record: dict[str, Any], index: int, split: str) -> dict
         "data_source": dataset,
         "prompt": [{"role": "user", "content": f"{question.strip()} {INSTRUCTION}"}],
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": {"index": index, "split": split},
+        "extra_info": {"index": index, "split": split, **_solution(dataset, record)},
     }
+
+
+def _solution(dataset: str, record: dict[str, Any]) -> dict[str, str]:
+    """The dataset's own worked solution, kept for warm-up demonstrations (GSM8K's answer, MATH-500's solution)."""
+    text = record.get("answer") if dataset == "gsm8k" else record.get("solution")
+    if dataset == "gsm8k" and isinstance(text, str) and "####" in text:
+        text = text.rsplit("####", 1)[0]
+    return {"solution": text.strip()} if isinstance(text, str) and text.strip() else {}
 
 
 def humaneval_row(record: dict[str, Any], index: int, split: str) -> dict[str, Any]:
