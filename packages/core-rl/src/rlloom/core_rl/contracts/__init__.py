@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rlloom.core_rl.contracts.engines import HasContextWindow as HasContextWindow
     from rlloom.core_rl.contracts.engines import HasEosTokens as HasEosTokens
     from rlloom.core_rl.contracts.engines import HasTokenizer as HasTokenizer
+    from rlloom.core_rl.contracts.engines import InflightWeightUpdate as InflightWeightUpdate
     from rlloom.core_rl.contracts.engines import ReplicaFactory as ReplicaFactory
     from rlloom.core_rl.contracts.engines import RolloutEngine as RolloutEngine
     from rlloom.core_rl.contracts.engines import SleepMode as SleepMode
@@ -50,6 +51,7 @@ _EXPORTS = {
     "RolloutEngine": "engines",
     "SleepMode": "engines",
     "WeightSyncCount": "engines",
+    "InflightWeightUpdate": "engines",
     "WeightSyncLifecycle": "engines",
     "ReplicaDispatcher": "dispatch",
     "Completion": "generation",

@@ -73,6 +73,23 @@ class WeightSyncCount(Protocol):
 
 
 @runtime_checkable
+class InflightWeightUpdate(Protocol):
+    """Takes new weights while requests are in progress (fully asynchronous RL: generation never waits for an
+    update to drain). `pause_generation()` returns once every running request stopped at a token boundary (new
+    ones wait); the trainer pushes weights with `update_weights`; `resume_generation(policy_version)` lets them
+    continue under the new weights, every token sampled after it labelled `policy_version` in
+    `Completion.policy_versions`. `keeps_kv_cache` says whether paused requests keep their KV cache (computed
+    under the old weights) or re-prefill their prompt and tokens so far under the new ones."""
+
+    def pause_generation(self) -> None: ...
+
+    def resume_generation(self, policy_version: int) -> None: ...
+
+    @property
+    def keeps_kv_cache(self) -> bool: ...
+
+
+@runtime_checkable
 class HasContextWindow(Protocol):
     """Names its model's context length (None: unknown), at which agent loops cap a conversation and a server
     caps prompts, instead of sending a prompt the engine must refuse."""
@@ -116,6 +133,7 @@ CAPABILITIES: dict[str, type] = {
     "sleep_mode": SleepMode,
     "weight_sync_lifecycle": WeightSyncLifecycle,
     "weight_sync_count": WeightSyncCount,
+    "inflight_weight_update": InflightWeightUpdate,
     "context_window": HasContextWindow,
     "eos_tokens": HasEosTokens,
     "tokenizer": HasTokenizer,
@@ -168,6 +186,7 @@ __all__ = [
     "HasContextWindow",
     "HasEosTokens",
     "HasTokenizer",
+    "InflightWeightUpdate",
     "ReplicaFactory",
     "RolloutEngine",
     "SleepMode",

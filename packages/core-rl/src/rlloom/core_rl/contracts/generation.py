@@ -102,9 +102,17 @@ class Completion:
     stop_reason: str | int | None = None  # the stop string or token id that ended it, if any
     sample_index: int = 0  # which of the request's n samples
     timing: dict[str, float] = field(default_factory=dict)  # e.g. {"latency_s": ..., "ttft_s": ...}
+    # the policy version (training step of the weights) that sampled each token; None when the engine does not
+    # track versions. A completion generated across an in-flight weight update spans versions.
+    policy_versions: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ValueError(
                 f"Completion {self.request_id}: {len(self.logprobs)} logprobs for {len(self.token_ids)} tokens"
+            )
+        if self.policy_versions is not None and len(self.policy_versions) != len(self.token_ids):
+            raise ValueError(
+                f"Completion {self.request_id}: {len(self.policy_versions)} policy_versions for "
+                f"{len(self.token_ids)} tokens"
             )

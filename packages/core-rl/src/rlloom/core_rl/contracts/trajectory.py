@@ -2,7 +2,10 @@
 
 `response_ids` is everything after the prompt: model turns, tool observations and chat-template glue, in
 order. `loss_mask[i]` is 1 only for tokens the policy sampled, so observations and template tokens carry no
-loss; `rollout_logprobs[i]` is the engine's sampling logprob for sampled tokens and 0.0 elsewhere.
+loss; `rollout_logprobs[i]` is the engine's sampling logprob for sampled tokens and 0.0 elsewhere (the behaviour
+policy's log-prob, which asynchronous training corrects against); `policy_versions[i]` is the policy version (the
+training step of the weights) that sampled token i, and for other tokens the version of the last sampled token before
+them (the prompt's version for tokens before any): a trajectory generated across weight updates spans versions.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ class Trajectory:
     response_ids: list[int]
     loss_mask: list[int]
     rollout_logprobs: list[float] | None = None
+    policy_versions: list[int] | None = None
     group_id: str = ""  # samples of the same prompt share it (GRPO/RLOO groups)
     data_source: str = ""
     ground_truth: Any = None
@@ -38,6 +42,10 @@ class Trajectory:
         if self.rollout_logprobs is not None and len(self.rollout_logprobs) != n:
             raise ValueError(
                 f"Trajectory: rollout_logprobs has {len(self.rollout_logprobs)} entries for {n} response tokens"
+            )
+        if self.policy_versions is not None and len(self.policy_versions) != n:
+            raise ValueError(
+                f"Trajectory: policy_versions has {len(self.policy_versions)} entries for {n} response tokens"
             )
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("Trajectory: loss_mask entries must be 0 or 1")
