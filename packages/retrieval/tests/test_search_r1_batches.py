@@ -5,30 +5,39 @@ whole batch for one query over 4,096 characters; the trainer then died with `Key
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
+import requests
 
 from rlloom.retrieval.index import IndexRetriever, build_index, load_index
 from rlloom.retrieval.server import ServerLimits
 
+DATA = Path(__file__).parent / "data"
 TURN = 512 * 5  # Search-R1's GRPO turn: train_batch_size 512, n_agent 5
 
 
 def _post_like_search_r1(url: str, payload: dict[str, Any]) -> Any:
     """What Search-R1's `_batch_search` does: `requests.post(search_url, json=payload).json()`, no timeout."""
-    try:
-        import requests
-    except ImportError:  # same JSON body either way
-        return httpx.post(url, json=payload, timeout=None).json()
     return requests.post(url, json=payload).json()  # Search-R1 sets no timeout
+
+
+def _search_r1_generation() -> ModuleType:
+    """Search-R1's own trainer code (tests/data/search_r1_generation.py, copied verbatim at a14dc3a)."""
+    spec = importlib.util.spec_from_file_location("search_r1_generation", DATA / "search_r1_generation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _passages_to_string(result: list[dict[str, Any]]) -> str:
@@ -100,6 +109,49 @@ def test_a_2560_query_turn_gets_one_result_list_per_query(served_index: Any, hot
     stats = httpx.get(f"{url}/stats").json()
     assert stats["requests"] == 1 and stats["queries"] == TURN and stats["truncated_queries"] == 2
     assert stats["largest_batch"] <= 1024  # searched in pieces of max_batch_queries, not in one 2,560 call
+    assert "2 of 2560 queries cut to fit" in log.read_text()
+
+
+def test_search_r1s_own_trainer_code_completes_a_2560_query_turn(served_index: Any, hotpot: Path) -> None:
+    """Search-R1's `execute_predictions` (its environment step), unchanged, on a turn of 2,560 `<search>` outputs
+    plus answers, invalid actions and finished samples: one request, one observation per sample."""
+    url, index, log = served_index
+    r1 = _search_r1_generation()
+    manager = r1.LLMGenerationManager()  # __init__ builds torch helpers these methods do not use
+    manager.config = r1.GenerationConfig(
+        max_turns=4, max_start_length=2048, max_prompt_length=4096, max_response_length=500, max_obs_length=500,
+        num_gpus=8, search_url=f"{url}/retrieve", topk=3,
+    )  # fmt: skip
+    queries = _turn_queries(hotpot)
+    predictions = [f"<think>I need to look this up.</think>\n<search> {q} </search>" for q in queries]
+    # an inactive sample's output is "" (run_llm_loop pads the finished samples' responses with empty strings)
+    others = ["<think>done</think> <answer> Shirley Temple </answer>", "no action at all", ""]
+    predictions[100:100] = others  # an answer, an invalid action and an inactive sample among the searches
+    active = [True] * len(predictions)
+    active[102] = False
+    seen_before = httpx.get(f"{url}/stats").json()
+    next_obs, dones, valid, is_search = manager.execute_predictions(predictions, "<|endoftext|>", active)
+    stats = httpx.get(f"{url}/stats").json()
+    assert stats["requests"] - seen_before["requests"] == 1  # the whole turn in one request
+    assert stats["queries"] - seen_before["queries"] == TURN
+    assert stats["truncated_queries"] - seen_before["truncated_queries"] == 2
+    assert len(next_obs) == len(dones) == len(valid) == len(is_search) == TURN + 3
+    assert sum(is_search) == TURN and sum(valid) == TURN + 1 and sum(dones) == 2
+    assert (next_obs[100], dones[100], next_obs[102], dones[102]) == ("", 1, "", 1)
+    assert next_obs[101].startswith("\nMy previous action is invalid.")
+    searched = [q.strip()[:4096] for q in queries]  # the trainer strips; the server cuts to 4,096 characters
+    expected = index.search(searched, 3)
+    observed = next_obs[:100] + next_obs[103:]
+    for obs, hits in zip(observed, expected, strict=True):
+        docs = "\n".join(
+            f"Doc {i + 1}(Title: {t}) {x}" for i, (t, _, x) in enumerate(h.contents.partition("\n") for h in hits)
+        )
+        assert obs == f"\n\n<information>{docs.strip()}</information>\n\n"
+    # the over-long queries: answered (3 passages each), cut, and reported beside `result`, which the trainer reads
+    assert observed[17].count("Doc ") == 3 and observed[2000].count("Doc ") == 3
+    raw = manager._batch_search([queries[17].strip(), "Corliss Archer"])
+    assert len(raw["result"]) == 2 and [len(r) for r in raw["result"]] == [3, 3]
+    assert raw["truncated_queries"] == [{"index": 0, "chars": 5999, "limit": "4096 characters"}]
     assert "2 of 2560 queries cut to fit" in log.read_text()
 
 
