@@ -1,8 +1,8 @@
 """veRL's own GRPO and PPO launch scripts (tests/data/verl_scripts, from github.com/volcengine/verl at b178a3c,
 Apache-2.0), their overrides verbatim after `python3 -m verl.trainer.main_ppo`, pass `reasoning train --dry-run`:
 every key maps to its meaning here, has the same name, or is listed as infrastructure, and the run resolves to the
-scripts' values (issue 40 item 1). The data files go in as --train-data/--val-data: `reasoning train` does not read
-data.train_files/val_files yet, and refuses them naming the flag."""
+scripts' values (issue 40 item 1). data.train_files/val_files (one parquet file, or a list of them) are read as the
+--train-data/--val-data rows, each file checked before torch."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 import yaml
 from rlloom_apps.reasoning.cli import main
 
+from rlloom.core_rl.data import write_jsonl
+
 SCRIPTS = Path(__file__).parent / "data" / "verl_scripts"
-DATA_FILES = ("data.train_files=", "data.val_files=")
 # keys whose name and meaning are the same here: no line in the summary
 SAME_NAME = {
     "data.train_batch_size",
@@ -39,7 +40,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         "response": 1024,
         "critic_lr": None,
         "kl_loss": True,
-        "mapped": 25,
+        "mapped": 27,  # 25 config keys and the two data files
         "ignored": 4,
     },
     "ppo": {
@@ -53,7 +54,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         "response": 4096,
         "critic_lr": 1e-5,
         "kl_loss": False,
-        "mapped": 28,
+        "mapped": 30,
         "ignored": 7,
     },
 }
@@ -65,15 +66,31 @@ def _overrides(name: str, data_dir: Path) -> list[str]:
     return [shlex.split(line.replace("{data_dir}", str(data_dir)))[0] for line in lines]
 
 
+ROW = {
+    "prompt": [{"role": "user", "content": "1+1?"}],
+    "reward_model": {"ground_truth": "2"},
+    "data_source": "openai/gsm8k",
+}
+
+
 def _rows(tmp_path: Path) -> Path:
     rows = tmp_path / "rows.jsonl"
-    row = {
-        "prompt": [{"role": "user", "content": "1+1?"}],
-        "reward_model": {"ground_truth": "2"},
-        "data_source": "openai/gsm8k",
-    }
-    rows.write_text(json.dumps(row) + "\n")
+    rows.write_text(json.dumps(ROW) + "\n")
     return rows
+
+
+def _parquet_files(items: list[str]) -> list[Path]:
+    """The script's data files, written as veRL's parquet rows (1 row per file, its place in the list as answer)."""
+    paths = []
+    for item in items:
+        key, _, value = item.partition("=")
+        if key in ("data.train_files", "data.val_files"):
+            loaded = yaml.safe_load(value)
+            paths += [Path(p) for p in (loaded if isinstance(loaded, list) else [loaded])]
+    for i, path in enumerate(paths):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, [{**ROW, "reward_model": {"ground_truth": str(i)}}])
+    return paths
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -83,10 +100,13 @@ def test_a_verl_example_script_passes_dry_run_verbatim(
     want = PUBLISHED[name]
     items = _overrides(name, tmp_path)
     assert len(items) == want["keys"]
-    script = [item for item in items if not item.startswith(DATA_FILES)]
-    assert len(script) == want["keys"] - 2
-    main(["train", "--dry-run", "--train-data", str(_rows(tmp_path)), *script])
+    script = items  # verbatim, data files included
+    files = _parquet_files(items)
+    main(["train", "--dry-run", *script])
     out = capsys.readouterr().out
+    half = len(files) // 2  # train files first, then val files, in each script
+    assert f"# train data: {', '.join(map(str, files[:half]))} (rows checked)" in out
+    assert f"# val data: {', '.join(map(str, files[half:]))}" in out
     resolved = yaml.safe_load("\n".join(line for line in out.splitlines() if not line.startswith("#")))
     assert resolved["algorithm"]["advantage"]["estimator"] == want["estimator"]
     assert resolved["rollout"]["n"] == want["n"]
@@ -114,16 +134,6 @@ def test_a_verl_example_script_passes_dry_run_verbatim(
             item = "trainer.n_gpus_per_node=8 x trainer.nnodes=1"
         hits = [line for line in summary if line.partition(":")[2].lstrip().startswith(f"{item} ")]
         assert len(hits) == 1 or (key in SAME_NAME and not hits), (item, hits)
-
-
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_data_files_are_refused_naming_the_flag(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    files = [item for item in _overrides(name, tmp_path) if item.startswith(DATA_FILES)]
-    with pytest.raises(SystemExit) as exit:
-        main(["train", "--dry-run", "--train-data", str(_rows(tmp_path)), *files])
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert "unknown key 'data.train_files'; that is veRL's name; here it is the app's --train-data flag" in err
 
 
 def test_a_truncation_rlloom_does_not_do_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -181,8 +181,18 @@ def _train_parser(commands: Any) -> None:
         help=f"{', '.join(ALGORITHMS)}, or a YAML file (default: grpo); ppo when veRL's algorithm.adv_estimator=gae "
         "is among the overrides, as veRL's PPO scripts set it",
     )
-    fit.add_argument("--train-data", required=True, type=Path, help="JSONL rows from prepare-data")
-    fit.add_argument("--val-data", type=Path, default=None, help="JSONL rows for validation (default: none)")
+    fit.add_argument(
+        "--train-data",
+        type=Path,
+        default=None,
+        help="rows from prepare-data, JSONL or parquet (or veRL's data.train_files=FILE or a list of files)",
+    )
+    fit.add_argument(
+        "--val-data",
+        type=Path,
+        default=None,
+        help="rows for validation (or veRL's data.val_files=FILE or a list) (default: none)",
+    )
     fit.add_argument(
         "--score-workers", type=int, default=None, help="scoring processes, 1 or more (default: one per core)"
     )
@@ -210,14 +220,18 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     import yaml
     from pydantic import ValidationError
     from rlloom_apps.reasoning.preflight import check_rows, load_train_config
+    from rlloom_apps.reasoning.train_files import check_files, read_data_files
 
     from rlloom.core_rl.config import ConfigError
+    from rlloom.core_rl.config.compat import CommandLine
     from rlloom.core_rl.data import DataError
     from rlloom.rollout import engine_override, engine_problem
 
-    for label, path in (("--train-data", args.train_data), ("--val-data", args.val_data)):
-        if path is not None and not path.is_file():
-            parser.error(f"{label} {path} does not exist (make rows with `reasoning prepare-data`)")
+    try:  # veRL's data.train_files / val_files (one file or a list) stand in for the flags
+        files = read_data_files(args.overrides, args.train_data, args.val_data)
+        check_files(files.labelled(), "reasoning prepare-data")  # exists, has the columns: named per file
+    except (ConfigError, DataError) as err:
+        parser.error(str(err))
     if args.score_workers is not None and args.score_workers < 1:
         # training scores in worker processes kept for the whole run (a scorer that hangs or crashes cannot take
         # the run with it); unlike `reasoning eval`, there is no in-process mode
@@ -229,7 +243,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom.core_rl.config.compat import read_verl_infrastructure
 
     try:
-        read = read_verl_infrastructure(args.overrides)  # veRL's micro-batch sizes, nnodes=1 ...: listed, not lost
+        read = read_verl_infrastructure(files.rest, CommandLine(mapped=files.mapped))  # nnodes=1 ...: listed, not lost
         config = load_train_config(config_name, [*read.overrides, *engine_override(args.engine)])
     except yaml.YAMLError as err:
         parser.error(f"an override's value is not valid YAML ({str(err).splitlines()[0]}); quote it")
@@ -238,13 +252,14 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not args.dry_run and (problem := engine_problem(config)):  # vLLM loads torch: not in a dry run
         parser.error(problem)
     try:
-        check_rows(args.train_data, args.val_data)  # every row's data_source names a scorer: still without torch
+        check_rows(None, files=files.labelled())  # every row's data_source names a scorer: still without torch
     except (ConfigError, DataError) as err:
         parser.error(str(err))
     if args.dry_run:
         print(f"# reasoning train --dry-run: the resolved config (from {config_name})")
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False).rstrip())
-        print(f"# train data: {args.train_data} (rows checked)\n# val data: {args.val_data or 'none'}")
+        print(f"# train data: {', '.join(map(str, files.train))} (rows checked)")
+        print(f"# val data: {', '.join(map(str, files.val)) or 'none'}")
         for line in read.summary():
             print(f"#   {line}")
         print("# not checked without loading torch: the model folder and the rollout engine (vLLM)")
@@ -257,8 +272,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         metrics = run_interruptible(  # Ctrl-C: one line naming the step and the command that resumes, exit 130
             lambda: run_train(
                 config,
-                train_data=args.train_data,
-                val_data=args.val_data,
+                train_data=files.train,
+                val_data=files.val or None,
                 score_workers=args.score_workers,
                 score_timeout=args.score_timeout,
             ),

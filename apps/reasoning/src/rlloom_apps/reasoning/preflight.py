@@ -30,11 +30,12 @@ def known_source(name: str, scorers: Mapping[str, str] | None = None) -> bool:
     return name in (scorers or {}) or registry.canonical_source(name) is not None or ":" in name
 
 
-def check_rows(train_data: Path, val_data: Path | None) -> None:
+def check_rows(train_data: Path | None, val_data: Path | None = None, files: Mapping[str, Path] | None = None) -> None:
     """Every row file holds rows, and each row's `data_source` names a scorer; a `ConfigError` listing every
-    problem (file:line, the name, the nearest known one) otherwise."""
+    problem (file:line, the name, the nearest known one) otherwise. `files` (how the user named it -> path, e.g.
+    `data.train_files[1]`) replaces the two flags when given."""
     check_row_sources(
-        {"--train-data": train_data, "--val-data": val_data},
+        dict(files) if files is not None else {"--train-data": train_data, "--val-data": val_data},
         known=known_source,
         valid=DEFAULT_SCORERS,
         prepare_command="reasoning prepare-data",
