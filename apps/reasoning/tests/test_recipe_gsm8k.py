@@ -1,0 +1,53 @@
+"""The GSM8K recipe's glue (scripts/recipes/gsm8k.py): its shipped subsets are disjoint and prepare cleanly, its
+overrides pass `reasoning train --dry-run`, the warm-up goes through `reasoning warmup`, and eval samples are read
+into per-row accuracy in dev order. The full recipe is `nox -s recipe-gsm8k` (a benchmark, not CI)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "scripts" / "recipes"))
+import gsm8k  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def _questions(name: str) -> list[str]:
+    text = (gsm8k.DATA / f"{name}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line)["question"] for line in text.splitlines()]
+
+
+def test_shipped_subsets_are_disjoint_and_sized() -> None:
+    train, dev = _questions("train"), _questions("dev")
+    assert (len(train), len(dev)) == (400, 100)
+    assert not set(train) & set(dev)
+
+
+def test_overrides_pass_the_dry_run(tmp_path: Path) -> None:
+    rows = tmp_path / "train.jsonl"
+    prepare = [BIN / "reasoning", "prepare-data", "--dataset", "gsm8k", "--input", gsm8k.DATA / "train.jsonl",
+               "--out", rows, "--limit", "4"]  # fmt: skip
+    subprocess.run(prepare, check=True)
+    assert all("solution" in json.loads(r)["extra_info"] for r in rows.read_text().splitlines())  # for the warm-up
+    args = gsm8k.parse(["--steps", "3", "--prompts", "2"])
+    cmd = [BIN / "reasoning", "train", "--config", "grpo", "--engine", "vllm", "--dry-run", "--train-data", rows,
+           *gsm8k.train_overrides(args, tmp_path / "warm", tmp_path / "grpo")]  # fmt: skip
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "total_steps: 3" in done.stdout and "train_batch_size: 2" in done.stdout
+
+
+def test_warmup_goes_through_the_app_command(tmp_path: Path) -> None:
+    cmd = gsm8k.warmup_command(gsm8k.parse([]), tmp_path / "rows.jsonl", tmp_path / "warm")
+    assert cmd[:2] == [gsm8k.tool("reasoning"), "warmup"] or cmd[2] == "_warmup"
+    assert "--epochs" in cmd and str(tmp_path / "warm") in map(str, cmd)
+
+
+def test_row_scores_follow_dev_order(tmp_path: Path) -> None:
+    records = [{"problem": 1, "sample": 0, "score": 0.0}, {"problem": 0, "sample": 0, "score": 1.0}]
+    (tmp_path / "samples_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert gsm8k.row_scores(tmp_path) == [1.0, 0.0]

@@ -1,0 +1,86 @@
+"""The search recipe's glue (scripts/recipes/search.py): its overrides pass `search-agent train --dry-run`, eval
+predictions are read into per-question scores, the valid-format rate reads only what the model wrote, and the
+report holds hand-computed means. The full recipe is `nox -s recipe-search` (a benchmark, not CI)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "scripts" / "recipes"))
+import search  # noqa: E402
+from recipe_common import Runner, write_report  # noqa: E402
+
+VALID = (
+    "<think> who is it </think>\n<search> kiss and tell </search>"
+    "\n\n<information>Doc 1 (Title: X) she said <answer> not mine </answer></information>\n\n"
+    "<think> found </think>\n<answer> Chief of Protocol </answer>"
+)
+HINTED = "I think so." + search.SearchEnvConfig().invalid_action_text + "<think> ok </think>\n<answer> x </answer>"
+
+
+def test_format_valid_reads_the_model_turns_only() -> None:
+    assert search.format_valid(VALID) == 1.0
+    assert search.format_valid(HINTED) == 0.0  # the environment had to correct a turn
+    assert search.format_valid("<answer> Paris </answer>") == 0.0  # no <think> first: Search-R1's rule
+    assert search.format_valid("Paris.") == 0.0
+
+
+def test_row_scores_in_dev_order(tmp_path: Path) -> None:
+    rows = [
+        {"em": 1.0, "f1": 1.0, "searches": 1.0, "response": VALID},
+        {"em": 0.0, "f1": 0.5, "searches": 2.0, "response": HINTED},
+    ]
+    (tmp_path / "predictions_search.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert search.row_scores(tmp_path) == {
+        "em": [1.0, 0.0],
+        "f1": [1.0, 0.5],
+        "searches": [1.0, 2.0],
+        "format_valid": [1.0, 0.0],
+    }
+
+
+def test_report_means_and_interval(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "log")
+    runner("echo", [sys.executable, "-c", "print('hi')"])
+    scores = {
+        "untrained": {"f1": [0.0, 0.0, 0.0, 0.0]},
+        "warmup": {"f1": [0.0, 0.5, 0.0, 1.0]},
+        "rl": {"f1": [0.5, 1.0, 0.5, 1.0]},
+    }
+    comparisons = {"rl - warmup": ("f1", "warmup", "rl")}
+    report = write_report(tmp_path, "t", scores=scores, comparisons=comparisons, runner=runner, extra={"dev_rows": 4})
+    assert report["means"]["warmup"]["f1"] == pytest.approx(0.375)
+    interval = report["intervals"]["rl - warmup"]
+    assert interval["mean"] == pytest.approx(0.375)  # differences 0.5, 0.5, 0.5, 0: a resample lies in [0, 0.5]
+    assert 0.0 <= interval["low"] <= interval["mean"] <= interval["high"] <= 0.5
+    assert json.loads((tmp_path / "report.json").read_text())["commands"][0]["exit"] == 0
+    assert "| rl | 0.750 |" in (tmp_path / "report.md").read_text()
+
+
+def test_train_overrides_pass_the_dry_run(tmp_path: Path) -> None:
+    """Every key the recipe sets is one `search-agent train` knows (checked without torch)."""
+    bin_dir = Path(sys.executable).parent
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "1", "title": "Paris", "text": "Paris is in France."}) + "\n")
+    index = tmp_path / "index"
+    subprocess.run([bin_dir / "rlloom-retrieval", "build-index", "--corpus", corpus, "--out", index], check=True)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"_id": "q", "text": "where is paris", "metadata": {"answers": ["France"]}}) + "\n")
+    rows = tmp_path / "rows.jsonl"
+    prepare = [bin_dir / "search-agent", "prepare-data", "--data-source", "hotpotqa", "--input", queries, "--out", rows]
+    subprocess.run(prepare, check=True)
+    args = search.parse(["--steps", "3"])
+    assert isinstance(args, argparse.Namespace)
+    overrides = search.train_overrides(args, tmp_path / "warm", tmp_path / "grpo")
+    cmd = [bin_dir / "search-agent", "train", "--config", "grpo", "--engine", "vllm", "--dry-run",
+           "--train-data", rows, "--index", index, *overrides]  # fmt: skip
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "total_steps: 3" in done.stdout and "max_turns: 3" in done.stdout
