@@ -6,12 +6,20 @@ step-wise on the offline `LLM`).
 own (each `asyncio.run` is a new one), so the engine owns a loop on a background thread and every call is handed
 to it; `agenerate` awaits the answer without blocking its caller's loop. Weight sync, its deadlines and errors are
 `VLLMEngine`'s (`vllm.weights.WeightSync` over `collective_rpc`); a sync waits for no request, so push
-weights between rollouts, as the trainer does.
+weights between rollouts, as the trainer does, or inside `pause_generation` / `resume_generation`.
+
+In-flight weight updates (core-rl's `InflightWeightUpdate`, keys/values not kept): `pause_generation` aborts
+every running request in vLLM (`AsyncLLM.pause_generation(mode="abort")`) and holds new ones back; each aborted
+request keeps the tokens it has and, at `resume_generation`, continues as a new vLLM request from its prompt plus
+those tokens, prefilled under the new weights. Every vLLM request runs under one version of the weights, so each
+token's `policy_versions` entry is exact. vLLM's own `mode="keep"` would keep the KV cache but does not say where
+in a request's output the pause fell.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 import time
@@ -22,10 +30,12 @@ from typing import Any, TypeVar
 import torch
 
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.rollout.vllm.engine import (
     VLLMEngineConfig,
     _completion,
     multimodal_kwargs,
+    platform_kwargs,
     prepare_platform,
     scheduler_kwargs,
     vllm_sampling_kwargs,
@@ -39,7 +49,7 @@ T = TypeVar("T")
 class VLLMAsyncEngine:
     """`AsyncLLM` on a loop of its own (start it under `__main__`); implements core-rl's `RolloutEngine` and the
     capabilities `VLLMEngine` has: `SleepMode`, `WeightSyncLifecycle`, `WeightSyncCount`, `HasContextWindow`,
-    `HasTokenizer` and `Closable`."""
+    `HasTokenizer` and `Closable`, and `InflightWeightUpdate` (re-prefilling)."""
 
     tokenizer: Any
     context_window: int | None
@@ -57,6 +67,11 @@ class VLLMAsyncEngine:
         value = getattr(getattr(self.llm, "model_config", None), "max_model_len", None)
         self.context_window = int(value) if value else None
         self._ids = itertools.count()
+        self._paused = False
+        self._pauses = 0  # a vLLM request that ends 'abort' after a pause began is continued at the resume
+        self._adding = 0  # requests on their way into vLLM (a pause waits for them, so that its abort takes them)
+        self._running = self._run(_new_event())  # set while not paused; lives on the engine's loop
+        self._running.set()
         self._sync = WeightSync(
             WeightSyncSession(self._rpc, timeout_s=config.sync_timeout_s),
             bucket_bytes=config.weight_bucket_bytes,
@@ -77,11 +92,11 @@ class VLLMAsyncEngine:
             max_model_len=c.max_model_len,
             enable_prefix_caching=c.enable_prefix_caching,
             enable_sleep_mode=self.supports_sleep,
-            enforce_eager=c.enforce_eager,
             seed=c.seed,
             logprobs_mode=c.logprobs_mode,
             worker_extension_cls="rlloom.rollout.vllm.worker.WeightLoaderExtension",
             **scheduler_kwargs(c, on_cpu=self.on_cpu),
+            **platform_kwargs(c, on_cpu=self.on_cpu),
             **multimodal_kwargs(c, self.image_layout),
         )
         return AsyncLLM.from_engine_args(args)
@@ -97,34 +112,58 @@ class VLLMAsyncEngine:
 
     # -- RolloutEngine -------------------------------------------------------------------------------------
     async def _one(self, request: GenerationRequest) -> list[Completion]:
+        """One request; samples a pause interrupted continue from their tokens so far at the resume."""
+        parts: list[list[tuple[Completion, int]]] = [[c] for c in await self._segment(request, request)]
+        while todo := [p for p in parts if p[-1][0].finish_reason == "abort" and p[-1][1] != self._pauses]:
+            await self._running.wait()
+            # vLLM's prompt ids are the ones sent, except an image request's (its image pads expanded)
+            prompt = render_prompt(self.tokenizer, request) if request.multimodal else parts[0][0][0].prompt_ids
+            continued = await asyncio.gather(*(self._segment(request, _continuation(request, prompt, p)) for p in todo))
+            for p, more in zip(todo, continued, strict=True):
+                p.append(more[0])
+        return [_joined(p) for p in parts]
+
+    async def _segment(self, request: GenerationRequest, part: GenerationRequest) -> list[tuple[Completion, int]]:
+        """One vLLM request for `part` (the request itself, or a sample's continuation after a pause), under one
+        version of the weights: each completion with the pause count at its start (an 'abort' ended by a later
+        pause is continued)."""
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        prompt = engine_prompt(request, self.tokenizer, self.image_layout)
+        prompt = engine_prompt(part, self.tokenizer, self.image_layout)
         params = self._vllm.SamplingParams(
             **vllm_sampling_kwargs(
-                request.sampling,
+                part.sampling,
                 skip_special_tokens=self.config.skip_special_tokens,
                 logit_bias=self.image_layout.logit_bias() if self.image_layout else None,
             )
         )
         params.output_kind = RequestOutputKind.FINAL_ONLY
         request_id = f"{request.request_id}-{next(self._ids)}"
+        await self._running.wait()
+        pauses, version = self._pauses, self.policy_version
+        self._adding += 1  # a pause waits until the request reached vLLM, so that vLLM's abort takes it
+        try:
+            collector = await self.llm.add_request(request_id, TokensPrompt(**prompt), params)  # type: ignore[typeddict-item]
+        finally:
+            self._adding -= 1
         started = time.perf_counter()
         final = None
-        async for out in self.llm.generate(TokensPrompt(**prompt), params, request_id):  # type: ignore[typeddict-item]
-            final = out
-        if final is None:
-            raise RuntimeError(f"vLLM returned no output for request {request.request_id}")
+        try:  # as `AsyncLLM.generate`, which cannot say when the request has reached the engine
+            while final is None or not final.finished:
+                final = collector.get_nowait() or await collector.get()
+        except asyncio.CancelledError:
+            await self.llm.abort(request_id)
+            raise
         latency = time.perf_counter() - started
         prompt_ids = list(final.prompt_token_ids or [])
         if request.multimodal:
-            check_expanded(request.request_id, request.prompt_ids or [], prompt_ids)
-        return [_completion(request, prompt_ids, c, latency) for c in final.outputs]
+            check_expanded(request.request_id, part.prompt_ids or [], prompt_ids)
+        return [(_completion(request, prompt_ids, c, latency, version), pauses) for c in final.outputs]
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """One request, scheduled by vLLM alongside every other in flight (continuous batching)."""
-        if self._sync.pending:
+        if self._sync.pending and not self._paused:  # paused, the sync is the trainer's to close (at the resume)
             await asyncio.to_thread(self._sync.ready)
         future = self._submit(self._one(request))
         try:
@@ -135,7 +174,8 @@ class VLLMAsyncEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Every request submitted at once; answers in request order."""
-        self._sync.ready()
+        if not self._paused:
+            self._sync.ready()
 
         async def all_of() -> list[list[Completion]]:
             return list(await asyncio.gather(*(self._one(r) for r in requests)))
@@ -151,6 +191,43 @@ class VLLMAsyncEngine:
 
     def finish_weight_sync(self) -> None:
         self._sync.finish()
+
+    # -- in-flight weight updates (core-rl's InflightWeightUpdate) -----------------------------------------
+    def pause_generation(self) -> None:
+        """Stop every running request (vLLM aborts them; each keeps its tokens so far) and hold new ones back;
+        returns once vLLM has stopped. Push weights with `update_weights`, then `resume_generation`."""
+        self._paused = True
+        self._run(self._pause())
+
+    async def _pause(self) -> None:
+        self._running.clear()
+        self._pauses += 1
+        while self._adding:  # requests between the gate and vLLM: let them arrive, so the abort takes them
+            await asyncio.sleep(0.001)
+        await self.llm.pause_generation(mode="abort", clear_cache=False)
+
+    def resume_generation(self, policy_version: int) -> None:
+        """Close the weight sync (prefix cache dropped), then continue every interrupted request from its
+        prompt plus its tokens so far, prefilled under the new weights; their new tokens carry
+        `policy_version`."""
+        self._sync.ready()
+        self._sync.session.policy_version = policy_version
+        self._run(self._resume())
+        self._paused = False
+
+    async def _resume(self) -> None:
+        await self.llm.resume_generation()
+        self._running.set()
+
+    @property
+    def keeps_kv_cache(self) -> bool:
+        """False: interrupted requests are prefilled again (prompt and tokens so far) under the new weights."""
+        return False
+
+    @property
+    def policy_version(self) -> int:
+        """The version tokens sampled now are labelled with (the last sync's step or resume's version; 0 first)."""
+        return self._sync.policy_version
 
     def _drop_weight_caches(self) -> None:
         self._run(self.llm.reset_prefix_cache())
@@ -177,3 +254,46 @@ class VLLMAsyncEngine:
         self.llm.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+async def _new_event() -> asyncio.Event:
+    """An event made on the loop that waits on it."""
+    return asyncio.Event()
+
+
+def _continuation(
+    request: GenerationRequest, prompt: list[int], parts: list[tuple[Completion, int]]
+) -> GenerationRequest:
+    """What is left of one sample of `request` after the pause interrupted it: its prompt plus the tokens it has
+    (as prompt ids), one sample, the remaining token budget (a seed moves on, so the continuation does not
+    replay the stream it started with)."""
+    tokens = [t for c, _ in parts for t in c.token_ids]
+    sampling = request.sampling.model_copy(
+        update={
+            "n": 1,
+            "max_tokens": max(1, request.sampling.max_tokens - len(tokens)),
+            "seed": None if request.sampling.seed is None else request.sampling.seed + len(tokens),
+        }
+    )
+    return dataclasses.replace(request, prompt_ids=[*prompt, *tokens], messages=None, sampling=sampling)
+
+
+def _joined(parts: list[tuple[Completion, int]]) -> Completion:
+    """One sample's completion from its pieces (one per weight version it ran under)."""
+    first, last = parts[0][0], parts[-1][0]
+    if len(parts) == 1:
+        return first
+    pieces = [c for c, _ in parts]
+    logprobs = [x for c in pieces for x in c.logprobs or []] if all(c.logprobs is not None for c in pieces) else None
+    return Completion(
+        request_id=first.request_id,
+        prompt_ids=first.prompt_ids,
+        token_ids=[t for c in pieces for t in c.token_ids],
+        text="".join(c.text for c in pieces),
+        finish_reason=last.finish_reason,
+        logprobs=logprobs,
+        stop_reason=last.stop_reason,
+        sample_index=first.sample_index,
+        timing={"latency_s": sum(c.timing.get("latency_s", 0.0) for c in pieces)},
+        policy_versions=[v for c in pieces for v in c.policy_versions or [0] * len(c.token_ids)],
+    )
