@@ -1,4 +1,4 @@
-"""`reasoning` console script: `demo` (a tiny model end to end on CPU), `prepare-data`, `train` and `eval`."""
+"""`reasoning` console script: `demo` (a tiny model end to end on CPU), `prepare-data`, `warmup`, `train`, `eval`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
+from rlloom_apps.reasoning.warmup_cli import add_warmup_parser, run_warmup_command
 
 from rlloom.core_rl.cli import (
     HelpFormatter,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.formatter_class = HelpFormatter
     _eval_parser(commands)
+    add_warmup_parser(commands)
     _train_parser(commands)
     add_plot_command(commands, "reasoning")
     return parser
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "train":
         _train(parser, args)
+        return
+    if args.command == "warmup":
+        run_warmup_command(parser, args)
         return
     _prepare(parser, args)
 

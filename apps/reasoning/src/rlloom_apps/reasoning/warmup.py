@@ -5,13 +5,16 @@ every advantage would be zero. A few seconds of teacher forcing on a slice of th
 answers to reinforce. The loss covers the answer and the EOS token only, and the prompt is rendered with the
 same chat template the rollout engine uses, so the warmed-up model sees exactly the token ids RL will send it.
 The training loop is core-rl's (`rlloom.core_rl.workers.supervised_train`); this module only renders the
-pairs.
+pairs. `warm_up_rows` is `reasoning warmup`'s run: real rows' worked solutions (warmup_rows.py) as the pairs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import torch
+from rlloom_apps.reasoning.warmup_settings import WarmupSettings
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
@@ -66,3 +69,51 @@ def supervised_warmup(
         check_every=check_every,
         progress=progress,
     )
+
+
+Example = tuple[list[dict[str, str]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupResult:
+    """What `reasoning warmup` did: its steps and losses, and the held-out demonstrations' loss around it."""
+
+    demonstrations: int
+    steps: int
+    losses: list[float]
+    heldout_before: float | None
+    heldout_after: float | None
+
+
+def warm_up_rows(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[Example],
+    settings: WarmupSettings,
+    *,
+    val: Sequence[Example] | None = None,
+) -> WarmupResult:
+    """`settings.epochs` passes of `supervised_warmup` over `train`; with `val`, its loss before and after."""
+    before = heldout_loss(model, tokenizer, val) if val else None
+    steps = settings.steps(len(train))
+    losses = supervised_warmup(
+        model, tokenizer, train, steps=steps, batch_size=settings.batch_size, lr=settings.lr, seed=settings.seed
+    )
+    after = heldout_loss(model, tokenizer, val) if val else None
+    return WarmupResult(len(train), steps, losses, before, after)
+
+
+@torch.no_grad()
+def heldout_loss(model: nn.Module, tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example]) -> float:
+    """Mean negative log-likelihood per answer token (answer + EOS, as trained) over all `examples`, one at a time
+    through the plain causal-LM forward, so it checks the trained loss rather than repeating its code."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, tokens = 0.0, 0
+    for trajectory in warmup_trajectories(tokenizer, examples):
+        ids = torch.tensor([[*trajectory.prompt_ids, *trajectory.response_ids]], device=device)
+        logits = model(input_ids=ids).logits[0, len(trajectory.prompt_ids) - 1 : -1].float()
+        targets = ids[0, len(trajectory.prompt_ids) :]
+        total += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+        tokens += len(targets)
+    return total / tokens
