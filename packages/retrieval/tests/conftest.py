@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,13 +55,13 @@ def free_port() -> int:
 class LiveServer:
     """uvicorn serving an app in a background thread, stopped at teardown."""
 
-    def __init__(self, retriever: Retriever, limits: ServerLimits | None = None) -> None:
+    def __init__(self, retriever: Retriever | None, limits: ServerLimits | None = None, app: Any = None) -> None:
         import uvicorn
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         limits = limits or ServerLimits()
-        app = create_app(retriever, limits, {"backend": "test"})
+        app = app if app is not None else create_app(retriever, limits, {"backend": "test"})
         config = uvicorn.Config(app, port=self.port, log_level="error", **uvicorn_options(limits))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -81,7 +82,7 @@ class LiveServer:
 
 @pytest.fixture(scope="session")
 def start_server() -> type[LiveServer]:
-    """`with start_server(retriever, limits) as server:` serves any retriever over real HTTP."""
+    """`with start_server(retriever, limits) as server:` serves any retriever over real HTTP (or `app=` an app)."""
     return LiveServer
 
 

@@ -158,9 +158,11 @@ def _parser() -> argparse.ArgumentParser:
         help="serve an index or an online engine over HTTP (Search-R1 /retrieve, /search, /health, /stats)",
         description="Serve an index folder, or Google Custom Search / SerpAPI, over HTTP until interrupted: "
         "Search-R1's POST /retrieve, the native POST /search, GET /health and GET /stats. With --rerank-model, "
-        "each query's candidates are reranked by a cross-encoder (Search-R1's retrieval_rerank_server API).",
+        "each query's candidates are reranked by a cross-encoder (Search-R1's retrieval_rerank_server API) and "
+        "POST /rerank reranks documents sent with the queries (its rerank_server API); --rerank-model alone serves "
+        "only /rerank.",
     )
-    source = serve.add_mutually_exclusive_group(required=True)
+    source = serve.add_mutually_exclusive_group()
     source.add_argument("--index", type=Path, help="index folder made by build-index or an import")
     source.add_argument(
         "--online",
@@ -199,8 +201,8 @@ def _parser() -> argparse.ArgumentParser:
         "--rerank-model",
         type=Path,
         default=None,
-        help="local sentence-transformers CrossEncoder folder: rerank each query's candidates with it (extra "
-        "`dense`) (default: no reranking)",
+        help="local sentence-transformers CrossEncoder folder: rerank each query's candidates with it, and answer "
+        "POST /rerank; without --index/--online, /rerank only (extra `dense`) (default: no reranking)",
     )
     serve.add_argument(
         "--rerank-opt",

@@ -21,7 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlloom.retrieval.types import Hit, Retriever
 
-__all__ = ["CrossEncoderScorer", "RerankConfig", "RerankingRetriever", "passage_text"]
+__all__ = [
+    "CrossEncoderScorer",
+    "RerankConfig",
+    "RerankingRetriever",
+    "document_contents",
+    "passage_text",
+    "rerank_documents",
+]
 
 
 class RerankConfig(BaseModel):
@@ -48,11 +55,42 @@ class RerankConfig(BaseModel):
 
 def passage_text(hit: Hit, passage_format: str = "search-r1") -> str:
     """The text the cross-encoder reads for a hit (Search-R1's `_passage_to_string` by default)."""
-    contents = hit.contents
+    return contents_text(hit.contents, passage_format)
+
+
+def contents_text(contents: str, passage_format: str = "search-r1") -> str:
+    """`contents` (title on the first line) as the cross-encoder reads it: '(Title: <first line>) <rest>'."""
     if passage_format == "contents":
         return contents
     title, _, text = contents.partition("\n")
     return f"(Title: {title}) {text}"
+
+
+def document_contents(item: Any) -> str:
+    """A document item's `contents`, as Search-R1's rerank server reads it: `item["contents"]`, or
+    `item["document"]["contents"]` (the retrieval server's `return_scores` form); ValueError otherwise."""
+    if isinstance(item, dict):
+        inner = item.get("document", item)
+        if isinstance(inner, dict) and isinstance(inner.get("contents"), str):
+            return str(inner["contents"])
+    raise ValueError('expected {"contents": "..."} or {"document": {"contents": "..."}}')
+
+
+def rerank_documents(
+    scorer: Any, queries: list[str], documents: list[list[str]], k: int, passage_format: str = "search-r1"
+) -> list[list[tuple[str, float]]]:
+    """Search-R1's `/rerank`: each query's own documents (`contents` strings) scored by the cross-encoder, the k
+    best first, as (the passage text it read, score). Search-R1 scores each query against every query's documents
+    of the request; here a query's list holds its own documents only (as `RerankingRetriever`)."""
+    texts = [[contents_text(c, passage_format) for c in docs] for docs in documents]
+    scores = scorer.score([(q, t) for q, docs in zip(queries, texts, strict=True) for t in docs]).tolist()
+    out, at = [], 0
+    for docs in texts:
+        mine = scores[at : at + len(docs)]
+        at += len(docs)
+        order = sorted(range(len(docs)), key=lambda i: -mine[i])[:k]  # stable: ties keep the order sent
+        out.append([(docs[i], float(mine[i])) for i in order])
+    return out
 
 
 class CrossEncoderScorer:

@@ -1,4 +1,6 @@
-"""The retrieval HTTP server: Search-R1's `POST /retrieve`, the native `POST /search`, `/health` and `/stats`.
+"""The retrieval HTTP server: Search-R1's `POST /retrieve`, the native `POST /search`, `/health` and `/stats`, and
+with a cross-encoder Search-R1's `POST /rerank` (its `rerank_server.py`: queries and their candidate documents in,
+each query's documents reordered out), also on its own with no index (`serve --rerank-model DIR` alone).
 
 Requests from all clients go through one `MicroBatcher`, so 32 agents asking one query each cost about one
 backend call, not 32. Sized for Search-R1's trainer, which sends every search of a turn in one request (512
@@ -14,6 +16,7 @@ process's file descriptors.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -34,6 +37,8 @@ from rlloom.retrieval.fast_path import QueryFastPath
 from rlloom.retrieval.types import Hit, Retriever
 from rlloom.retrieval.wire import (
     RENAMED,
+    RerankRequest,
+    RerankResponse,
     RerankRetrieveRequest,
     RetrieveRequest,
     RetrieveResponse,
@@ -220,11 +225,12 @@ def _native_items(answers: list[_Answer]) -> list[Any]:
     return [[{"doc_id": h.doc_id, "score": h.score, "text": h.text, "title": h.title} for h in a.hits] for a in answers]
 
 
-def _search_with_windows(retriever: Retriever) -> Any:
+def _search_with_windows(retriever: Retriever | None) -> Any:
     """The batcher's search: the retriever's hits, plus the token window each query passed (if it has one)."""
     window_check = getattr(retriever, "over_window", None)
 
     def search(queries: list[str], k: int, *options: Any) -> list[_Answer]:
+        assert retriever is not None, "a rerank-only server has no search routes"
         hits = retriever.search(queries, k, *options)  # type: ignore[call-arg]
         over = window_check(queries) if window_check is not None else {}
         return [_Answer(h, over.get(i)) for i, h in enumerate(hits)]
@@ -232,22 +238,62 @@ def _search_with_windows(retriever: Retriever) -> Any:
     return search
 
 
+def _rerank_contents(body: RerankRequest, limits: ServerLimits) -> list[list[str]] | Response:
+    """Each query's documents' `contents`, or the 422 for a body whose lists do not pair up with its queries, hold
+    more than max_topk documents, or hold an item without `contents`."""
+    from rlloom.retrieval.rerank import document_contents
+
+    if len(body.documents) != len(body.queries):
+        return _invalid(
+            ("documents",),
+            f"one list of documents per query: {len(body.queries)} queries, {len(body.documents)} lists",
+        )
+    out: list[list[str]] = []
+    for i, docs in enumerate(body.documents):
+        if len(docs) > limits.max_topk:
+            return _invalid(
+                ("documents", i),
+                f"{len(docs)} documents exceed max_topk ({limits.max_topk}) a query; send fewer, or start the "
+                f"server with `--limit max_topk={len(docs)}`",
+            )
+        row = []
+        for j, item in enumerate(docs):
+            try:
+                row.append(document_contents(item))
+            except ValueError as err:
+                return _invalid(("documents", i, j), str(err))
+        out.append(row)
+    return out
+
+
 class _ResponseTooLargeError(Exception):
     """The answer passed max_response_bytes."""
 
 
-def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: dict[str, Any] | None = None) -> FastAPI:
+def create_app(
+    retriever: Retriever | None,
+    limits: ServerLimits | None = None,
+    info: dict[str, Any] | None = None,
+    *,
+    scorer: Any | None = None,
+    passage_format: str = "search-r1",
+) -> FastAPI:
     """A FastAPI app serving `retriever`; `info` (backend, doc count, index path) is echoed by /health.
 
-    The two query routes read the raw body and validate it with pydantic's JSON parser instead of going through
+    The query routes read the raw body and validate it with pydantic's JSON parser instead of going through
     FastAPI's per-request dependency machinery: at a few hundred microseconds of backend time per query, request
     handling is the cost that decides throughput. A `rerank.RerankingRetriever` also takes Search-R1's
-    `retrieval_rerank_server` fields on /retrieve (`topk_retrieval`, `topk_rerank`).
+    `retrieval_rerank_server` fields on /retrieve (`topk_retrieval`, `topk_rerank`) and answers /rerank with its
+    cross-encoder; `scorer` (a `rerank.CrossEncoderScorer`) serves /rerank alone when `retriever` is None.
     """
     from rlloom.retrieval.rerank import RerankingRetriever
 
     limits = limits or ServerLimits()
     reranking = isinstance(retriever, RerankingRetriever)
+    if isinstance(retriever, RerankingRetriever):
+        scorer, passage_format = retriever.scorer, retriever.config.passage_format
+    if retriever is None and scorer is None:
+        raise ValueError("create_app needs a retriever, a cross-encoder scorer, or both")
     batcher: MicroBatcher[_Answer] = MicroBatcher(
         search=_search_with_windows(retriever),
         trim=_trim,
@@ -266,6 +312,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
         "response_too_large_413": 0,
         "timed_out_408": 0,
         "errors_500": 0,
+        "rerank_requests": 0,
     }
     started = time.time()
 
@@ -386,15 +433,52 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
             return _schema_error(err, SearchRequest)
         return await run("/search", body.queries, body.k, k_field="k", render=_native_items, key=b"results")
 
-    @app.post("/retrieve", **route_docs(RerankRetrieveRequest if reranking else RetrieveRequest, RetrieveResponse))
-    async def retrieve(request: Request) -> Response:
-        """Search-R1's endpoint; body `RetrieveRequest`, response `{"result": ...}`."""
-        return await answer_retrieve(await request.body())
+    async def answer_rerank(raw: bytes) -> Response:
+        from rlloom.retrieval.rerank import rerank_documents
 
-    @app.post("/search", **route_docs(SearchRequest, SearchResponse))
-    async def search(request: Request) -> Response:
-        """The native endpoint; body `SearchRequest`, response `{"results": [[Hit...]...]}`."""
-        return await answer_search(await request.body())
+        try:
+            body = RerankRequest.model_validate_json(raw)
+        except ValidationError as err:
+            counters["invalid_422"] += 1
+            return _schema_error(err, RerankRequest)
+        k = body.rerank_topk or limits.default_topk  # Search-R1: `if not request.rerank_topk`, its default 3
+        contents = _check(body.queries, k, "rerank_topk", limits) or _rerank_contents(body, limits)
+        if isinstance(contents, Response):
+            counters["invalid_422"] += 1
+            return contents
+        t0 = time.perf_counter()
+        try:  # the cross-encoder runs off the event loop: /health and other requests stay answered
+            ranked = await asyncio.to_thread(rerank_documents, scorer, body.queries, contents, k, passage_format)
+        except Exception as err:
+            counters["errors_500"] += 1
+            return _json({"detail": f"reranking failed: {type(err).__name__}: {err}"}, 500)
+        latency.add(time.perf_counter() - t0)
+        counters["rerank_requests"] += 1
+        if body.return_scores:
+            return _json({"result": [[{"document": d, "score": s} for d, s in q] for q in ranked]})
+        return _json({"result": [[d for d, _ in q] for q in ranked]})
+
+    routes: dict[str, Any] = {}
+    if retriever is not None:
+        routes = {"/retrieve": answer_retrieve, "/search": answer_search}
+
+        @app.post("/retrieve", **route_docs(RerankRetrieveRequest if reranking else RetrieveRequest, RetrieveResponse))
+        async def retrieve(request: Request) -> Response:
+            """Search-R1's endpoint; body `RetrieveRequest`, response `{"result": ...}`."""
+            return await answer_retrieve(await request.body())
+
+        @app.post("/search", **route_docs(SearchRequest, SearchResponse))
+        async def search(request: Request) -> Response:
+            """The native endpoint; body `SearchRequest`, response `{"results": [[Hit...]...]}`."""
+            return await answer_search(await request.body())
+
+    if scorer is not None:
+        routes["/rerank"] = answer_rerank
+
+        @app.post("/rerank", **route_docs(RerankRequest, RerankResponse))
+        async def rerank(request: Request) -> Response:
+            """Search-R1's `rerank_server.py` endpoint; body `RerankRequest`, response `{"result": ...}`."""
+            return await answer_rerank(await request.body())
 
     body_limit = limits.body_limit()
 
@@ -416,7 +500,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None, info: d
 
     app.add_middleware(
         QueryFastPath,
-        routes={"/retrieve": answer_retrieve, "/search": answer_search},
+        routes=routes,
         max_body_bytes=body_limit,
         too_large=too_large,
         body_timeout_s=limits.body_timeout_s,

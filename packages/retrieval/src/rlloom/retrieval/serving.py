@@ -1,6 +1,7 @@
 """What a retrieval server answers from, and starting it: an index folder or an online engine (optionally behind
-a cross-encoder) as a `Source`, the app for it, and `serve` (uvicorn, one or more worker processes, which read the
-source from the environment). The request handling itself is `server.create_app`.
+a cross-encoder), or a cross-encoder alone (Search-R1's `rerank_server.py`: /rerank only), as a `Source`; the app
+for it, and `serve` (uvicorn, one or more worker processes, which read the source from the environment). The
+request handling itself is `server.create_app`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ _ENV_LIMITS = "RLLOOM_RETRIEVAL_LIMITS"
 
 
 class Source(BaseModel):
-    """What a server answers from: an index folder or an online engine, optionally behind a cross-encoder."""
+    """What a server answers from: an index folder or an online engine, optionally behind a cross-encoder; or a
+    cross-encoder alone, answering /rerank."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -38,8 +40,15 @@ class Source(BaseModel):
     )
 
     def check(self) -> None:
-        if (self.index is None) == (self.online is None):
+        if self.index is not None and self.online is not None:
             raise ValueError("serve one source: an index folder (--index) or an online engine (--online)")
+        if self.index is None and self.online is None and self.rerank is None:
+            raise ValueError(
+                "serve an index folder (--index), an online engine (--online), or a cross-encoder alone "
+                "(--rerank-model DIR: Search-R1's /rerank)"
+            )
+        if self.index is None and self.online is None and self.options:
+            raise ValueError(f"--opt {', '.join(self.options)}: a cross-encoder alone takes --rerank-opt, not --opt")
 
 
 def _rerank_config(options: dict[str, Any]) -> Any:
@@ -56,16 +65,19 @@ def _rerank_config(options: dict[str, Any]) -> Any:
         raise ValueError("reranker: " + "; ".join(parts)) from None
 
 
-def load_source(source: Source) -> tuple[Retriever, dict[str, Any]]:
-    """The retriever a `Source` describes, and what /health says about it."""
+def load_source(source: Source) -> tuple[Retriever | None, dict[str, Any]]:
+    """The retriever a `Source` describes (None for a cross-encoder alone), and what /health says about it."""
     source.check()
-    retriever: Retriever
-    if source.index is not None:
+    retriever: Retriever | None
+    info: dict[str, Any]
+    if source.index is None and source.online is None:
+        retriever, info = None, {"backend": "rerank"}
+    elif source.index is not None:
         from rlloom.retrieval.index import load_index
 
         loaded = load_index(source.index, **source.options)
         retriever = loaded
-        info: dict[str, Any] = {
+        info = {
             "backend": loaded.manifest.backend,
             "doc_count": loaded.manifest.doc_count,
             "index": str(source.index),
@@ -76,7 +88,7 @@ def load_source(source: Source) -> tuple[Retriever, dict[str, Any]]:
         assert source.online is not None
         retriever = online_backend(source.online, **source.options)
         info = {"backend": source.online}
-    if source.rerank is not None:
+    if source.rerank is not None and retriever is not None:
         from rlloom.retrieval.rerank import RerankingRetriever
 
         config = _rerank_config(source.rerank)
@@ -88,6 +100,12 @@ def load_source(source: Source) -> tuple[Retriever, dict[str, Any]]:
 def app_for_source(source: Source, limits: ServerLimits | None = None) -> FastAPI:
     """Load a `Source` and serve it."""
     retriever, info = load_source(source)
+    if retriever is None:  # a cross-encoder alone: /rerank
+        from rlloom.retrieval.rerank import CrossEncoderScorer
+
+        config = _rerank_config(source.rerank or {})
+        info.update(rerank_model=config.model)
+        return create_app(None, limits, info, scorer=CrossEncoderScorer(config), passage_format=config.passage_format)
     return create_app(retriever, limits, info)
 
 
@@ -160,9 +178,9 @@ def serve(
         from rlloom.retrieval.manifest import read_manifest
 
         check_load_options(Path(source.index), read_manifest(source.index), options)
-    what = index if index is not None else f"{online} search"
+    what = index if index is not None else f"{online} search" if online is not None else None
     if rerank is not None:
-        what = f"{what}, reranked by {rerank.get('model')}"
+        what = f"{what}, reranked by {rerank.get('model')}" if what else f"/rerank with {rerank.get('model')}"
     announce = f"serving {what} on http://{host}:{port} ({workers} worker(s))"
     if workers == 1:
         app = app_for_source(source, limits)

@@ -36,6 +36,18 @@ class RerankRetrieveRequest(RetrieveRequest):
     topk_rerank: int | None = Field(default=None, description="Passages a query after reranking; null: `topk`.")
 
 
+class RerankRequest(BaseModel):
+    """/rerank: Search-R1's `rerank_server.py` body: each query's candidate documents, as the retrieval server
+    returns them (`{"id", "contents"}` or `{"document": {...}, "score"}` items)."""
+
+    model_config = ConfigDict(extra="ignore")  # as Search-R1's server
+
+    queries: list[str] = Field(description="The queries.")
+    documents: list[list[dict[str, Any]]] = Field(description="One list of candidate documents per query.")
+    rerank_topk: int | None = Field(default=None, description="Documents a query returned; 0 or null: the default 3.")
+    return_scores: bool = Field(default=False, description="Wrap each passage as {document, score}.")
+
+
 class SearchRequest(BaseModel):
     """The native request body."""
 
@@ -76,6 +88,17 @@ class RetrieveResponse(BaseModel):
     truncated_queries: list[TruncatedQuery] | None = Field(
         default=None, description="Only when a query was cut to fit; Search-R1's client reads `result` alone."
     )
+
+
+class ScoredPassage(BaseModel):
+    document: str = Field(description="The passage as the cross-encoder read it: '(Title: <first line>) <rest>'.")
+    score: float
+
+
+class RerankResponse(BaseModel):
+    """Search-R1's /rerank answer: one list per query, best first by the cross-encoder."""
+
+    result: list[list[ScoredPassage]] | list[list[str]]
 
 
 class NativeHit(BaseModel):
