@@ -27,7 +27,6 @@ from rlloom.core_rl.phases.advantages import compute_advantages
 from rlloom.core_rl.phases.collection import CollectFactory, CollectFn, GuardedReward, RewardErrorReport, score
 from rlloom.core_rl.phases.controllers import EntropyBonus, kl_controller
 from rlloom.core_rl.phases.dynamic_sampling import StepBatch, collect_step_batch
-from rlloom.core_rl.phases.off_policy import OffPolicyRollouts
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import outcome_token_rewards
 from rlloom.core_rl.phases.rollout_round import RoundRunner
@@ -38,6 +37,7 @@ from rlloom.core_rl.run.checkpoint import load_trainer_state, preserved_rng, rng
 from rlloom.core_rl.run.folder import record_config, resume_checkpoint
 from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
 from rlloom.core_rl.run.state import RunState
+from rlloom.core_rl.streaming.rollouts import background_rollouts
 from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.workers.ema import WeightEMA
 from rlloom.core_rl.workers.optim import single_optimizer_step
@@ -101,11 +101,10 @@ class Trainer:
         self.ema = WeightEMA(self._policy_module(), cfg.trainer.ema_beta) if cfg.trainer.ema_beta else None
         bucket_bytes = cfg.distributed.weight_bucket_bytes
         self.weights = EngineWeights(self.parts.actor, self.engine, bucket_bytes=bucket_bytes, step=self.step)
-        self.rollouts = (
-            OffPolicyRollouts(self.prompts, self.rounds, cfg.rollout, self.reward_errors, self.weights)
-            if cfg.trainer.one_step_off_policy
-            else None
-        )
+        self.rollouts = background_rollouts(
+            cfg, self.prompts, self.rounds, engine=self.engine, weights=self.weights, reward_errors=self.reward_errors,
+            custom_collector=own_collector, start_step=self.step, total_steps=self.total_steps,
+        )  # fmt: skip
         self.state = self._register_state()
         if state:
             self.state.load_state_dict(state)
@@ -222,10 +221,7 @@ class Trainer:
         now, with DAPO's dynamic sampling if asked."""
         if self.rollouts is not None:
             return self.rollouts.next_batch(
-                self.step,
-                total_steps=self.total_steps,
-                sampling=self.sampling,
-                timer=timer,
+                self.step, total_steps=self.total_steps, sampling=self.sampling, timer=timer
             )
         return collect_step_batch(
             self.prompts,
@@ -243,7 +239,8 @@ class Trainer:
         step and nothing before the update reads the old log-probs or their entropy (`OLD_LOGPROB_READERS`); the
         update then uses its own, detached (ratio 1). Off-policy batches always need the separate forward."""
         algo, actor = self.cfg.algorithm, self.cfg.actor
-        if algo.old_logprobs != "auto" or old_logprobs_read_before_update(algo) or self.rollouts is not None:
+        off_policy = self.rollouts is not None and not self.rollouts.on_policy
+        if algo.old_logprobs != "auto" or old_logprobs_read_before_update(algo) or off_policy:
             return False
         return single_optimizer_step(batch.batch_size, self.cfg.mini_batch_rows("actor"), epochs=actor.ppo_epochs)
 
@@ -318,8 +315,10 @@ class Trainer:
         state.register_part("ema", self.ema)
         # a reference that moves with the policy is no longer model.path's weights
         state.register_part("reference", self._reference().model if moving_reference else None)
-        save_loader = self.rollouts.loader_state if self.rollouts is not None else self.loader.state_dict
-        state.register("loader", save_loader, self.loader.load_state_dict)
+        rollouts, loader = self.rollouts, self.loader
+        save_loader, load_loader = (rollouts.loader_state, rollouts.load_loader_state) if rollouts else (
+            loader.state_dict, loader.load_state_dict)  # fmt: skip
+        state.register("loader", save_loader, load_loader)
         state.register_part("ptx_loader", self.ptx_loader)
         state.register_part("kl_controller", self.kl_ctrl)
         state.register_part("entropy_controller", self.entropy)

@@ -59,7 +59,7 @@ from rlloom.core_rl.algorithms.kl_control import (
 )
 from rlloom.core_rl.algorithms.logits import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.algorithms.masked_stats import masked_mean, masked_sum, masked_var, masked_whiten
-from rlloom.core_rl.algorithms.mismatch import TIS_MODES, mismatch_metrics, tis_weights
+from rlloom.core_rl.algorithms.mismatch import TIS_MODES, mismatch_metrics, off_policy_weights, tis_weights
 from rlloom.core_rl.algorithms.policy_loss import (
     POLICY_LOSSES,
     STANDARD_LOSS_ARGUMENTS,
@@ -136,6 +136,7 @@ __all__ = [
     "masked_whiten",
     "mismatch_metrics",
     "next_entropy_coef",
+    "off_policy_weights",
     "opo_advantages",
     "overlong_reward_penalty",
     "policy_loss_traits",

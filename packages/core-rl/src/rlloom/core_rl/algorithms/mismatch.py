@@ -51,6 +51,24 @@ def tis_weights(
     return torch.where(mask.bool(), weights, torch.zeros_like(weights))
 
 
+OFF_POLICY_MODES = {"tis": "token_truncate", "decoupled": "token_mask"}
+"""`algorithm.off_policy_correction.method` → the TIS mode that computes its per-token weight."""
+
+
+def off_policy_weights(
+    proximal_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, *, method: str, cap: float
+) -> Tensor:
+    """Per-token weights of the loss for samples drawn by older weights (pass as `rollout_is_weights`).
+
+    decoupled (AReaL, Fu et al. 2025, eq. 5): the PPO ratio is clipped against the proximal policy (the
+    log-probs recomputed before the update: the trainer's old log-probs) and each token is weighted by
+    pi_prox/pi_behav, the behaviour policy being the engine that sampled it; tokens whose weight exceeds `cap`
+    are dropped (AReaL's behav_imp_weight_cap). tis: the same weight truncated at `cap` (Yao et al. 2025)."""
+    if method not in OFF_POLICY_MODES:
+        raise ValueError(f"unknown off-policy correction {method!r}; valid: {', '.join(OFF_POLICY_MODES)}")
+    return tis_weights(proximal_logprobs, behaviour_logprobs, mask, cap=cap, mode=OFF_POLICY_MODES[method])
+
+
 def mismatch_metrics(
     old_logprobs: Tensor,
     rollout_logprobs: Tensor,

@@ -14,6 +14,7 @@ from rlloom.core_rl.config.keys import KeyedValueError
 from rlloom.core_rl.config.migration import migrate_algorithm
 from rlloom.core_rl.config.objective import AdvantageConfig, KLConfig, PolicyLossConfig, check_policy_loss
 from rlloom.core_rl.config.section import Section
+from rlloom.core_rl.config.streaming import OffPolicyCorrectionConfig
 
 
 class TISConfig(Section):
@@ -171,6 +172,11 @@ class AlgorithmConfig(Section):
     tis: TISConfig | None = Field(
         default=None, description="Truncated importance sampling against the rollout engine's log-probs; None = off."
     )
+    off_policy_correction: OffPolicyCorrectionConfig | None = Field(
+        default=None,
+        description="Correction for samples of older weights (trainer.mode=async/one_step_off): none, tis or "
+        "AReaL's decoupled PPO, against rollout_logprobs; None = none.",
+    )
     dynamic_sampling: DynamicSamplingConfig | None = Field(
         default=None, description="DAPO dynamic sampling ({} for the defaults); None = off."
     )
@@ -193,10 +199,16 @@ class AlgorithmConfig(Section):
 
     @model_validator(mode="after")
     def _check_policy_loss(self) -> AlgorithmConfig:
-        check_policy_loss(self.policy_loss, tis=self.tis is not None, top_entropy_quantile=self.top_entropy_quantile)
+        weighted = self.tis is not None or self.corrects_off_policy
+        check_policy_loss(self.policy_loss, tis=weighted, top_entropy_quantile=self.top_entropy_quantile)
         return self
 
     @property
     def uses_token_weights(self) -> bool:
         """Whether a per-token policy-gradient weight is set before the update (TIS, high-entropy selection)."""
-        return self.tis is not None or self.top_entropy_quantile < 1.0
+        return self.tis is not None or self.top_entropy_quantile < 1.0 or self.corrects_off_policy
+
+    @property
+    def corrects_off_policy(self) -> bool:
+        """Whether `off_policy_correction` weights tokens (tis or decoupled)."""
+        return self.off_policy_correction is not None and self.off_policy_correction.method != "none"

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from rlloom.core_rl.config.keys import KeyedValueError
+from rlloom.core_rl.config.keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config.renamed import LOSS_NAME, RENAMED_KEYS
 
 logger = logging.getLogger(__name__)
@@ -69,10 +69,13 @@ REMOVED_KEYS: dict[str, str] = {
     "trainer.bf16_autocast": "model.dtype (the compute dtype: bfloat16 autocasts forwards and keeps fp32 master "
     "weights, on CPU and GPU alike)",
 }
+# a boolean of `trainer` that became a value of trainer.mode
+MODE_SWITCH = "trainer.one_step_off_policy"
 LEGACY_KEYS = frozenset(
     [f"algorithm.{key}" for key in (*ALGORITHM_KEYS, "adaptive_entropy")]
     + [f"data.{key}" for key in DATA_KEYS]
     + list(REMOVED_KEYS)
+    + [MODE_SWITCH]
 )
 """Every dotted flat key this module reads (the key checks accept them)."""
 
@@ -87,6 +90,10 @@ def set_flat_override(raw: dict[str, Any], key: str, value: Any) -> bool:
         return False
     if key in REMOVED_KEYS:
         _hint_removed(key)
+        return True
+    if key == MODE_SWITCH:
+        trainer = raw.setdefault("trainer", {})
+        _set_mode(trainer, value)
         return True
     head, _, name = key.partition(".")
     if name == "adaptive_entropy":
@@ -139,6 +146,10 @@ def migrate_config(raw: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(section), Mapping) and key in out[section]:
             _hint_removed(dotted)
             out[section] = {k: v for k, v in out[section].items() if k != key}
+    trainer = out.get("trainer")
+    if isinstance(trainer, Mapping) and "one_step_off_policy" in trainer:
+        out["trainer"] = {k: v for k, v in trainer.items() if k != "one_step_off_policy"}
+        _set_mode(out["trainer"], trainer["one_step_off_policy"])
     data = dict(out.get("data") or {}) if isinstance(out.get("data"), Mapping) else out.get("data")
     algorithm = out.get("algorithm")
     moved_data = {key: data.pop(key) for key in DATA_KEYS if isinstance(data, dict) and key in data}
@@ -243,6 +254,15 @@ def _move(algo: dict[str, Any], section: str, leaf: str, value: Any, *, old: str
             old, f"given as well as algorithm.{section}.{leaf}={target[leaf]!r}; keep only algorithm.{section}.{leaf}"
         )
     target[leaf] = value
+
+
+def _set_mode(trainer: dict[str, Any], one_step_off: Any) -> None:
+    """`trainer.one_step_off_policy: true` is trainer.mode=one_step_off; false leaves the mode as it is."""
+    _hint(MODE_SWITCH, "trainer.mode=one_step_off (sync | one_step_off | async)")
+    if one_step_off:
+        if trainer.get("mode", "one_step_off") != "one_step_off":
+            raise ConfigError(f"{MODE_SWITCH}: true but trainer.mode={trainer['mode']}; keep only trainer.mode")
+        trainer["mode"] = "one_step_off"
 
 
 def _new_key(key: str) -> str:

@@ -32,6 +32,7 @@ from rlloom.core_rl.config.keys import ConfigError, KeyedValueError
 from rlloom.core_rl.config.migration import migrate_config
 from rlloom.core_rl.config.objective import AdvantageConfig, KLConfig, PolicyLossConfig
 from rlloom.core_rl.config.section import Section
+from rlloom.core_rl.config.streaming import StreamingConfig, TrainerMode, check_modes
 
 __all__ = [
     "ActorConfig",
@@ -389,12 +390,15 @@ class TrainerConfig(_Section):
         "trainer.val_only). Validates the latest checkpoint when trainer.resume finds one, else model.path; "
         "needs validation data. Unlike veRL it does not also need val_before_train.",
     )
-    one_step_off_policy: bool = Field(
-        default=False,
-        description="Generate the next step's batch while this step trains (veRL's one_step_off_policy recipe): a "
-        "step costs about max(generation, update) instead of their sum, and each batch is sampled with the weights "
-        "of one step earlier (old log-probs are recomputed; algorithm.tis corrects the lag). Needs an engine "
+    mode: TrainerMode = Field(
+        default="sync",
+        description="sync: generate, then train. one_step_off: the next batch generates while this one trains "
+        "(veRL's recipe; was trainer.one_step_off_policy). async: generators stream groups continuously under "
+        "trainer.streaming's staleness bound, weights updated in flight (docs/async_rl.md). Both need an engine "
         "with weights of its own.",
+    )
+    streaming: StreamingConfig | None = Field(
+        default=None, description="trainer.mode=async's settings ({} or null for the defaults)."
     )
     ema_beta: float | None = Field(
         default=None,
@@ -435,6 +439,11 @@ class TrainerConfig(_Section):
                 f"folder of its own (e.g. {os.path.join(os.path.normpath(val), 'validation')!r})",
             )
         return self
+
+    @property
+    def one_step_off_policy(self) -> bool:
+        """Read by code written before `mode` (trainer.one_step_off_policy=true loads as mode=one_step_off)."""
+        return self.mode == "one_step_off"
 
     seed: int = Field(default=0, description="Seed of python, numpy and torch RNGs and of data shuffling.")
     deterministic: bool = Field(
@@ -495,18 +504,7 @@ class RLConfig(_Section):
                     "algorithm.ref_sync",
                     f"every {algo.ref_sync.every} steps, but {why}; set algorithm.ref_sync=null",
                 )
-        steers_prompts = algo.dynamic_sampling is not None or self.data.filter_solved or self.data.filter_unsolved
-        if trainer.one_step_off_policy and steers_prompts:
-            key = (
-                "algorithm.dynamic_sampling"
-                if algo.dynamic_sampling is not None
-                else "data.filter_solved/filter_unsolved"
-            )
-            raise KeyedValueError(
-                "trainer.one_step_off_policy",
-                f"cannot run with {key}: they decide the next prompts from this step's rewards, which the batch "
-                "generated in the background has not seen; switch one of them off",
-            )
+        check_modes(self)
         if trainer.ema_beta is not None and (self.model.lora_rank > 0 or self.distributed.num_ranks > 1):
             raise KeyedValueError(
                 "trainer.ema_beta",

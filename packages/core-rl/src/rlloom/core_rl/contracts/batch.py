@@ -72,8 +72,9 @@ class TrajectoryBatch:
     ) -> TrajectoryBatch:
         """Pad trajectories into a batch: prompts left-padded, responses right-padded.
 
-        `rollout_logprobs` becomes a tensor when every trajectory has them, `scores` when every trajectory has a
-        reward; a mix of present and absent is an error, because a silent zero would bias the loss.
+        `rollout_logprobs` (and `policy_versions`) becomes a tensor when every trajectory has them, `scores` when
+        every trajectory has a reward; a mix of present and absent is an error, because a silent zero would bias
+        the loss.
         """
         if not trajectories:
             raise ValueError("TrajectoryBatch.from_trajectories: got no trajectories")
@@ -92,6 +93,9 @@ class TrajectoryBatch:
                 "ask the engine for logprobs on every request (SamplingParams.logprobs=True)"
             )
         rollout_lp = torch.zeros((bsz, width_r), dtype=torch.float32) if all(has_lp) else None
+        # per-token policy versions (asynchronous RL's staleness) only when every trajectory carries them
+        versioned = all(t.policy_versions is not None for t in trajectories)
+        versions = torch.zeros((bsz, width_r), dtype=torch.long) if versioned else None
         for i, t in enumerate(trajectories):
             n_p, n_r = len(t.prompt_ids), len(t.response_ids)
             if n_p == 0:
@@ -103,6 +107,8 @@ class TrajectoryBatch:
                 loss_mask[i, :n_r] = torch.tensor(t.loss_mask, dtype=torch.long)
                 if rollout_lp is not None and t.rollout_logprobs is not None:
                     rollout_lp[i, :n_r] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+                if versions is not None and t.policy_versions is not None:
+                    versions[i, :n_r] = torch.tensor(t.policy_versions, dtype=torch.long)
         tensors: dict[str, torch.Tensor] = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -113,6 +119,8 @@ class TrajectoryBatch:
         }
         if rollout_lp is not None:
             tensors["rollout_logprobs"] = rollout_lp
+        if versions is not None:
+            tensors["policy_versions"] = versions
         rewards = [t.reward for t in trajectories]
         if all(r is not None for r in rewards):
             tensors["scores"] = torch.tensor(rewards, dtype=torch.float32)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.contracts.protocols import RewardFn, RewardLike, RewardOutput, RolloutEngine
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.data.loader import DataError, Row, generation_request, ground_truth
@@ -48,7 +48,13 @@ def sample_trajectories(
     A request's `multimodal` inputs ride along on its trajectories, so the actor's forward sees what the engine
     decoded with (collectors of image prompts build such requests and share this step).
     """
-    outputs = engine.generate(list(requests))
+    return trajectories_from_completions(rows, requests, engine.generate(list(requests)), prefix)
+
+
+def trajectories_from_completions(
+    rows: Sequence[Row], requests: Sequence[GenerationRequest], outputs: Sequence[Sequence[Completion]], prefix: str
+) -> list[Trajectory]:
+    """Each request's completions as trajectories of the group `f"{prefix}-{i}"` (i = the row's position)."""
     if len(outputs) != len(rows):
         raise RuntimeError(f"rollout engine returned {len(outputs)} results for {len(rows)} requests")
     trajectories = []
@@ -60,6 +66,9 @@ def sample_trajectories(
                     response_ids=list(completion.token_ids),
                     loss_mask=[1] * len(completion.token_ids),
                     rollout_logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
+                    policy_versions=(
+                        list(completion.policy_versions) if completion.policy_versions is not None else None
+                    ),
                     group_id=f"{prefix}-{i}",
                     data_source=str(row.get("data_source", "")),
                     ground_truth=ground_truth(row),

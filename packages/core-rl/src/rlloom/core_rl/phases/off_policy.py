@@ -84,6 +84,8 @@ class OffPolicyRollouts:
     before it syncs; the step whose weights sampled a batch is recorded when it starts, for the policy lag.
     """
 
+    on_policy = False  # every batch trains one update after the weights that sampled it
+
     def __init__(
         self,
         prompts: PromptSource,
@@ -162,6 +164,9 @@ class OffPolicyRollouts:
     def loader_state(self) -> dict[str, Any]:
         """What a checkpoint saves as the loader's position: before the batch in flight, if one is."""
         return self.loader_state_in_flight or self.prompts.loader.state_dict()
+
+    def load_loader_state(self, state: dict[str, Any]) -> None:
+        self.prompts.loader.load_state_dict(state)
 
     def drain(self) -> None:
         self.background.drain()

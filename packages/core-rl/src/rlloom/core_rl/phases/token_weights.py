@@ -12,13 +12,22 @@ from collections.abc import Callable
 
 import torch
 
-from rlloom.core_rl.algorithms import high_entropy_token_mask, kl_penalty, masked_mean, mismatch_metrics, tis_weights
+from rlloom.core_rl.algorithms import (
+    high_entropy_token_mask,
+    kl_penalty,
+    masked_mean,
+    mismatch_metrics,
+    off_policy_weights,
+    tis_weights,
+)
+from rlloom.core_rl.algorithms.mismatch import OFF_POLICY_MODES
 from rlloom.core_rl.config.schema import AlgorithmConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 
 OLD_LOGPROB_READERS: dict[str, Callable[[AlgorithmConfig], bool]] = {
     "algorithm.kl.use_in_reward": lambda algo: algo.kl.use_in_reward,
     "algorithm.tis": lambda algo: algo.tis is not None,
+    "algorithm.off_policy_correction": lambda algo: algo.corrects_off_policy,
     "algorithm.entropy.adaptive": lambda algo: algo.entropy.adaptive is not None,
     "algorithm.top_entropy_quantile": lambda algo: algo.top_entropy_quantile < 1.0,
 }
@@ -43,6 +52,9 @@ def policy_diagnostics(batch: TrajectoryBatch, entropy: torch.Tensor | None, alg
     if "rollout_logprobs" in batch:
         tis = algo.tis
         cap, mode = (tis.cap, tis.mode) if tis is not None else (None, "token_truncate")
+        correction = algo.off_policy_correction
+        if correction is not None and algo.corrects_off_policy:
+            cap, mode = correction.cap, OFF_POLICY_MODES[correction.method]
         mismatch = mismatch_metrics(batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=cap, mode=mode)
         out.update({f"mismatch/{k}": float(v) for k, v in mismatch.items()})
     return out
@@ -57,6 +69,11 @@ def set_token_weights(batch: TrajectoryBatch, entropy: torch.Tensor | None, algo
     if algo.tis is not None and "rollout_logprobs" in batch:
         batch["is_weights"] = tis_weights(
             batch["old_logprobs"], batch["rollout_logprobs"], mask, cap=algo.tis.cap, mode=algo.tis.mode
+        )
+    correction = algo.off_policy_correction
+    if correction is not None and algo.corrects_off_policy and "rollout_logprobs" in batch:
+        batch["is_weights"] = off_policy_weights(
+            batch["old_logprobs"], batch["rollout_logprobs"], mask, method=correction.method, cap=correction.cap
         )
     if algo.top_entropy_quantile < 1.0:
         if entropy is None:

@@ -215,9 +215,9 @@ def build_engine(
     if isinstance(source, ReplicaFactory):
         built = source.build_replica(0)  # weights of its own (e.g. vLLM): synced every step, as an engine is
     elif isinstance(actor, PolicyActor):
-        if config.trainer.one_step_off_policy:
+        if config.trainer.mode != "sync":
             raise ConfigError(
-                "trainer.one_step_off_policy generates the next batch while the actor trains, so the engine needs "
+                f"trainer.mode={config.trainer.mode} generates batches while the actor trains, so the engine needs "
                 "weights of its own: pass engine= a ready engine (e.g. HFEngine on a separate copy of the model) "
                 "instead of a factory, which here samples from the very module the update is changing"
             )

@@ -9,6 +9,7 @@ comes: `RolloutEngine.update_weights` accepts any subset of the weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -82,6 +83,8 @@ class EngineWeights:
         self.bucket_bytes = bucket_bytes
         self.actor_step = self.engine_step = step
         self.wait_idle: Callable[[], None] = lambda: None
+        # what surrounds a push (trainer.mode=async: pause/resume the engine, or wait for the requests in progress)
+        self.guard: Callable[[], AbstractContextManager[None]] = nullcontext
         self.asleep = False
 
     def release_memory(self) -> None:
@@ -92,6 +95,10 @@ class EngineWeights:
 
     def sync(self) -> None:
         """Push the actor's weights now (the engine must be idle), waking a sleeping engine around the push."""
+        with self.guard():
+            self._push()
+
+    def _push(self) -> None:
         engine = self.engine
         if self.asleep and isinstance(engine, SleepMode):  # only a SleepMode engine is ever put to sleep
             engine.wake_up(tags=["weights"])

@@ -1,0 +1,211 @@
+"""The trainer's side of `trainer.mode=async`: build the generator, take each step's batch from the buffer,
+push the weights in flight, and save/restore where the prompts stand.
+
+Resume: a checkpoint saves the loader's position before the oldest draw that still has an untrained group, and
+which positions of that draw and later ones were trained; a resume draws the same rows again and skips those, so
+groups finished but not trained and groups in flight are generated again, none lost, none trained twice.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rlloom.core_rl.config.schema import ConfigError, RLConfig
+from rlloom.core_rl.config.streaming import streaming_settings
+from rlloom.core_rl.contracts.engines import InflightWeightUpdate, RolloutEngine
+from rlloom.core_rl.contracts.generation import SamplingParams
+from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe.metrics import PhaseTimer
+from rlloom.core_rl.phases.collection import RewardErrorReport
+from rlloom.core_rl.phases.dynamic_sampling import StepBatch
+from rlloom.core_rl.phases.off_policy import OffPolicyRollouts
+from rlloom.core_rl.phases.prompt_source import PromptSource
+from rlloom.core_rl.phases.reward_shaping import overlong_metrics
+from rlloom.core_rl.phases.rollout_round import RoundRunner
+from rlloom.core_rl.streaming.buffer import Group, GroupBuffer
+from rlloom.core_rl.streaming.chunked import chunked_collector
+from rlloom.core_rl.streaming.gate import UpdateGate, push_guard
+from rlloom.core_rl.streaming.generator import StreamingGenerator
+from rlloom.core_rl.streaming.staleness import staleness_metrics
+from rlloom.core_rl.workers.weight_sync import EngineWeights
+
+
+class AsyncRollouts:
+    """Batches for `Trainer.train_step` from the continuously running generator."""
+
+    on_policy = False
+
+    def __init__(
+        self,
+        cfg: RLConfig,
+        prompts: PromptSource,
+        rounds: RoundRunner,
+        *,
+        engine: RolloutEngine,
+        weights: EngineWeights,
+        reward_errors: RewardErrorReport,
+        custom_collector: bool,
+        start_step: int,
+        total_steps: int,
+    ) -> None:
+        streaming = streaming_settings(cfg)
+        self.batch_size = cfg.data.train_batch_size
+        self.prompts, self.weights, self.reward_errors = prompts, weights, reward_errors
+        self.on_policy = streaming.max_staleness == 0  # the batch is sampled by the weights it trains from
+        self.max_staleness = streaming.max_staleness
+        inflight = isinstance(engine, InflightWeightUpdate)
+        if streaming.partial_rollout == "keep_kv" and not (
+            isinstance(engine, InflightWeightUpdate) and engine.keeps_kv_cache
+        ):
+            raise ConfigError(
+                "trainer.streaming.partial_rollout: keep_kv needs an engine that keeps its KV cache across an "
+                f"in-flight weight update (InflightWeightUpdate with keeps_kv_cache); {type(engine).__name__} has "
+                "none: use partial_rollout=reprefill (any engine) or off"
+            )
+        self.gate = UpdateGate()
+        chunked = streaming.partial_rollout == "reprefill" and not inflight
+        if chunked:
+            if custom_collector:
+                raise ConfigError(
+                    "trainer.streaming.partial_rollout: reprefill chunks single-turn requests, but this run has its "
+                    "own collector (collect=/collect_factory=, e.g. an agent); use an InflightWeightUpdate engine "
+                    "or partial_rollout=off"
+                )
+            collect = chunked_collector(
+                engine,
+                self.gate,
+                lambda: weights.engine_step,
+                chunk_tokens=streaming.chunk_tokens,
+                chat_template_kwargs=cfg.data.apply_chat_template_kwargs,
+            )
+            rounds = RoundRunner(collect, rounds.reward_fn, rounds.algorithm)
+        # partial_rollout=off on an engine that cannot update in flight: a push waits for the requests in progress
+        generating = self.gate.reading if not (inflight or chunked) else None
+        self.buffer = GroupBuffer()
+        self.generator = StreamingGenerator(
+            prompts,
+            rounds,
+            streaming,
+            self.buffer,
+            batch_size=self.batch_size,
+            version=lambda: weights.engine_step,
+            total_groups=total_steps * self.batch_size,
+            started=start_step * self.batch_size,
+            first_draw=start_step + 1,
+            **({"generating": generating} if generating is not None else {}),
+        )
+        self.generator.max_tokens_at = cfg.rollout.max_tokens_at
+        self.trained: dict[int, set[int]] = {}  # draw → positions trained, for draws the checkpoint may resume in
+        weights.guard = push_guard(engine, self.gate, lambda: weights.actor_step, self.generator.wake)
+        self._idle_seen = 0.0
+
+    def next_batch(self, step: int, *, total_steps: int, sampling: SamplingParams, timer: PhaseTimer) -> StepBatch:
+        """Push the last update's weights in flight, then take the `train_batch_size` oldest finished groups,
+        waiting for any group that would otherwise become staler than max_staleness."""
+        del total_steps  # the generator knows how many groups the run trains
+        with timer("weight_sync"):
+            self.weights.refresh()
+        self.generator.sampling = sampling
+        self.generator.start()  # once; later calls do nothing
+        started = time.monotonic()
+        with timer("rollout_wait"):
+            # at step t the weights are version t-1: a group started under version < t-1-eta must be in this batch
+            groups, ready = self.buffer.take(self.batch_size, oldest_version=step - 1 - self.max_staleness)
+        waited = time.monotonic() - started
+        trajectories = [t for g in groups for t in g.trajectories]
+        self.reward_errors.report([e for g in groups for e in g.errors], step=step)
+        self._record(step, groups)
+        metrics = dict(self.generator.metrics)
+        self.generator.metrics.clear()
+        penalties = [p for g in groups for p in g.penalties]
+        if penalties:
+            metrics.update(overlong_metrics(penalties))
+        metrics.update(staleness_metrics(trajectories, trainer_version=self.weights.actor_step))
+        finished, in_flight = self.buffer.counts()
+        idle = self.generator.idle_s
+        metrics.update(
+            {
+                "async/buffer_fill": ready / self.batch_size,
+                "async/groups_in_flight": float(in_flight),
+                "async/groups_waiting": float(finished),
+                "async/generator_idle_s": idle - self._idle_seen,
+                "async/trainer_wait_s": waited,
+            }
+        )
+        self._idle_seen = idle
+        return StepBatch(trajectories, metrics)
+
+    def _record(self, step: int, groups: list[Group]) -> None:
+        """Feed the rewards to the prompt source (curriculum samplers), one call per collect call; note what was
+        trained for the checkpoint."""
+        calls: dict[str, tuple[list[int], list[Trajectory]]] = {}
+        for group in groups:
+            calls.setdefault(group.record_prefix, (group.record_rows, []))[1].extend(group.trajectories)
+            self.trained.setdefault(group.draw, set()).add(group.position)
+        for prefix, (rows, trajectories) in calls.items():
+            self.prompts.record(step, trajectories, rows, prefix)
+        with self.generator.lock:
+            for number, draw in list(self.generator.draw_log.items()):
+                if len(self.trained.get(number, ())) == len(draw.row_ids):
+                    del self.generator.draw_log[number]
+                    self.trained.pop(number, None)
+
+    # ----------------------------------------------------------------- checkpoints
+    def loader_state(self) -> dict[str, Any]:
+        """The loader's position before the oldest draw with an untrained group, and what was trained since."""
+        with self.generator.lock:
+            if not self.generator.draw_log:
+                return {"loader": self.prompts.loader.state_dict(), "async_draw": self.generator.next_draw}
+            first = min(self.generator.draw_log)
+            trained = {str(d): sorted(p) for d, p in self.trained.items() if d >= first}
+            return {"loader": self.generator.draw_log[first].loader_state, "async_draw": first, "trained": trained}
+
+    def load_loader_state(self, state: dict[str, Any]) -> None:
+        if "async_draw" not in state:  # a checkpoint of a synchronous run
+            self.prompts.loader.load_state_dict(state)
+            return
+        self.prompts.loader.load_state_dict(state["loader"])
+        self.generator.next_draw = int(state["async_draw"])
+        skips = {int(d): set(p) for d, p in state.get("trained", {}).items()}
+        self.generator.skips = {d: set(p) for d, p in skips.items()}
+        self.trained = skips
+
+    def drain(self) -> None:
+        """Nothing to wait for: the engine takes weights in flight."""
+
+    def close(self) -> None:
+        self.generator.stop()
+
+
+def background_rollouts(
+    cfg: RLConfig,
+    prompts: PromptSource,
+    rounds: RoundRunner,
+    *,
+    engine: RolloutEngine,
+    weights: EngineWeights,
+    reward_errors: RewardErrorReport,
+    custom_collector: bool,
+    start_step: int,
+    total_steps: int,
+) -> OffPolicyRollouts | AsyncRollouts | None:
+    """What generates the batches besides the trainer's own step, by `trainer.mode` (sync: nothing)."""
+    if cfg.trainer.mode == "one_step_off":
+        return OffPolicyRollouts(prompts, rounds, cfg.rollout, reward_errors, weights)
+    if cfg.trainer.mode == "async":
+        return AsyncRollouts(
+            cfg,
+            prompts,
+            rounds,
+            engine=engine,
+            weights=weights,
+            reward_errors=reward_errors,
+            custom_collector=custom_collector,
+            start_step=start_step,
+            total_steps=total_steps,
+        )
+    return None
+
+
+__all__ = ["AsyncRollouts", "background_rollouts"]
