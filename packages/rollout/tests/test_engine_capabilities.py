@@ -24,6 +24,7 @@ from rlloom.core_rl.contracts.engines import (
     HasContextWindow,
     HasEosTokens,
     HasTokenizer,
+    InflightWeightUpdate,
     RolloutEngine,
     SleepMode,
     WeightSyncCount,
@@ -42,12 +43,12 @@ from rlloom.rollout.vllm.weights import WeightSync, WeightSyncError, WeightSyncS
 
 VLLM_CAPABILITIES = {SleepMode, WeightSyncLifecycle, WeightSyncCount, HasContextWindow, HasTokenizer, Closable}
 EXPECTED: dict[str, set[type]] = {
-    "HFEngine": {HasContextWindow, HasEosTokens, HasTokenizer, Closable},
+    "HFEngine": {HasContextWindow, HasEosTokens, HasTokenizer, Closable, InflightWeightUpdate},
     "OpenAIEngine": {HasContextWindow, HasEosTokens, AsyncClosable},
     "VLLMServerEngine": {HasContextWindow, HasEosTokens, AsyncClosable, WeightSyncLifecycle, WeightSyncCount},
     "RolloutPool": {HasContextWindow, HasEosTokens, Closable},
     "VLLMEngine": VLLM_CAPABILITIES,
-    "VLLMAsyncEngine": VLLM_CAPABILITIES,
+    "VLLMAsyncEngine": VLLM_CAPABILITIES | {InflightWeightUpdate},
 }
 OPTIONAL = sorted(set(CAPABILITIES.values()), key=lambda p: p.__name__)
 
@@ -89,7 +90,13 @@ def test_each_engine_has_a_capability_exactly_when_it_implements_it(protocol: ty
 
 def test_a_replica_reports_its_capabilities_and_what_it_knows_of_its_model(engines: dict[str, Any]) -> None:
     hf = engines["HFEngine"]
-    assert engine_capabilities(hf) == {"context_window", "eos_tokens", "tokenizer", "closable"}
+    assert engine_capabilities(hf) == {
+        "context_window",
+        "eos_tokens",
+        "tokenizer",
+        "closable",
+        "inflight_weight_update",
+    }
     described = describe_engine(hf)
     assert described["context_window"] == hf.model.config.max_position_embeddings
     assert described["eos_token_ids"] == frozenset(hf.eos_token_ids) and described["eos_token_ids"]

@@ -107,3 +107,56 @@ def test_a_cancelled_turn_leaves_the_engine_serving(engine: Any) -> None:
         return len(c.token_ids)
 
     assert asyncio.run(run()) == 3
+
+
+def _perturbed(seed: int, scale: float) -> dict[str, torch.Tensor]:
+    """The tiny model with every matrix moved by noise of `scale` (a different greedy text per seed)."""
+    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn(p.shape, generator=gen) * scale)
+        model.model.embed_tokens.weight.mul_(4.0)
+    return dict(model.state_dict())
+
+
+def test_in_flight_update_continues_requests_under_the_new_weights(engine: Any) -> None:
+    """Paused mid-generation, weights changed, resumed: the tokens before the pause are the old weights' greedy
+    text, the ones after it the new weights' greedy continuation of that prefix, labelled with the versions; a
+    request sent during the pause waits and then runs under the new weights."""
+    old, new = _perturbed(6, 0.08), _perturbed(11, 0.3)
+    engine.begin_weight_sync(3)
+    engine.update_weights(old)
+    engine.finish_weight_sync()
+    greedy = SamplingParams(temperature=0.0, max_tokens=900, ignore_eos=True, logprobs=True)
+    prompt = _ids("hello")
+    [reference] = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=greedy)])
+    assert reference[0].policy_versions == [3] * 900
+    late_request = GenerationRequest(prompt_ids=_ids("abc"), sampling=greedy.model_copy(update={"max_tokens": 5}))
+
+    async def run() -> tuple[Any, Any, bool]:
+        task = asyncio.create_task(engine.agenerate(GenerationRequest(prompt_ids=prompt, sampling=greedy)))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(engine.pause_generation)
+        late = asyncio.create_task(engine.agenerate(late_request))
+        await asyncio.sleep(0.3)
+        late_waited = not late.done() and not task.done()
+        await asyncio.to_thread(engine.update_weights, new)
+        await asyncio.to_thread(engine.resume_generation, 5)
+        return (await task)[0], (await late)[0], late_waited
+
+    completion, late, late_waited = asyncio.run(run())
+    assert late_waited and late.policy_versions == [5] * 5
+    versions = completion.policy_versions
+    k = versions.index(5)
+    assert 0 < k < 900 and versions == [3] * k + [5] * (900 - k), "the pause should fall mid-generation"
+    assert len(completion.token_ids) == 900 and completion.prompt_ids == prompt
+    assert completion.token_ids[:k] == reference[0].token_ids[:k]
+    continued = GenerationRequest(
+        prompt_ids=prompt + completion.token_ids[:k], sampling=greedy.model_copy(update={"max_tokens": 900 - k})
+    )
+    [[fresh]] = engine.generate([continued])
+    assert completion.token_ids[k:] == fresh.token_ids and fresh.policy_versions == [5] * (900 - k)
+    assert completion.token_ids[k:] != reference[0].token_ids[k:]  # the new weights do change the text
+    assert completion.logprobs is not None and len(completion.logprobs) == 900

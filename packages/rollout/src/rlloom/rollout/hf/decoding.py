@@ -31,6 +31,7 @@ from rlloom.rollout.hf.kv_cache import (
     trim_left_cache,
     write_rows,
 )
+from rlloom.rollout.hf.pause import PauseGate
 from rlloom.rollout.hf.prefix_cache import PrefixCache, PrefixHit
 from rlloom.rollout.hf.sampling import RowSampling, sample_next
 from rlloom.rollout.hf.stopping import StopStringWatcher
@@ -48,6 +49,8 @@ class SampleRow:
     watcher: StopStringWatcher | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=list)  # the policy version that sampled each token
+    kv_stale: bool = False  # its keys/values span a weight update (never stored in the prefix cache)
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     joined_at: float = 0.0  # perf_counter() when its prefill started; timings below are relative to it
@@ -183,6 +186,8 @@ class RunningBatch:
             return
         for j in finished:
             row = self.rows[j]
+            if row.kv_stale:
+                continue
             fed = row.prompt_ids + row.token_ids[:-1]  # the last sampled token was never fed
             columns = self.mask[j].nonzero().squeeze(-1)
             if columns.numel() != len(fed):  # cannot happen with left padding; never store misaligned keys
@@ -201,8 +206,8 @@ class RunningBatch:
     def unfinished(self) -> int:
         return sum(r.finish_reason is None for r in self.rows)
 
-    def sample(self, settings: DecodeSettings, on_finish: Callable[[SampleRow], None] | None) -> int:
-        """Sample one token for every row; returns how many rows are finished (now or before)."""
+    def sample(self, settings: DecodeSettings, on_finish: Callable[[SampleRow], None] | None, version: int = 0) -> int:
+        """Sample one token for every row (labelled policy `version`); returns how many rows are finished."""
         if settings.banned_token_ids:
             tokens, logprobs = _sample_without(
                 self.logits, self.sampling, self.want_logprobs, settings.banned_token_ids
@@ -220,6 +225,7 @@ class RunningBatch:
                 finished += 1
                 continue
             row.token_ids.append(token_list[j])
+            row.policy_versions.append(version)
             if logprob_list is not None and row.params.logprobs:
                 row.logprobs.append(logprob_list[j])
             if len(row.token_ids) == 1:
@@ -344,6 +350,7 @@ def decode(
     on_admit_error: AdmitFailed | None = None,
     stats: DecodeStats | None = None,
     abandoned: Callable[[SampleRow], bool] | None = None,
+    gate: PauseGate | None = None,
 ) -> DecodeStats:
     """Generate rows to completion, filling `token_ids`, `logprobs` and `finish_reason`.
 
@@ -352,6 +359,8 @@ def decode(
     (a fresh one when None) is updated as the loop runs, so an engine can accumulate and read it live.
     `abandoned(row)`, asked of every unfinished row before each step, ends the rows whose caller has gone
     (finish 'abort', no `on_finish`), so a cancelled request stops taking a place others wait for.
+    With a `gate`, every token is labelled its `version`, and the loop parks at `gate.checkpoint()` between
+    sampling a token and feeding it, so an in-flight weight update lands at a token boundary (see `PauseGate`).
     """
     stats = stats if stats is not None else DecodeStats()
     batch = RunningBatch.prefill(model, rows, settings, stats) if rows else None
@@ -369,7 +378,7 @@ def decode(
         if batch is None:
             return stats
         stats.peak_rows = max(stats.peak_rows, batch.size)
-        finished = batch.sample(settings, on_finish)
+        finished = batch.sample(settings, on_finish, gate.version if gate is not None else 0)
         if settings.prefix_cache is not None:
             batch.store_finished(settings.prefix_cache, batch.just_finished)
         if finished == batch.size:
@@ -380,6 +389,8 @@ def decode(
         admit_next = can_admit and (stats.steps + 1) % settings.admit_every == 0
         if finished >= settings.compact_every and not (admit_next and finished < batch.size):
             batch.compact()  # (when an admission comes next step, `absorb` drops them while joining)
+        if gate is not None and gate.checkpoint():
+            _weights_changed(batch, settings)
         batch.advance(model, settings)
         stats.steps += 1
 
@@ -410,6 +421,15 @@ def _admit(
     if batch.size - batch.unfinished >= settings.compact_every:
         batch.compact()  # finished rows whose compaction was left to this admission and no newcomer replaced
     return batch
+
+
+def _weights_changed(batch: RunningBatch, settings: DecodeSettings) -> None:
+    """After an in-flight update: the running rows' keys/values are the old weights', and so is the prefix
+    cache's content, so neither may seed a later prompt."""
+    for row in batch.rows:
+        row.kv_stale = True
+    if settings.prefix_cache is not None:
+        settings.prefix_cache.clear()
 
 
 def _prefill_isolated(

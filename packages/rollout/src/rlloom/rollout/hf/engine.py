@@ -25,6 +25,7 @@ from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets, Ticket
 from rlloom.rollout.hf.decoding import DecodeSettings, DecodeStats, SampleRow, decode
+from rlloom.rollout.hf.pause import PauseGate
 from rlloom.rollout.hf.prefix_cache import PrefixCache
 from rlloom.rollout.hf.stopping import StopStringWatcher, TokenPieces, cut_at_stop, find_stop
 from rlloom.rollout.weights import load_named_tensors
@@ -58,7 +59,9 @@ class HFEngineConfig(BaseModel):
 
 class HFEngine:
     """Samples a transformers causal LM in-process; implements core-rl's `RolloutEngine` and the capabilities
-    `HasContextWindow`, `HasEosTokens`, `HasTokenizer` and `Closable` (its batcher thread)."""
+    `InflightWeightUpdate` (keys/values kept), `HasContextWindow`, `HasEosTokens`, `HasTokenizer` and `Closable`
+    (its batcher thread). Every completion's tokens carry the policy version they were sampled under (0 until
+    the first `resume_generation`)."""
 
     tokenizer: Any
     eos_token_ids: set[int]  # the tokenizer's and the model's generation config's
@@ -69,6 +72,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.config = config or HFEngineConfig()
         self._lock = threading.Lock()  # one batch on the model at a time (sync callers and the batcher)
+        self._gate = PauseGate()  # in-flight weight updates: decodes park at a token boundary while paused
         self.batches_run = 0  # decode runs so far (a continuous run may serve many waves of callers)
         self.decode_stats = DecodeStats()  # peak rows per forward, joins into running batches, steps (live)
         self._batcher = ContinuousBatcher(self._serve, self.config.max_batch_rows, self.config.gather_s)
@@ -190,7 +194,7 @@ class HFEngine:
         """Decode everything `feed` holds or admits later, joining new rows into the running batch."""
         if not feed.backlog:  # nothing to start with; later arrivals start the worker's next run
             return
-        with self._sampling_mode():
+        with self._sampling_mode(), self._gate.decoding():
             self.batches_run += 1
             decode(
                 self.model,
@@ -201,6 +205,7 @@ class HFEngine:
                 on_admit_error=feed.on_error,
                 stats=self.decode_stats,
                 abandoned=feed.abandoned,
+                gate=self._gate,
             )
 
     def _decode_alone(
@@ -233,10 +238,10 @@ class HFEngine:
             banned_token_ids=self._vision_token_ids,
             prefix_cache=None,
         )
-        with self._sampling_mode():
+        with self._sampling_mode(), self._gate.decoding():
             self.batches_run += 1
             abandoned = (lambda _row: cancelled()) if cancelled is not None else None
-            decode(self.model, rows, settings, stats=self.decode_stats, abandoned=abandoned)
+            decode(self.model, rows, settings, stats=self.decode_stats, abandoned=abandoned, gate=self._gate)
         deliver([self._completion(request, r) for r in rows])
 
     @contextmanager
@@ -317,15 +322,47 @@ class HFEngine:
             stop_reason=stop_reason,
             sample_index=row.sample_index,
             timing={"ttft_s": row.first_token_s, "latency_s": row.done_s},
+            policy_versions=list(row.policy_versions),
         )
 
     # -- weights -------------------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        """Copy new weights into the model in place (skipped for tensors that already are the model's)."""
+        """Copy new weights into the model in place (skipped for tensors that already are the model's).
+
+        Paused (`pause_generation`), it loads at once: every decode is parked at a token boundary, still holding
+        the model's lock, and goes on under the new weights at `resume_generation`."""
+        if self._gate.paused:
+            self._load(named_tensors)
+            return
         with self._lock:
-            load_named_tensors(self.model, named_tensors)
-            if self.prefix_cache is not None:
-                self.prefix_cache.clear()
+            self._load(named_tensors)
+
+    def _load(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
+        load_named_tensors(self.model, named_tensors)
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    # -- in-flight weight updates (core-rl's InflightWeightUpdate) -----------------------------------------
+    def pause_generation(self) -> None:
+        """Stop every running request at its next token boundary (returns once they all stopped); requests
+        submitted from now on wait. Change the weights (`update_weights`, or the shared actor's optimizer step),
+        then `resume_generation`."""
+        self._gate.pause()
+
+    def resume_generation(self, policy_version: int) -> None:
+        """Continue the paused requests under the current weights, with the keys/values computed so far kept;
+        every token sampled from now on is labelled `policy_version`."""
+        self._gate.resume(policy_version)
+
+    @property
+    def keeps_kv_cache(self) -> bool:
+        """True: a paused request keeps its keys/values (computed under the old weights) and feeds on."""
+        return True
+
+    @property
+    def policy_version(self) -> int:
+        """The version the tokens sampled now are labelled with (the last `resume_generation`'s; 0 before)."""
+        return self._gate.version
 
 
 def honour_thread_setting() -> None:

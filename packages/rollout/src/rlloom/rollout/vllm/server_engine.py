@@ -152,13 +152,22 @@ class VLLMServerEngine(OpenAIEngine):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """As `OpenAIEngine.generate`, after closing an open sync; refuses after a failed one."""
         self._sync.ready()
-        return super().generate(requests)
+        version = self._sync.policy_version  # a sync pauses the server until in-flight requests drain
+        return [_labelled(out, version) for out in super().generate(requests)]
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """As `OpenAIEngine.agenerate`, after closing an open sync; refuses after a failed one."""
         if self._sync.pending:
             await asyncio.to_thread(self._sync.ready)
-        return await super().agenerate(request)
+        version = self._sync.policy_version
+        return _labelled(await super().agenerate(request), version)
+
+
+def _labelled(completions: list[Completion], version: int) -> list[Completion]:
+    """Label every token with the policy version the server's weights were when the request went out."""
+    for c in completions:
+        c.policy_versions = [version] * len(c.token_ids)
+    return completions
 
 
 __all__ = [

@@ -88,6 +88,9 @@ class WeightSyncSession:
         self.open = False
         self.buckets = 0
         self.completed = 0  # syncs finished since the engine started
+        # the policy version the engine's weights are: the step of the last labelled sync (0 before any), which
+        # every sampled token carries (`Completion.policy_versions`)
+        self.policy_version = 0
         self.failure: str | None = None
 
     def _where(self) -> str:
@@ -132,6 +135,8 @@ class WeightSyncSession:
         self.open = False
         self.failure = None
         self.completed += 1
+        if self.step is not None:
+            self.policy_version = self.step
         self.step = None
         return True
 
@@ -189,6 +194,11 @@ class WeightSync:
     def completed(self) -> int:
         """Syncs completed since the engine started."""
         return self.session.completed
+
+    @property
+    def policy_version(self) -> int:
+        """The version the weights are (the last labelled sync's step; 0 before any), for the sampled tokens."""
+        return self.session.policy_version
 
     @property
     def pending(self) -> bool:
