@@ -195,7 +195,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help=f"with --index: {QUERY_OPT_HELP}; with --online: the engine's settings (cache_dir, cache_ttl_s, "
-        "max_qps, max_concurrency, retries, timeout_s, base_url; serpapi: engine)",
+        "max_qps, max_concurrency, retries, timeout_s, base_url; google: full_page (Search-R1's full-page mode), "
+        "page_timeout_s (5), page_concurrency (8), max_page_bytes (2 MiB); serpapi: engine)",
     )
     serve.add_argument(
         "--rerank-model",

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlloom.retrieval.pages import PageFetcher, collect_context, html_links
 from rlloom.retrieval.types import Hit
 
 __all__ = [
@@ -96,6 +97,16 @@ class GoogleSearchConfig(OnlineConfig):
         default=True,
         description="Search-R1's snippet_only parsing: keep the '...'-separated parts of a snippet that have more "
         "than 5 words ('No snippet available.' when none has).",
+    )
+    full_page: bool = Field(
+        default=False,
+        description="Search-R1's full-page mode (its server without --snippet_only): fetch each result's page and "
+        "answer with its paragraphs that hold the snippet's sentences (pages.py); a page that fails keeps its snippet.",
+    )
+    page_timeout_s: float = Field(default=5.0, gt=0, description="Seconds a page may take in all (Search-R1: 5).")
+    page_concurrency: int = Field(default=8, gt=0, description="Pages downloaded at once (Search-R1: 8).")
+    max_page_bytes: int = Field(
+        default=2 * 1024 * 1024, gt=0, description="Bytes of a page read at most; the rest is not downloaded."
     )
 
 
@@ -297,6 +308,10 @@ class OnlineSearch:
                     wait = max(wait, min(asked, MAX_RETRY_AFTER_S))
         return wait
 
+    def stats(self) -> dict[str, Any]:
+        """For the server's /stats: requests sent to the vendor, cache hits and misses."""
+        return {"requests_sent": self.requests_sent, "cache_hits": self.cache.hits, "cache_misses": self.cache.misses}
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
@@ -310,7 +325,9 @@ class GoogleSearch(OnlineSearch):
     """Google Custom Search JSON API as a `Retriever` (Search-R1's `google_search_server.py --snippet_only`).
 
     Google answers at most 10 results a request; k > 10 asks for further pages (`start` 11, 21, ..., at most 100
-    results, the API's limit). Search-R1's full-page mode (downloading every result page) is not provided.
+    results, the API's limit). With `full_page`, Search-R1's default mode: each result's page is downloaded and
+    its paragraphs holding the snippet's sentences are the passage (`pages.py`); results that are not HTML pages
+    are left out, as Search-R1 does.
     """
 
     vendor = "Google Custom Search"
@@ -321,9 +338,22 @@ class GoogleSearch(OnlineSearch):
         self.cse_id = _env(config.cse_id_env, "your Programmable Search Engine id (cx)")
         self.google = config
         super().__init__(config)
+        self.pages: PageFetcher | None = None
+        if config.full_page:
+            self.pages = PageFetcher(config.page_timeout_s, config.max_page_bytes, config.page_concurrency)
 
     def _cache_key(self, query: str, k: int) -> str:
-        return _key("google", self.cse_id, self.google.snippet_filter, query, math.ceil(min(k, 100) / 10))
+        mode = (self.google.snippet_filter, self.google.full_page)
+        return _key("google", self.cse_id, *mode, query, math.ceil(min(k, 100) / 10))
+
+    def stats(self) -> dict[str, Any]:
+        """`OnlineSearch.stats`, and in full-page mode the page fetches (failures with their reason)."""
+        return {**super().stats(), **(self.pages.stats.as_dict() if self.pages is not None else {})}
+
+    def close(self) -> None:
+        if self.pages is not None:
+            self.pages.close()
+        super().close()
 
     def _fetch(self, query: str, k: int) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
@@ -331,6 +361,10 @@ class GoogleSearch(OnlineSearch):
         while len(out) < min(k, 100):
             body = self._get({"key": self.api_key, "cx": self.cse_id, "q": query, "num": 10, "start": start})
             items = body.get("items") or []
+            if self.pages is not None:  # Search-R1's full-page mode: HTML results only, their pages' paragraphs
+                links = html_links(items)
+                texts = self.pages.texts(links)
+                items = [{**item, "page": texts[item["link"]]} for item in items if item.get("link") in texts]
             for item in items:
                 passage = self._passage(item)
                 if passage is not None:
@@ -347,6 +381,8 @@ class GoogleSearch(OnlineSearch):
         title = str(item.get("title") or "")
         snippet = str(item.get("snippet") or "")
         context = " ".join(parse_snippet(snippet)) if self.google.snippet_filter else snippet.strip()
+        if item.get("page"):  # full-page mode: the page's paragraphs holding the snippet, else the snippet
+            context = collect_context(snippet, item["page"]) or context
         if not title and not context:
             return None
         link = item.get("link")

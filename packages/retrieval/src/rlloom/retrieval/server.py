@@ -238,6 +238,15 @@ def _search_with_windows(retriever: Retriever | None) -> Any:
     return search
 
 
+def _backend_stats(retriever: Retriever | None) -> dict[str, Any]:
+    """`{"backend": ...}` from a retriever (or a reranker's base) that keeps its own counters, e.g. online search."""
+    for candidate in (retriever, getattr(retriever, "base", None)):
+        stats = getattr(candidate, "stats", None)
+        if callable(stats):
+            return {"backend": stats()}
+    return {}
+
+
 def _rerank_contents(body: RerankRequest, limits: ServerLimits) -> list[list[str]] | Response:
     """Each query's documents' `contents`, or the 422 for a body whose lists do not pair up with its queries, hold
     more than max_topk documents, or hold an item without `contents`."""
@@ -524,6 +533,7 @@ def create_app(
             "latency_ms": latency.percentiles_ms(),
             "uptime_s": round(time.time() - started, 1),
             "pid": os.getpid(),  # with --workers N each worker process keeps its own counters
+            **_backend_stats(retriever),
         }
 
     return app
