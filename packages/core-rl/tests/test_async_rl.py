@@ -184,3 +184,19 @@ def test_a_failed_weight_push_stops_the_run_naming_the_step(tiny_model_dir: Path
     trainer = trainer_for(tiny_model_dir, tmp_path / "run", [*ASYNC, "trainer.total_steps=4"], engine=engine)
     with pytest.raises(RuntimeError, match="weight sync of step 2 to the rollout engine failed: engine went away"):
         trainer.fit()
+
+
+def test_critic_warm_up_steps_still_admit_the_next_groups(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Warm-up steps train only the critic, so the weights' version stands still; admission counts batches taken,
+    so the generator keeps going (counting weight versions, step 2 would wait for groups never admitted)."""
+    overrides = [
+        *ASYNC,
+        "trainer.total_steps=3",
+        "trainer.streaming.max_staleness=0",
+        "algorithm.advantage.estimator=gae",
+        "trainer.critic_warmup=2",
+    ]
+    trainer_for(tiny_model_dir, tmp_path / "run", overrides).fit()
+    lines = metric_lines(tmp_path / "run")
+    assert [line["actor/critic_warmup"] for line in lines] == [1.0, 1.0, 0.0]
+    assert all(line["async/staleness_max"] == 0.0 for line in lines)

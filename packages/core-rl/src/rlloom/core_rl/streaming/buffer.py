@@ -25,7 +25,7 @@ class Group:
     draw: int  # which batch of rows drawn from the loader (1, 2, ... as the steps of a synchronous run)
     position: int  # the row's position in its draw
     row_id: int
-    start_version: int
+    start_version: int  # batches the trainer had taken when it started (AReaL's version)
     trajectories: list[Trajectory] = field(default_factory=list)
     errors: list[str | None] = field(default_factory=list)
     penalties: list[float] = field(default_factory=list)

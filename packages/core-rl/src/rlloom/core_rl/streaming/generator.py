@@ -37,7 +37,8 @@ class Draw:
 
 
 class StreamingGenerator:
-    """Starts groups while `admits(...)` holds and fewer than `max_groups_in_flight` run; `wake()` after a push."""
+    """Starts groups while `admits(...)` holds and fewer than `max_groups_in_flight` run; `wake()` after a push
+    or a batch taken. `version()` is the engine's weights version, which labels the tokens."""
 
     def __init__(
         self,
@@ -58,6 +59,9 @@ class StreamingGenerator:
         self.version = version
         self.total_groups = total_groups
         self.started = started  # groups started since the run began (trained ones included)
+        # batches the trainer has taken: AReaL's version in the admission rule (the weights' version stands still
+        # through critic warm-up steps, which still consume batches)
+        self.consumed = started // batch_size
         self.next_draw = first_draw
         self.generating = generating  # held around each group's generation (the update gate, when one is needed)
         self.sampling = SamplingParams()
@@ -118,7 +122,7 @@ class StreamingGenerator:
         if self.started >= self.total_groups:
             return False
         eta = self.streaming.max_staleness
-        return admits(self.started, self.version(), max_staleness=eta, batch_size=self.batch_size)
+        return admits(self.started, self.consumed, max_staleness=eta, batch_size=self.batch_size)
 
     def _next_unit(self) -> list[Group]:
         """The next group to start, or with max_staleness=0 the whole next draw (one collect call, as sync)."""
@@ -129,10 +133,9 @@ class StreamingGenerator:
         draw.skip.update(taken)
         if len(draw.skip) == len(draw.row_ids):
             self.draws.popleft()
-        version = self.version()
         unit = []
         for position in taken:
-            group = Group(self.started, draw.number, position, draw.row_ids[position], version)
+            group = Group(self.started, draw.number, position, draw.row_ids[position], self.consumed)
             self.started += 1
             self.buffer.started(group)
             unit.append(group)

@@ -107,7 +107,9 @@ class AsyncRollouts:
         with timer("weight_sync"):
             self.weights.refresh()
         self.generator.sampling = sampling
+        self.generator.consumed = step - 1
         self.generator.start()  # once; later calls do nothing
+        self.generator.wake()
         started = time.monotonic()
         with timer("rollout_wait"):
             # at step t the weights are version t-1: a group started under version < t-1-eta must be in this batch
