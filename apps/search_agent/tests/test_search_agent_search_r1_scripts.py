@@ -179,3 +179,24 @@ def test_verl_data_keys_alone_stand_in_for_the_flags(tmp_path: Path, capsys: pyt
         main(["train", "--dry-run", *argv])
     err = capsys.readouterr().err
     assert f"--index {index}" in err and "--train-data" not in err  # the data key was read; the index is checked
+
+
+def test_verl_lists_of_data_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """data.train_files as veRL's list (several parquet files, one split in order); each file is read and checked,
+    and a missing one is named by its place in the list."""
+    nq, hotpot = _rows(tmp_path / "nq"), _rows(tmp_path / "hotpotqa")
+    files = f"['{nq / 'train.parquet'}', '{hotpot / 'train.parquet'}']"
+    argv = [f"data.train_files={files}", f"data.val_files={nq / 'test.parquet'}", "retriever.url=http://h:1/retrieve"]
+    _, out = _dry_run(capsys, [*argv, "model.path=/m"])
+    assert f"#   train data: {nq / 'train.parquet'}, {hotpot / 'train.parquet'}" in out
+    assert f"#   val data: {nq / 'test.parquet'}" in out
+    assert f"mapped:  data.train_files={files} -> --train-data {nq / 'train.parquet'}, " in out
+    gone = tmp_path / "gone.parquet"
+    with pytest.raises(SystemExit):
+        main(
+            ["train", "--dry-run", f"data.train_files=['{nq / 'train.parquet'}', '{gone}']", *argv[1:], "model.path=/m"]
+        )
+    assert f"data.train_files[1] {gone} does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--dry-run", "data.train_files=[]", *argv[1:], "model.path=/m"])
+    assert "expected a file path or a list of them" in capsys.readouterr().err

@@ -242,6 +242,27 @@ def test_train_refuses_a_prompt_longer_than_the_conversation_before_training(
     assert "the conversation's 1024" in capsys.readouterr().err
 
 
+def test_train_reads_verls_list_of_data_files_in_order(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """data.train_files as a list: the files' rows are one split in order (the over-long row, last of the second
+    file, is row 5 of 5: 2 rows, then 2 + 1), checked before any step."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    prepare("nq", _raw(tmp_path), first, split="train")
+    long = json.loads(first.read_text().splitlines()[0])
+    long["prompt"][0]["content"] += " very long context" * 60
+    second.write_text(first.read_text() + json.dumps(long) + "\n")
+    save_tiny_model(tmp_path, max_position_embeddings=1024)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        main(["train", f"data.train_files=['{first}', '{second}']", "--index", str(index),
+              f"model.path={tmp_path / 'model'}", f"model.tokenizer_path={tmp_path / 'tokenizer'}",
+              "trainer.device=cpu", f"trainer.output_dir={out}", "search.max_total_tokens=900"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"--train-data {first}, {second} row 5 of 5: the prompt is" in err, err
+    assert not (out / "metrics.jsonl").exists()
+
+
 def test_train_reads_a_string_prompt_as_single_turn_training_does() -> None:
     """TRL's string prompt is one user message for the agent too (one reading of rows, core-rl's): it was refused
     here while single-turn training took it."""

@@ -266,12 +266,12 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _dry_run(parser: argparse.ArgumentParser, request: Any, rl: Any, search: Any) -> None:
     """The resolved run, its data files read and its retrieval checked, all without torch."""
     from rlloom_apps.search_agent.data import read_rows
-    from rlloom_apps.search_agent.train_request import check_retrieval_settings, dry_run_report
+    from rlloom_apps.search_agent.train_request import check_retrieval_settings, dry_run_report, labelled
 
     try:
-        read_rows(request.train_data, "--train-data", as_samples=False)
-        if request.val_data is not None:
-            read_rows(request.val_data, "--val-data", as_samples=False)
+        for path, label in [*labelled(request.train_data, "--train-data", "data.train_files"),
+                            *labelled(request.val_data, "--val-data", "data.val_files")]:  # fmt: skip
+            read_rows(path, label, as_samples=False)
         retrieval = check_retrieval_settings(request)
     except ValueError as err:
         parser.error(str(err))
@@ -293,12 +293,13 @@ def _run_train(
     from rlloom_apps.search_agent.data import read_rows
     from rlloom_apps.search_agent.retrieval import SEARCH_R1_API_OVERRIDE, check_retrieval
     from rlloom_apps.search_agent.train import run_train
+    from rlloom_apps.search_agent.train_request import labelled
 
     try:
         # rows without gold answers would train silently at reward 0: refuse them as eval does
-        read_rows(request.train_data, "--train-data")
-        if request.val_data is not None:
-            read_rows(request.val_data, "--val-data")
+        for path, label in [*labelled(request.train_data, "--train-data", "data.train_files"),
+                            *labelled(request.val_data, "--val-data", "data.val_files")]:  # fmt: skip
+            read_rows(path, label)
         check_retrieval(
             request.index,
             request.retrieval_url,
@@ -312,7 +313,7 @@ def _run_train(
             lambda: run_train(
                 config,
                 train_data=request.train_data,
-                val_data=request.val_data,
+                val_data=request.val_data or None,
                 index=request.index,
                 retrieval_url=request.retrieval_url,
                 overrides=overrides,

@@ -24,8 +24,8 @@ _RETRIEVE = "/retrieve"
 class SearchR1CommandLine(CommandLine):
     """What a Search-R1 command line sets beyond config keys: the flags its data and retriever keys stand for."""
 
-    train_data: Path | None = None
-    val_data: Path | None = None
+    train_data: list[Path] | None = None  # veRL's lists: several files, one split in order
+    val_data: list[Path] | None = None
     retrieval_url: str | None = None
     estimator: str | None = None  # algorithm.adv_estimator as typed: gae picks the bundled ppo config
 
@@ -152,14 +152,22 @@ def read_search_r1(items: Sequence[str]) -> SearchR1CommandLine:
 
 
 def _data_file(read: SearchR1CommandLine, typed: str, key: str, value: Any, where: str) -> None:
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected one file path, got {value!r}; join the files into one (parquet or JSONL)")
+    """One file, or veRL's list of files (read as one split, in order)."""
+    if isinstance(value, str) and value.strip():
+        paths = [Path(value)]
+    elif isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        paths = [Path(v) for v in value]
+    else:
+        raise ConfigError(
+            f"{where}: expected a file path or a list of them, e.g. {key}=train.parquet or "
+            f"{key}=\"['nq/train.parquet', 'hotpotqa/train.parquet']\", got {value!r}"
+        )
     flag = "--train-data" if key == "data.train_files" else "--val-data"
     if key == "data.train_files":
-        read.train_data = Path(value)
+        read.train_data = paths
     else:
-        read.val_data = Path(value)
-    read.mapped.append((typed, f"{flag} {value}"))
+        read.val_data = paths
+    read.mapped.append((typed, f"{flag} {', '.join(map(str, paths))}"))
 
 
 def _retriever_url(read: SearchR1CommandLine, typed: str, value: Any, where: str) -> None:

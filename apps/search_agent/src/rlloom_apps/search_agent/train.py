@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 def run_train(
     config_path: str | Path,
     *,
-    train_data: Path,
-    val_data: Path | None = None,
+    train_data: Path | Sequence[Path],
+    val_data: Path | Sequence[Path] | None = None,
     index: Path | None = None,
     retrieval_url: str | None = None,
     overrides: Sequence[str] = (),
@@ -50,13 +50,16 @@ def run_train(
         raise ConfigError(
             f"model.path={config.model.path} is not a folder; pass a local model, e.g. model.path=/models/Qwen2.5-3B"
         )
-    train_rows = list(read_records(train_data))
-    val_rows = list(read_records(val_data)) if val_data is not None else None
+    train_files = [train_data] if isinstance(train_data, Path) else list(train_data)
+    val_files = [val_data] if isinstance(val_data, Path) else list(val_data or [])
+    train_rows = [row for path in train_files for row in read_records(path)]  # veRL's lists: files in order
+    val_rows = [row for path in val_files for row in read_records(path)] if val_files else None
     tokenizer = load_pretrained_tokenizer(config.model.tokenizer_path or config.model.path)
     env_config = SearchEnvConfig(top_k=search.top_k)
     budget = conversation_budget(config.model.path, search.max_total_tokens)
     drop, template = config.data.filter_overlong_prompts, config.data.apply_chat_template_kwargs
-    train_label, val_label = f"--train-data {train_data}", f"--val-data {val_data}"
+    train_label = f"--train-data {', '.join(map(str, train_files))}"
+    val_label = f"--val-data {', '.join(map(str, val_files))}"
     train_rows = fitting_rows(
         train_rows, tokenizer, env_config, budget, train_label, drop=drop, chat_template_kwargs=template
     )

@@ -22,8 +22,8 @@ from rlloom.core_rl.config.compat import CommandLine, read_verl_infrastructure
 class TrainRequest:
     config: str  # a bundled config's name or a YAML path
     overrides: list[str]
-    train_data: Path
-    val_data: Path | None
+    train_data: list[Path]  # one file, or veRL's data.train_files list: one split, rows in file order
+    val_data: list[Path]
     index: Path | None
     retrieval_url: str | None
     summary: list[str] = field(default_factory=list)
@@ -35,7 +35,9 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     typed = list(args.overrides)
     read: CommandLine
     config = args.config
-    train_data, val_data, url = args.train_data, args.val_data, args.retrieval_url
+    train_data = None if args.train_data is None else [args.train_data]
+    val_data = None if args.val_data is None else [args.val_data]
+    url = args.retrieval_url
     if looks_like_search_r1(typed):
         r1 = read_search_r1(typed)
         train_data = _one("--train-data", "data.train_files", train_data, r1.train_data)
@@ -57,7 +59,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         config=config or "grpo",
         overrides=read.overrides,
         train_data=train_data,
-        val_data=val_data,
+        val_data=val_data or [],
         index=args.index,
         retrieval_url=url,
         summary=read.summary(),
@@ -66,8 +68,15 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
 
 def _one(flag: str, key: str, given: Any, typed: Any) -> Any:
     if typed is not None and given is not None and typed != given:
-        raise ConfigError(f"{flag} {given} and {key}={typed} disagree; give one of them")
+        shown = [str(p) for p in typed] if isinstance(typed, list) else typed
+        given = given[0] if isinstance(given, list) and len(given) == 1 else given
+        raise ConfigError(f"{flag} {given} and {key}={shown} disagree; give one of them")
     return typed if typed is not None else given
+
+
+def labelled(paths: list[Path], flag: str, key: str) -> list[tuple[Path, str]]:
+    """Each file with the name errors give it: the flag for one file, `data.train_files[i]` for a list."""
+    return [(path, flag if len(paths) == 1 else f"{key}[{i}]") for i, path in enumerate(paths)]
 
 
 def check_retrieval_settings(request: TrainRequest) -> str:
@@ -97,8 +106,8 @@ def dry_run_report(rl: RLConfig, search: SearchSettings, request: TrainRequest, 
         yaml.safe_dump(resolved, sort_keys=False).rstrip(),
         "# run",
         f"#   config: {request.config}",
-        f"#   train data: {request.train_data}",
-        f"#   val data: {request.val_data if request.val_data is not None else 'none'}",
+        f"#   train data: {', '.join(map(str, request.train_data))}",
+        f"#   val data: {', '.join(map(str, request.val_data)) or 'none'}",
         f"#   retrieval: {retrieval}",
         f"#   search turns: {search.max_turns - 1} + the answer turn (search.max_turns={search.max_turns})",
     ]
