@@ -1,25 +1,27 @@
 """One memory budget, one CPU budget and one network namespace per run (issue 39).
 
 Memory that no process's resident set shows (System V shared memory touched and detached, message queues, memfd
-files kept open, tmpfs files under /tmp and /dev/shm, socket and netlink buffers) is counted against the run's
-budget or cannot be made at all; a run's processes share one CPU budget however many there are; concurrent runs
-cannot reach each other. Each hostile program has an honest twin that must pass, so a zero means the trick
-failed, not that the task broke.
+files kept open, tmpfs files under /tmp and /dev/shm, socket and netlink buffers, pipe buffers) is counted against
+the run's budget or cannot be made at all; a run's processes share one CPU budget however many there are;
+concurrent runs cannot reach each other. Each hostile program has an honest twin that must pass, so a zero means
+the trick failed, not that the task broke.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rlloom.rewards.code import Limits, check_asserts, execute, isolation
+from rlloom.rewards.code import Limits, check_asserts, execute, isolation, meters
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -225,6 +227,98 @@ def test_system_v_shared_memory_is_capped_at_the_budget_in_the_runs_own_namespac
     before = Path("/proc/sysvipc/shm").read_text()
     assert execute(LIBC + "segment(1 << 20)\n", limits=BUDGET).status == "ok"
     assert Path("/proc/sysvipc/shm").read_text() == before  # the segment was the run's, gone with it
+
+
+PIPES = """
+import os, time
+for _ in range(14):  # 14 small processes (sleep), each holding 60 full pipes: 52 MiB in the kernel, in no RSS
+    held = []
+    for _ in range(60):
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            while True:
+                os.write(w, b"x" * 65536)
+        except BlockingIOError:
+            pass
+        os.close(w)  # the data stays while the read end is open
+        held.append(r)
+    if os.fork() == 0:
+        for r in held:
+            os.set_inheritable(r, True)
+        os.execv("/bin/sleep", ["sleep", "3"])
+    for r in held:
+        os.close(r)
+time.sleep(3)
+print("held", 14 * 60 * 64 // 1024, "MiB", flush=True)
+"""
+
+
+def test_pipe_buffers_count_against_the_budget() -> None:
+    """Full pipes held by small processes: 52 MiB of pipe buffers beside about 35 MiB of resident sets stop a
+    run under a 64 MiB budget (resident sets alone would let it finish); under a budget that holds both, the same
+    program finishes, so the stop is the pipes' count, not a broken program."""
+    stopped = execute(PIPES, limits=Limits(timeout=20, memory_mb=64))
+    assert (stopped.status, stopped.stdout) == ("memory", ""), stopped
+    fits = execute(PIPES, limits=Limits(timeout=20, memory_mb=192))
+    assert (fits.status, fits.stdout) == ("ok", "held 52 MiB\n"), fits
+
+
+def test_the_pipe_count_is_each_pipe_once_at_its_capacity() -> None:
+    """`meters.pipe_memory` on this process and a forked child: a 64 KiB pipe read through three descriptors in two
+    processes and a pipe enlarged to 1 MiB add 64 KiB + 1 MiB, once each, whatever they hold."""
+    base = meters.pipe_memory([os.getpid()], 1024)
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    extra = os.dup(r1)
+    fcntl.fcntl(w2, 1031, 1 << 20)  # F_SETPIPE_SZ (this process is not sandboxed)
+    os.write(w2, b"x" * 100_000)
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert meters.pipe_memory([os.getpid(), child], 1024) == base + (64 << 10) + (1 << 20)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        for fd in (r1, w1, r2, w2, extra):
+            os.close(fd)
+    assert meters.pipe_memory([os.getpid()], 1024) == base
+
+
+def test_a_few_pipes_within_the_budget_pass() -> None:
+    """The honest twin: pipes written and read back within one process, under the smallest budget."""
+    code = _code(
+        """
+        import os
+        pipes = [os.pipe() for _ in range(8)]
+        for i, (r, w) in enumerate(pipes):
+            os.write(w, bytes([i]) * 40_000)
+        assert [len(os.read(r, 65536)) for r, _ in pipes] == [40_000] * 8
+        """
+    )
+    result = check_asserts(code, TESTS, limits=Limits(timeout=20, memory_mb=64))
+    assert (result.status, result.score) == ("passed", 1.0), result
+
+
+def test_pipes_cannot_grow_past_their_default_capacity() -> None:
+    """F_SETPIPE_SZ past 64 KiB is refused (EPERM, as the kernel answers past pipe-max-size): a pipe passed over a
+    Unix socket and closed is in no descriptor table the count reads, so each must stay small. Shrinking works."""
+    code = textwrap.dedent(
+        """
+        import fcntl, os
+        r, w = os.pipe()
+        try:
+            fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+            print("grew")
+        except OSError as e:
+            print("refused", e.errno)
+        print(fcntl.fcntl(w, 1031, 4096), fcntl.fcntl(w, 1031, 65536), fcntl.fcntl(w, 1032))
+        """
+    )
+    result = execute(code, limits=BUDGET)
+    assert (result.status, result.stdout) == ("ok", f"refused {errno.EPERM}\n4096 65536 65536\n"), result
 
 
 # --- CPU: one budget for all of a run's processes --------------------------------------------------------------

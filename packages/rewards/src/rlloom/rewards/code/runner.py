@@ -48,7 +48,7 @@ def harness_modules() -> list[tuple[str, CodeType]]:
     """The harness's modules in import order, compiled once per process and sent with every job, so a sandbox
     start compiles none of them (no .pyc can be relied on; compiling them took ~25 ms a run on a loaded machine)."""
     found = []
-    for name in ("wire", "channel", "supervisor"):
+    for name in ("wire", "channel", "meters", "supervisor"):
         path = _HERE / f"{name}.py"
         found.append((name, compile(path.read_text(), str(path), "exec", dont_inherit=True, optimize=0)))
     return found

@@ -20,7 +20,7 @@ def _bootstrap():
     try:
         with os.fdopen(cfg_fd, "rb") as f:
             cfg = marshal.loads(f.read())
-        for name, code in cfg.pop("modules"):  # wire, channel, supervisor: each imports the ones before it
+        for name, code in cfg.pop("modules"):  # wire, channel, meters, supervisor: each imports those before it
             module = type(sys)(name)
             sys.modules[name] = module
             exec(code, module.__dict__)

@@ -21,12 +21,12 @@ CPU`. The candidate has no descriptor to that pipe, so it cannot forge a record.
 budget and one CPU budget for the whole run: every 20 ms (an interval timer) it sums, over every process in the
 run (all of the PID namespace; in weak mode itself and its descendants, as a child subreaper), the resident
 memory and the CPU time (with that of exited children), adds the memory no process's resident set shows (the
-run's System V shared memory segments, attached or not; its tmpfs, which also holds /dev/shm and POSIX shared
-memory; what its Unix and netlink sockets hold in flight, from sock_diag and /proc/net/netlink), and ends the
-run when either sum passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp
-filter answers memfd_create with ENOSYS); the run's IPC namespace caps System V shared memory at the budget and
-allows no message queues. When the supervisor ends, for any reason, the kernel kills every process in its PID
-namespace.
+run's pipe buffers; its System V shared memory segments, attached or not; its tmpfs, which also holds /dev/shm
+and POSIX shared memory; what its Unix and netlink sockets hold in flight: see `meters`), and ends the run when
+either sum passes its budget. memfd files, which no count could see, cannot be made at all (a seccomp filter
+answers memfd_create with ENOSYS); pipes cannot grow past their default 64 KiB; the run's IPC namespace caps
+System V shared memory at the budget and allows no message queues. When the supervisor ends, for any reason,
+the kernel kills every process in its PID namespace.
 """
 
 import _signal
@@ -37,9 +37,10 @@ import select
 import sys
 
 try:  # as part of the rlloom package (type checks)
-    from . import channel, wire
+    from . import channel, meters, wire
 except ImportError:  # inside the sandbox, where `sandboxed.py` loaded its siblings as top-level modules
     import channel  # type: ignore[no-redef]
+    import meters  # type: ignore[no-redef]
     import wire  # type: ignore[no-redef]
 
 SETUP_FAILED = 121  # exit code meaning "the sandbox could not be sealed"; the parent reports a sandbox error
@@ -163,22 +164,30 @@ def _seal_root(cfg):
     return call
 
 
-def _become(call, uid, cfg):
-    """Drop to `uid` (as root; weak mode as a user keeps its uid), forbid privilege gain, die with our parent."""
+def _become(call, uid, cfg, *, trace=False):
+    """Drop to `uid` (as root; weak mode as a user keeps its uid), forbid privilege gain, die with our parent.
+    `trace` (the supervisor): keep CAP_SYS_PTRACE alone, which `meters.pipe_memory` needs to read the run's pipes
+    (its PID namespace confines it to the run's own processes)."""
     if os.geteuid() == 0 and (cfg["mode"] == "namespaces" or not cfg["stdlib_hidden"]):
+        if trace:
+            call("prctl", 8, 1, 0, 0, 0)  # PR_SET_KEEPCAPS: the uid change keeps the permitted set
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+        if trace:  # capset(_LINUX_CAPABILITY_VERSION_3): effective = permitted = CAP_SYS_PTRACE, nothing else
+            ptrace = (1 << 19).to_bytes(4, "little")
+            call("capset", (0x20080522).to_bytes(4, "little") + bytes(4), ptrace + ptrace + bytes(16))
     call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
     call("prctl", 1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL (a uid change clears it, so set it after)
     _deny_memfd(call)
 
 
 # per architecture: audit arch; memfd_create, memfd_secret, bpf, io_uring_setup/enter/register (refused);
-# socket, socketpair (family checked); whether x32 syscall numbers exist (they would bypass the number checks)
+# socket, socketpair (family checked); fcntl (F_SETPIPE_SZ checked); whether x32 syscall numbers exist (they would
+# bypass the number checks)
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, (319, 447, 321, 425, 426, 427), (41, 53), True),
-    "aarch64": (0xC00000B7, (279, 447, 280, 425, 426, 427), (198, 199), False),
+    "x86_64": (0xC000003E, (319, 447, 321, 425, 426, 427), (41, 53), 72, True),
+    "aarch64": (0xC00000B7, (279, 447, 280, 425, 426, 427), (198, 199), 25, False),
 }
 _SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6 (no interface is up), AF_NETLINK: all counted
 
@@ -189,28 +198,33 @@ def _deny_memfd(call):
     could not count them), bpf maps, io_uring (whose operations would not pass this filter), every syscall of a
     foreign ABI (32-bit int 0x80 on x86_64, x32). Refused with EAFNOSUPPORT: sockets of any family but Unix,
     IP (no interface is up) and netlink, whose buffers the budget counts (AF_ALG, for one, would hold megabytes
-    per socket uncounted)."""
+    per socket uncounted). Refused with EPERM (what the kernel answers above pipe-max-size): F_SETPIPE_SZ past a
+    pipe's default capacity, so a pipe no descriptor table shows (passed over a Unix socket, then closed) holds
+    64 KiB at most, a bound the kernel's in-flight descriptor limit multiplies (see `meters.pipe_memory`)."""
     import _ctypes
 
     arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return
-    audit, refused, sockets, x32 = arch
+    audit, refused, sockets, fcntl, x32 = arch
     steps = [("ld", 4), ("jeq", audit, None, "enosys"), ("ld", 0)]  # seccomp_data.arch, then .nr
     steps += [("jge", 0x40000000, "enosys", None)] if x32 else []
     steps += [("jeq", number, "enosys", None) for number in refused]
     steps += [("jeq", number, "family", None) for number in sockets]
+    steps += [("jeq", fcntl, "fcntl", None)]
     steps += [("ret", 0x7FFF0000), ("family", 0), ("ld", 16)]  # SECCOMP_RET_ALLOW; args[0], low 32 bits
     steps += [("jeq", family, "allow", None) for family in _SOCKET_FAMILIES]
-    steps += [("ret", 0x00050000 | 97), ("allow", 0), ("ret", 0x7FFF0000), ("enosys", 0), ("ret", 0x00050000 | 38)]
+    steps += [("ret", 0x00050000 | 97), ("fcntl", 0), ("ld", 24), ("jeq", 1031, None, "allow")]  # F_SETPIPE_SZ
+    steps += [("ld", 32), ("jgt", meters.PIPE_DEFAULT, None, "allow"), ("ret", 0x00050000 | 1), ("allow", 0)]
+    steps += [("ret", 0x7FFF0000), ("enosys", 0), ("ret", 0x00050000 | 38)]
     labels: dict = {}
     code: list = []
     for step in steps:
-        if step[0] in ("family", "allow", "enosys"):
+        if step[0] in ("family", "fcntl", "allow", "enosys"):
             labels[step[0]] = len(code)
         else:
             code.append(step)
-    opcodes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
+    opcodes = {"ld": 0x20, "jeq": 0x15, "jgt": 0x25, "jge": 0x35, "ret": 0x06}
     program = b""
     for i, (op, k, *jumps) in enumerate(code):
         jt, jf = (labels[t] - i - 1 if t else 0 for t in jumps) if jumps else (0, 0)
@@ -288,6 +302,8 @@ class _Watch:
         self.budget = cfg["budget_mb"] << 20
         self.cpu_ticks = cfg["cpu_budget"] * os.sysconf("SC_CLK_TCK")
         self.ns = cfg["mode"] == "namespaces"
+        self.max_fds = cfg["limits"]["RLIMIT_NOFILE"]
+        self.checking = False
 
     def pids(self):
         if self.ns:  # this /proc shows the run's PID namespace only
@@ -306,10 +322,21 @@ class _Watch:
         return found
 
     def check(self):
-        """End the run when its memory (the resident sets of all its processes, its System V shared memory and its
-        tmpfs) or its CPU time (all its processes, live, exited or zombie) passes the budget."""
+        """End the run when its memory (the resident sets of all its processes, its pipes, System V shared memory,
+        sockets and tmpfs: see `meters`) or its CPU time (all its processes, live, exited or zombie) passes the
+        budget. A check the timer starts while one is still running (a loaded host) is skipped."""
+        if self.checking:
+            return
+        self.checking = True
+        try:
+            self._check()
+        finally:
+            self.checking = False
+
+    def _check(self):
         resident = ticks = 0
-        for pid in self.pids():
+        pids = self.pids()
+        for pid in pids:
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rpartition(b")")[2].split()
@@ -317,9 +344,9 @@ class _Watch:
                 ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
             except (OSError, ValueError, IndexError):
                 continue
-        shared = tmpfs = 0
+        shared, tmpfs = meters.pipe_memory(pids, self.max_fds), 0
         if self.ns:  # the run's own IPC and network namespaces: what they hold is the run's
-            shared = _sysv_shm() + _unix_socket_memory() + _netlink_memory()
+            shared += meters.sysv_shm() + meters.unix_socket_memory() + meters.netlink_memory()
             try:
                 st = os.statvfs("/tmp")
                 tmpfs = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -358,90 +385,6 @@ class _Watch:
     def wait(self):
         """Wait for the candidate process to end (the timer keeps checking memory); report how it ended."""
         self.emit(f"EXIT {self.exit_code(True)}")
-
-
-def _proc_columns_sum(path, columns):
-    """The sum of `columns` (0-based) over every row of a /proc table below its header line; 0 when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().splitlines()[1:]
-    except OSError:
-        return 0
-    total = 0
-    for line in lines:
-        fields = line.split()
-        try:
-            total += sum(int(fields[column]) for column in columns)
-        except (ValueError, IndexError):
-            continue
-    return total
-
-
-def _sysv_shm():
-    """Bytes resident in the run's System V shared memory segments (its IPC namespace's), attached or not."""
-    return _proc_columns_sum("/proc/sysvipc/shm", (14,))  # rss
-
-
-def _unix_socket_memory():
-    """What the run's Unix sockets hold in flight; asks sock_diag only when /proc/net/unix lists any (most runs
-    have none, and loading `_socket` costs a run a millisecond)."""
-    try:
-        with open("/proc/net/unix", "rb") as f:
-            f.readline()
-            if not f.readline():
-                return 0
-    except OSError:
-        return 0
-    return _socket_memory(1)
-
-
-def _netlink_memory():
-    """Bytes queued in the run's netlink sockets (/proc/net/netlink's Rmem and Wmem columns)."""
-    return _proc_columns_sum("/proc/net/netlink", (4, 5))
-
-
-_UNIX_DIAG = bytes((1, 0, 0, 0)) + b"\xff\xff\xff\xff" + bytes(4) + (0x20).to_bytes(4, "little") + bytes(8)
-
-
-def _socket_memory(family):
-    """Bytes queued in the sockets of `family` (1: AF_UNIX) of the run's network namespace, from the kernel's
-    sock_diag (as `ss` reads it): a socket pair can hold megabytes in flight that are in no process's resident
-    set. Sums each socket's receive and send allocations (SK_MEMINFO_RMEM_ALLOC, WMEM_ALLOC)."""
-    import _socket
-
-    req, header, meminfo = _UNIX_DIAG, 16, 5
-    # nlmsghdr: length, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, sequence, port
-    message = (16 + len(req)).to_bytes(4, "little") + (20).to_bytes(2, "little") + (0x301).to_bytes(2, "little")
-    total = 0
-    try:
-        sock = _socket.socket(16, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, 4)  # AF_NETLINK, NETLINK_SOCK_DIAG
-    except OSError:
-        return 0
-    try:
-        sock.sendto(message + bytes(8) + req, (0, 0))
-        while True:
-            data = sock.recv(1 << 16)
-            at = 0
-            while at + 16 <= len(data):
-                length = int.from_bytes(data[at : at + 4], "little")
-                if length < 16 or int.from_bytes(data[at + 4 : at + 6], "little") in (2, 3):  # ERROR, DONE
-                    return total
-                attr, end = at + 16 + header, min(at + length, len(data))
-                while attr + 4 <= end:
-                    size = int.from_bytes(data[attr : attr + 2], "little")
-                    if size < 4:
-                        break
-                    if int.from_bytes(data[attr + 2 : attr + 4], "little") == meminfo and size >= 16:
-                        total += int.from_bytes(data[attr + 4 : attr + 8], "little")
-                        total += int.from_bytes(data[attr + 12 : attr + 16], "little")
-                    attr += (size + 3) & ~3
-                at += (length + 3) & ~3
-            if not data:
-                return total
-    except OSError:
-        return total
-    finally:
-        sock.close()
 
 
 def _describe(exc):
@@ -572,7 +515,7 @@ def main(cfg, tests_fd, result_fd):
     watch = _Watch(pid, cfg, emit)
     try:
         if cfg["mode"] == "namespaces":  # another uid than the candidate's: it cannot signal, trace or prctl us
-            _become(cfg["call"], cfg["uid"] + 1, cfg)
+            _become(cfg["call"], cfg["uid"] + 1, cfg, trace=True)
         else:  # weak mode keeps its identity, so it can kill the candidate's processes it finds
             cfg["call"]("prctl", 1, 9, 0, 0, 0)
         ready = os.read(ready_r, 1)
