@@ -3,6 +3,9 @@
 Three parts:
 1. accuracy on ../shared/data/answer_check_dev (hendrycks pairs, xVerify examples, GSM8K labelled model
    solutions) and on the package's hand-labelled set; a labelled holdout set is reported as measurement only;
+   and Math-Verify's own test suite (the package's fixture), each case scored as its test scores it: Math-Verify
+   with the case's options (extraction targets, `precision` as float rounding, `strict`, set relations), rlloom
+   with its defaults and the case's `precision`, if any, as its `precision`;
 2. throughput: responses/s over 5,000 MATH-style CoT responses built from MATH-500 solutions (right and wrong
    final answers), single process and with a 2-worker pool, as a ratio to Math-Verify in a loop;
 3. worst-case latency: p99 and max of one `score` over adversarial inputs.
@@ -29,11 +32,13 @@ from tqdm import tqdm
 
 from rlloom.rewards.math import is_equivalent, score
 from rlloom.rewards.math.equivalence import clear_symbolic_cache
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DEV = SHARED / "data" / "answer_check_dev"
 HANDLABELLED = ROOT / "packages" / "rewards" / "tests" / "data" / "math_handlabelled.jsonl"
+MV_SUITE = ROOT / "packages" / "rewards" / "tests" / "data" / "math_verify" / "cases.jsonl"
 TIMEOUT = 3.0
 # Accuracy is about verdicts, not speed: a generous SymPy budget keeps machine load from turning a symbolic case
 # into a timeout (Math-Verify runs with no timeout at all in this script).
@@ -55,6 +60,34 @@ def mv_score(response: str, gold: str) -> float:
 def mv_equivalent(pred: str, gold: str) -> bool:
     """Math-Verify on a bare answer pair: both sides wrapped in $...$ as math."""
     return mv_score(f"${pred}$", gold) == 1.0
+
+
+def mv_suite_case(case: dict[str, Any]) -> bool:
+    """Math-Verify on one case of its own suite, as its tests call it (their `compare_strings` helper): the
+    case's extraction targets (LaTeX with boxed_match_priority=0, expressions), then `verify` with the case's
+    precision as float rounding (default 6), strict and allow_set_relation_comp."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    options = case["options"]
+    targets: list[Any] = []
+    for kind in options.get("match_types", ["latex", "expr"]):
+        targets.append(LatexExtractionConfig(boxed_match_priority=0) if kind == "latex" else ExprExtractionConfig())
+    try:
+        gold, pred = parse(case["gold"], targets), parse(case["pred"], targets)
+        return bool(
+            verify(
+                gold, pred, float_rounding=options.get("precision", 6), strict=options.get("strict", True),
+                allow_set_relation_comp=options.get("allow_set_relation_comp", False),
+            )
+        )  # fmt: skip
+    except Exception:
+        return False
+
+
+def ours_suite_case(case: dict[str, Any]) -> bool:
+    """rlloom's `score` with its defaults, and the case's own `precision` where its test passes one."""
+    precision = case["options"].get("precision", MIN_SIGNIFICANT)
+    return score(case["pred"], case["gold"], timeout=ACCURACY_TIMEOUT, precision=precision) == 1.0
 
 
 # ---------------------------------------------------------------- accuracy sets
@@ -134,6 +167,12 @@ def accuracy(quick: bool) -> list[str]:
         theirs_ok = sum(r == it[2] for r, it in zip(_pool_map(theirs, items, 2), items, strict=True))
         rows.append(f"| {name} | {len(items)} | {ours_ok / len(items):.2%} | {theirs_ok / len(items):.2%} |")
         print(rows[-1], flush=True)
+    cases = _jsonl(MV_SUITE)
+    ours_ok = sum(ours_suite_case(c) == c["expected"] for c in tqdm(cases, desc="rlloom suite", leave=False))
+    theirs_ok = sum(r == c["expected"] for r, c in zip(_pool_map(mv_suite_case, cases, 2), cases, strict=True))
+    n = len(cases)
+    rows.append(f"| Math-Verify test suite (fixture, each case's options) | {n} | {ours_ok} | {theirs_ok} |")
+    print(rows[-1], flush=True)
     return rows
 
 

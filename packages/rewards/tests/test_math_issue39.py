@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 from rlloom.rewards.math import compare, is_equivalent, math_scorer, score
+from rlloom.rewards.math.equivalence import Verdict
 from rlloom.rewards.math.extract import extract_choice
 from rlloom.rewards.math.normalize import normalize, stated_choice, unit_key
 from rlloom.rewards.math.numeric import Number, approximates, parse_number
@@ -81,6 +82,36 @@ def test_a_decimal_in_a_response_is_scored_by_the_same_rule() -> None:
     assert score("The probability is $\\boxed{0.00463}$.", "\\frac{1}{216}") == 1.0
     assert score("So the area is \\boxed{3.14}.", "\\pi") == 0.0
     assert score("So the area is \\boxed{3.1416}.", "\\pi") == 1.0  # |3.1416 - pi| = 0.0000073
+
+
+def test_the_precision_knob_lowers_or_raises_the_digits_asked() -> None:
+    """`precision` is the significant digits a rounded decimal must show; the default stays 3 (so the rule above
+    holds for every caller that does not ask), and against pi, a radical or e it asks one more."""
+    third = "\\frac{1}{3}"
+    assert score("\\boxed{0.33}", third) == 0.0  # default: 2 digits shown, 3 asked
+    assert score("\\boxed{0.33}", third, precision=2) == 1.0  # |0.33 - 1/3| = 0.0033 <= 0.005
+    assert score("\\boxed{0.3}", third, precision=2) == 0.0  # one digit shown, two asked
+    assert score("\\boxed{0.34}", third, precision=2) == 0.0  # 0.0067 off, more than half a unit (0.005)
+    assert score("\\boxed{0.333}", third, precision=4) == 0.0  # three digits shown, four asked
+    assert score("\\boxed{0.00}", "\\frac{1}{216}", precision=1) == 0.0  # a zero shows no digit at all
+    assert is_equivalent("3.14", "\\pi", precision=2) and not is_equivalent("3.14", "\\pi")  # 3 asked, then 4
+    # against a radical: sqrt(2)/2 = 0.7071...; 0.707 shows 3 digits, 4 asked (3 with precision=2)
+    assert not is_equivalent("0.707", "\\frac{\\sqrt{2}}{2}", timeout=TIMEOUT)
+    assert is_equivalent("0.707", "\\frac{\\sqrt{2}}{2}", timeout=TIMEOUT, precision=2)
+    # the SymPy worker reads the same knob: sin(pi/6) / (3/2) is 1/3 only once SymPy simplifies it
+    sympy_third = "\\frac{\\sin(\\pi/6)}{3/2}"
+    assert compare("0.33", sympy_third, timeout=TIMEOUT) == Verdict(False, "sympy expression")
+    assert compare("0.33", sympy_third, timeout=TIMEOUT, precision=2) == Verdict(True, "sympy expression")
+
+
+def test_the_precision_knob_through_extra_info_and_its_errors() -> None:
+    assert math_scorer("\\boxed{0.33}", "1/3", extra_info={"precision": 2}).score == 1.0
+    assert math_scorer("\\boxed{0.33}", "1/3").score == 0.0
+    for bad in (0, -1, 2.5, "2", True):
+        result = math_scorer("\\boxed{0.33}", "1/3", extra_info={"precision": bad})
+        assert result.score == 0.0 and result.error is not None and result.error.startswith("precision must be")
+        with pytest.raises(ValueError, match="precision must be a whole number"):
+            score("0.33", "1/3", precision=bad)  # type: ignore[arg-type]
 
 
 def test_two_decimals_still_compare_exactly() -> None:

@@ -1,7 +1,9 @@
 """Math-Verify 0.9.0's own test cases (data/math_verify/, Apache-2.0, Hugging Face) scored by rlloom as a reward.
 
 Each row is a (gold, response, expected) triple from Math-Verify's tests; rlloom scores the response with its
-defaults, `score(pred, gold)`, and must agree on at least 95% of them. Every row where rlloom decides otherwise is
+defaults, `score(pred, gold)`, except that a row whose test passes Math-Verify a `precision` passes the same number
+to rlloom's `precision` (the significant digits a rounded decimal must show; Math-Verify's test gives `0.33` for
+1/3 `precision=2`), and must agree on at least 95% of them. Every row where rlloom decides otherwise is
 listed in `EXPECTED_DIFFERENCES` with the reason; the marks are strict, so a row that starts agreeing (or a new
 disagreement) fails the suite until this list is updated.
 """
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from rlloom.rewards.math import score
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT
 
 CASES_PATH = Path(__file__).parent / "data" / "math_verify" / "cases.jsonl"
 MIN_AGREEMENT = 0.95
@@ -28,11 +31,6 @@ EXPECTED_DIFFERENCES: dict[str, str] = {
         "answers 9; Math-Verify's test runs LaTeX-only extraction (drop 'final_number' to get its verdict)"
     ),
     "test_all::test_latex_notation[6]": "as test_latex_notation[5], with \\( \\) delimiters",
-    "test_all::test_complex_math_expressions[7]": (
-        "0.33 for 1/3 shows two significant digits; rlloom asks for three (issue 39: a rounded decimal earns "
-        "credit only to the precision it shows and to three significant digits). Math-Verify's test passes "
-        "precision=2 for this case; with its defaults Math-Verify refuses it too"
-    ),
     "test_all::test_matrix_extraction[5]": (
         "a sum of two matrices is not evaluated: rlloom compares the answer written, and an answer should be "
         "the resulting matrix"
@@ -70,7 +68,8 @@ def _cases() -> tuple[dict[str, Any], ...]:
 @functools.cache
 def _agrees(case_id: str) -> bool:
     case = next(c for c in _cases() if c["id"] == case_id)
-    return (score(case["pred"], case["gold"], timeout=TIMEOUT) == 1.0) == case["expected"]
+    precision = case["options"].get("precision", MIN_SIGNIFICANT)  # the case's own, as its test passes it
+    return (score(case["pred"], case["gold"], timeout=TIMEOUT, precision=precision) == 1.0) == case["expected"]
 
 
 def _params() -> list[Any]:
@@ -98,6 +97,15 @@ def test_the_fixture_is_math_verifys_suite() -> None:
 def test_rlloom_agrees_with_math_verify(case_id: str) -> None:
     case = next(c for c in _cases() if c["id"] == case_id)
     assert _agrees(case_id), f"expected {case['expected']}: gold={case['gold']!r} pred={case['pred'][-300:]!r}"
+
+
+def test_the_precision_case_needs_its_precision() -> None:
+    """The `0.33` matrix against (1/3, 1/5) agrees only because the case's precision=2 reaches rlloom: with the
+    default three significant digits it is refused, as Math-Verify refuses it at its own default."""
+    case = next(c for c in _cases() if c["id"] == "test_all::test_complex_math_expressions[7]")
+    assert (case["options"]["precision"], case["expected"]) == (2, True)
+    assert score(case["pred"], case["gold"], timeout=TIMEOUT, precision=2) == 1.0
+    assert score(case["pred"], case["gold"], timeout=TIMEOUT) == 0.0
 
 
 def test_agreement_is_at_least_95_percent() -> None:

@@ -23,7 +23,14 @@ from rlloom.rewards.math.normalize import (
     stated_choice,
     strip_assignment,
 )
-from rlloom.rewards.math.numeric import MIN_SIGNIFICANT_IRRATIONAL, approximates, numbers_match, parse_number
+from rlloom.rewards.math.numeric import (
+    MIN_SIGNIFICANT,
+    approximates,
+    check_precision,
+    irrational_digits,
+    numbers_match,
+    parse_number,
+)
 from rlloom.rewards.math.structure import Shape, parse_shape, split_top_level
 from rlloom.rewards.math.worker import bounded_symbolic_equal
 
@@ -39,9 +46,9 @@ _MATH_WORDS_TEXT = """
 """
 _MATH_WORDS = frozenset(_MATH_WORDS_TEXT.split())
 _WORD_RE = re.compile(r"[A-Za-z]{3,}")
-# SymPy verdicts by (pred, gold) after normalisation: a GRPO group repeats the same answers many times.
+# SymPy verdicts by (pred, gold, precision) after normalisation: a GRPO group repeats the same answers many times.
 SYMBOLIC_CACHE_SIZE = 65_536
-_SYMBOLIC_CACHE: dict[tuple[str, str], Verdict] = {}
+_SYMBOLIC_CACHE: dict[tuple[str, str, int], Verdict] = {}
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,12 @@ class Verdict:
 
 
 class _Budget:
-    """Wall-clock budget shared by all SymPy calls of one comparison, so a 10-part tuple cannot take 10x."""
+    """Wall-clock budget shared by all SymPy calls of one comparison, so a 10-part tuple cannot take 10x; it
+    also carries the comparison's `precision` (significant digits a decimal must show, see `numeric`)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, precision: int = MIN_SIGNIFICANT) -> None:
         self._deadline = time.monotonic() + seconds
+        self.precision = precision
 
     def left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
@@ -82,7 +91,7 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
         return base_verdict
     pn, gn = parse_number(pred), parse_number(gold)
     if pn is not None and gn is not None:
-        return Verdict(numbers_match(pn, gn), "exact numbers")
+        return Verdict(numbers_match(pn, gn, min_significant=budget.precision), "exact numbers")
     if re.fullmatch(r"[-+]?\\infty|[-+]?\\infinity|\\infty", pred) or re.fullmatch(r"[-+]?\\infty", gold):
         return Verdict(pred.lstrip("+") == gold.lstrip("+"), "infinity")
     if _is_text(gold) or _is_text(pred):
@@ -91,7 +100,7 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
     if decimal is not None and decimal.decimals is not None and decimal.decimals <= 10:
         other = evaluate(gold if decimal is pn else pred)
         if other is not None and other.imag == 0:  # against pi, a radical: four significant digits, to its precision
-            digits = MIN_SIGNIFICANT_IRRATIONAL
+            digits = irrational_digits(budget.precision)
             return Verdict(approximates(decimal, Fraction(other.real), min_significant=digits), "decimal approximation")
     screened = screen(pred, gold)
     if screened is not None:
@@ -102,15 +111,15 @@ def _scalar_equal(pred: str, gold: str, budget: _Budget) -> Verdict:
     seconds = budget.left()
     if seconds <= 0:
         return Verdict(False, "timeout: comparison budget spent")
-    cached = _SYMBOLIC_CACHE.get((pred, gold))
+    cached = _SYMBOLIC_CACHE.get((pred, gold, budget.precision))
     if cached is not None:
         return cached
-    equal, reason = bounded_symbolic_equal(pred, gold, seconds)
+    equal, reason = bounded_symbolic_equal(pred, gold, seconds, budget.precision)
     verdict = Verdict(equal, reason)
     if not reason.startswith(("timeout", "symbolic worker")):  # only settled verdicts are worth remembering
         if len(_SYMBOLIC_CACHE) >= SYMBOLIC_CACHE_SIZE:
             _SYMBOLIC_CACHE.pop(next(iter(_SYMBOLIC_CACHE)))
-        _SYMBOLIC_CACHE[(pred, gold)] = verdict
+        _SYMBOLIC_CACHE[(pred, gold, budget.precision)] = verdict
     return verdict
 
 
@@ -241,8 +250,9 @@ def _decimal_comma(text: str, other: str) -> str:
     return text
 
 
-def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
+def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT, precision: int = MIN_SIGNIFICANT) -> Verdict:
     """Full verdict for one (pred, gold) pair: see `is_equivalent`."""
+    check_precision(precision)
     if not isinstance(pred, str) or not isinstance(gold, str):
         return Verdict(False, "answer is not a string")
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
@@ -262,7 +272,7 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
         gn = Normalized(_strip_assignments(gn.text), gn.percent)
     if ("=" in pn.text) != ("=" in gn.text):
         return Verdict(False, "an equation against a value")
-    budget = _Budget(timeout)
+    budget = _Budget(timeout, precision)
     if pn.percent == gn.percent:
         return _scalar_or_shape_equal(pn.text, gn.text, budget)
     # Exactly one side has a percent sign: "10%" equals "10" and "0.1", but never both ways for the same side.
@@ -275,11 +285,14 @@ def compare(pred: str, gold: str, *, timeout: float = DEFAULT_TIMEOUT) -> Verdic
     return last
 
 
-def is_equivalent(pred: str, gold: str | list[str], *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+def is_equivalent(
+    pred: str, gold: str | list[str], *, timeout: float = DEFAULT_TIMEOUT, precision: int = MIN_SIGNIFICANT
+) -> bool:
     """Whether `pred` is mathematically the same answer as `gold` (or any of its accepted forms).
 
     `timeout` bounds the SymPy stage per gold form (seconds, enforced by killing a worker process); the string
-    and exact-number fast path runs first and usually decides without SymPy.
+    and exact-number fast path runs first and usually decides without SymPy. `precision`: the significant digits
+    a rounded decimal must show to match an exact gold (default 3; see `numeric`).
     """
     golds = [gold] if isinstance(gold, str) else list(gold)
-    return any(compare(pred, g, timeout=timeout).equal for g in golds)
+    return any(compare(pred, g, timeout=timeout, precision=precision).equal for g in golds)

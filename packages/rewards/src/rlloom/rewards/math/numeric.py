@@ -12,6 +12,11 @@ for `d` digits after the point, ties included, so both roundings of a midpoint c
 zeros included: `0.00463` has 3, `3.140` has 4, `0.00` has none). Against a value that is not rational (pi, a
 radical, e) the caller asks for `MIN_SIGNIFICANT_IRRATIONAL`. A decimal written as continuing (`3.1415...`) may
 also be the value truncated to its digits.
+
+The scorer's `precision` knob (`score(..., precision=2)`, `extra_info["precision"]`) replaces `MIN_SIGNIFICANT`
+for one call, and the digits asked against an irrational gold move with it (`irrational_digits`). It exists for
+graders that state their own tolerance, as Math-Verify's tests pass `precision=2` for `0.33` against 1/3; a
+reward should keep the default.
 """
 
 from __future__ import annotations
@@ -238,17 +243,34 @@ def repeating_reading(approx: Number) -> Fraction | None:
     return None if value is None else (-value if approx.value < 0 else value)
 
 
-def numbers_match(a: Number, b: Number) -> bool:
+def numbers_match(a: Number, b: Number, *, min_significant: int = MIN_SIGNIFICANT) -> bool:
     """Exact equality, or a decimal literal that is the other, exact value written to the precision it shows.
 
     Two decimal literals must be equal exactly (2 vs 2.0001 is wrong; 3.14 vs 3.14159 too). A decimal `0.333`
-    matches 1/3 (three significant digits, within 0.0005); `0.33` does not (two digits). A continued literal
-    whose digits repeat is that repeating decimal, exactly: `0.0833\\ldots` is 1/12.
+    matches 1/3 (three significant digits, within 0.0005); `0.33` does not (two digits) unless the caller lowers
+    `min_significant` to 2. A continued literal whose digits repeat is that repeating decimal, exactly:
+    `0.0833\\ldots` is 1/12.
     """
     if a.value == b.value:
         return True
     if a.decimals is not None and b.decimals is None:
-        return repeating_reading(a) == b.value or approximates(a, b.value)
+        return repeating_reading(a) == b.value or approximates(a, b.value, min_significant=min_significant)
     if b.decimals is not None and a.decimals is None:
-        return repeating_reading(b) == a.value or approximates(b, a.value)
+        return repeating_reading(b) == a.value or approximates(b, a.value, min_significant=min_significant)
     return False
+
+
+def check_precision(precision: object) -> int:
+    """`precision` (the significant digits a rounded decimal must show to match an exact gold) as an int >= 1,
+    or a ValueError naming the field and the fix."""
+    if isinstance(precision, bool) or not isinstance(precision, int) or precision < 1:
+        raise ValueError(
+            f"precision must be a whole number of significant digits >= 1 (default {MIN_SIGNIFICANT}), "
+            f"got {precision!r}"
+        )
+    return precision
+
+
+def irrational_digits(precision: int) -> int:
+    """Digits asked of a decimal against pi, a radical or e: one more than against a rational gold."""
+    return precision + MIN_SIGNIFICANT_IRRATIONAL - MIN_SIGNIFICANT

@@ -13,6 +13,7 @@ from typing import Any
 from rlloom.rewards.math.equivalence import DEFAULT_TIMEOUT, compare
 from rlloom.rewards.math.extract import DEFAULT_MODES, ExtractionMode, extract_answer, extract_choice
 from rlloom.rewards.math.normalize import choice_letter, stated_choice
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT, check_precision
 from rlloom.rewards.math.spans import joined_environments, prose_words
 from rlloom.rewards.scorer_inputs import not_text_error, plain, response_text
 from rlloom.rewards.types import ScoreResult
@@ -53,8 +54,15 @@ def score_detailed(
     *,
     modes: Sequence[ExtractionMode] = DEFAULT_MODES,
     timeout: float = DEFAULT_TIMEOUT,
+    precision: int = MIN_SIGNIFICANT,
 ) -> ScoreResult:
-    """1.0 if the answer extracted from `response` equals any gold form, else 0.0, with the reason."""
+    """1.0 if the answer extracted from `response` equals any gold form, else 0.0, with the reason.
+
+    `precision`: the significant digits a rounded decimal must show to match an exact gold (default 3, so `0.33`
+    is not 1/3 but `0.333` is; one more against pi, a radical or e). Keep the default for rewards; a lower value
+    is for comparing with graders that state their own tolerance (Math-Verify's tests pass `precision=2`).
+    """
+    check_precision(precision)
     golds = [_extract_gold(g) for g in _golds(gold)]
     if not any(g.strip() for g in golds):
         return ScoreResult(score=0.0, error="gold answer is empty; fix the dataset's ground_truth")
@@ -68,7 +76,7 @@ def score_detailed(
         return ScoreResult(score=0.0, details={"reason": "no answer found in the response"})
     reasons = []
     for g in golds:
-        verdict = compare(extracted, g, timeout=timeout)
+        verdict = compare(extracted, g, timeout=timeout, precision=precision)
         reasons.append(verdict.reason)
         if verdict.equal:
             return ScoreResult(score=1.0, extracted=extracted, details={"reason": verdict.reason, "gold": g})
@@ -87,9 +95,11 @@ def score(
     *,
     modes: Sequence[ExtractionMode] = DEFAULT_MODES,
     timeout: float = DEFAULT_TIMEOUT,
+    precision: int = MIN_SIGNIFICANT,
 ) -> float:
-    """1.0 if the final answer in `response` equals `gold` (a string or a list of accepted forms), else 0.0."""
-    return score_detailed(response, gold, modes=modes, timeout=timeout).score
+    """1.0 if the final answer in `response` equals `gold` (a string or a list of accepted forms), else 0.0.
+    `precision`: see `score_detailed`."""
+    return score_detailed(response, gold, modes=modes, timeout=timeout, precision=precision).score
 
 
 def _with_choice_text(ground_truth: Any, choices: Any) -> Any:
@@ -106,8 +116,9 @@ def _with_choice_text(ground_truth: Any, choices: Any) -> Any:
 def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, Any] | None = None) -> ScoreResult:
     """`Scorer`-protocol entry point (registry: gsm8k, math, math500, aime, amc, minerva, olympiadbench, ...).
 
-    `extra_info` may set "timeout" (seconds), "modes" (extraction modes) and "choices" (option texts, so a letter
-    gold such as geometry3k's "D" also accepts the text of option D); other keys are ignored.
+    `extra_info` may set "timeout" (seconds), "modes" (extraction modes), "precision" (significant digits a
+    rounded decimal must show, default 3: see `score_detailed`) and "choices" (option texts, so a letter gold
+    such as geometry3k's "D" also accepts the text of option D); other keys are ignored.
     """
     info = dict(extra_info or {})
     ground_truth = plain(ground_truth)  # numpy arrays and scalars (parquet rows) become lists and Python numbers
@@ -127,6 +138,7 @@ def math_scorer(response: str, ground_truth: Any, *, extra_info: Mapping[str, An
             [str(g) for g in ground_truth] if not isinstance(ground_truth, str) else ground_truth,
             modes=modes,
             timeout=timeout,
+            precision=info.get("precision", MIN_SIGNIFICANT),
         )
     except (TypeError, ValueError) as exc:
         return ScoreResult(score=0.0, error=str(exc))

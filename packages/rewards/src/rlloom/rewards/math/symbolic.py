@@ -19,7 +19,7 @@ import sympy
 from latex2sympy2_extended import latex2sympy
 from latex2sympy2_extended.latex2sympy2 import ConversionConfig
 
-from rlloom.rewards.math.numeric import MIN_SIGNIFICANT, MIN_SIGNIFICANT_IRRATIONAL, Number, approximates
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT, Number, approximates, irrational_digits
 
 _CONFIG = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False)
 _DECIMAL_RE = re.compile(r"^-?\d*\.(\d+)$")
@@ -67,7 +67,7 @@ def _agree_at_random_points(a: Any, b: Any) -> bool:
     return True
 
 
-def _expressions_equal(a: Any, b: Any, pred_text: str) -> bool:
+def _expressions_equal(a: Any, b: Any, pred_text: str, precision: int) -> bool:
     if a == b:
         return True
     diff = a - b
@@ -77,7 +77,7 @@ def _expressions_equal(a: Any, b: Any, pred_text: str) -> bool:
         decimal = _DECIMAL_RE.match(pred_text)
         if decimal:  # a decimal against a closed form: the precision it shows, 3 significant digits (4 if irrational)
             exact = Fraction(str(sympy.N(b, _PRECISION)))
-            digits = MIN_SIGNIFICANT if b.is_rational else MIN_SIGNIFICANT_IRRATIONAL
+            digits = precision if b.is_rational else irrational_digits(precision)
             return approximates(Number(Fraction(pred_text), len(decimal.group(1))), exact, min_significant=digits)
         return False
     return _agree_at_random_points(a, b)
@@ -96,8 +96,9 @@ def _undefined(expr: Any) -> bool:
     return isinstance(expr, sympy.Basic) and bool(expr.has(sympy.zoo, sympy.nan))
 
 
-def symbolic_equal(pred: str, gold: str) -> tuple[bool, str]:
-    """Whether two normalised scalar answers are equal; the second item says which rule decided."""
+def symbolic_equal(pred: str, gold: str, precision: int = MIN_SIGNIFICANT) -> tuple[bool, str]:
+    """Whether two normalised scalar answers are equal; the second item says which rule decided. `precision`:
+    the significant digits a decimal must show to match an exact value (see `numeric`)."""
     try:
         a = to_sympy(pred)
         b = to_sympy(gold)
@@ -115,7 +116,7 @@ def symbolic_equal(pred: str, gold: str) -> tuple[bool, str]:
         if b_eq and isinstance(b.lhs, sympy.Symbol) and not a_eq:
             b = b.rhs
         if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
-            return _expressions_equal(a, b, pred), "sympy expression"
+            return _expressions_equal(a, b, pred, precision), "sympy expression"
         return bool(a == b), "sympy structural"
     except Exception as exc:
         return False, f"sympy error: {type(exc).__name__}"

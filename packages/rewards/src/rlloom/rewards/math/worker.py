@@ -18,6 +18,7 @@ import signal
 import threading
 from multiprocessing.connection import Connection, Pipe
 
+from rlloom.rewards.math.numeric import MIN_SIGNIFICANT
 from rlloom.rewards.math.symbolic import symbolic_equal
 
 CHILD_MEMORY_HEADROOM = 2 * 1024**3
@@ -44,11 +45,11 @@ def _serve(conn: Connection, parent: int) -> None:
                 return
             continue
         try:
-            pred, gold = conn.recv()
+            pred, gold, precision = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            result = symbolic_equal(pred, gold)
+            result = symbolic_equal(pred, gold, precision)
         except MemoryError:
             result = (False, "sympy ran out of memory")
         conn.send(result)
@@ -99,8 +100,8 @@ class SymbolicWorker:
                 self._conn.close()
         self._pid = self._conn = None
 
-    def check(self, pred: str, gold: str, timeout: float) -> tuple[bool, str]:
-        """`symbolic_equal(pred, gold)` in the child; (False, "timeout ...") if it takes longer than `timeout`."""
+    def check(self, pred: str, gold: str, timeout: float, precision: int = MIN_SIGNIFICANT) -> tuple[bool, str]:
+        """`symbolic_equal(pred, gold, precision)` in the child; (False, "timeout ...") past `timeout`."""
         if self._owner != os.getpid():  # we were forked: the child belongs to our parent
             self._pid = self._conn = None
             self._owner = os.getpid()
@@ -108,7 +109,7 @@ class SymbolicWorker:
             self._start()
         assert self._conn is not None
         try:
-            self._conn.send((pred, gold))
+            self._conn.send((pred, gold, precision))
             if self._conn.poll(timeout):
                 result: tuple[bool, str] = self._conn.recv()
                 return result
@@ -132,14 +133,14 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def bounded_symbolic_equal(pred: str, gold: str, timeout: float) -> tuple[bool, str]:
+def bounded_symbolic_equal(pred: str, gold: str, timeout: float, precision: int = MIN_SIGNIFICANT) -> tuple[bool, str]:
     """Compare with SymPy under a hard `timeout` (seconds), in this thread's own worker process."""
     if not hasattr(os, "fork"):
-        return symbolic_equal(pred, gold)
+        return symbolic_equal(pred, gold, precision)
     worker: SymbolicWorker | None = getattr(_local, "worker", None)
     if worker is None:
         worker = SymbolicWorker()
         _local.worker = worker
         with _workers_lock:
             _workers.append(worker)
-    return worker.check(pred, gold, timeout)
+    return worker.check(pred, gold, timeout, precision)
