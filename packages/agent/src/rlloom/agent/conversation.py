@@ -3,6 +3,8 @@
 Model turns are appended as the engine sampled them (ids and logprobs, loss_mask 1); everything else
 (observations, template glue, truncation markers) is appended with loss_mask 0 and logprob 0.0. The one edit
 of sampled tokens is dropping an EOS that ended a turn the same message continues after (see `AgentLoop`).
+Policy versions follow the same split: a sampled token carries the version the engine labelled it with, every
+other token the version of the last sampled token before it (a conversation may span weight updates).
 Length limits are enforced here too, so no path can build a response longer than `max_total_tokens`.
 """
 
@@ -14,7 +16,7 @@ from rlloom.agent.turns import Segment
 
 
 class ConversationTokens:
-    """The growing response of one conversation, with its loss mask and rollout logprobs."""
+    """The growing response of one conversation, with its loss mask, rollout logprobs and policy versions."""
 
     def __init__(self, prompt_ids: Sequence[int], max_total_tokens: int) -> None:
         if len(prompt_ids) >= max_total_tokens:
@@ -29,6 +31,9 @@ class ConversationTokens:
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
         self.has_logprobs = True
+        self.versions: list[int] = []
+        self.has_versions = True  # False once a turn came without versions (the engine does not track them)
+        self._last_version = 0
         self.model_tokens = 0
         self.context_tokens = 0
 
@@ -42,8 +47,11 @@ class ConversationTokens:
         """Tokens that may still be added before the total limit."""
         return self.max_total_tokens - len(self.prompt_ids) - len(self.response_ids)
 
-    def add_model_turn(self, token_ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
-        """Append sampled tokens as-is (loss_mask 1). They must fit: the request's max_tokens ensures it."""
+    def add_model_turn(
+        self, token_ids: Sequence[int], logprobs: Sequence[float] | None, versions: Sequence[int] | None = None
+    ) -> None:
+        """Append sampled tokens as-is (loss_mask 1), with the policy version of each (None: not tracked).
+        They must fit: the request's max_tokens ensures it."""
         if len(token_ids) > self.remaining:
             raise ValueError(
                 f"the engine returned {len(token_ids)} tokens but only {self.remaining} fit; "
@@ -54,6 +62,14 @@ class ConversationTokens:
             logprobs = [0.0] * len(token_ids)
         elif len(logprobs) != len(token_ids):
             raise ValueError(f"engine returned {len(logprobs)} logprobs for {len(token_ids)} tokens")
+        if versions is None:
+            self.has_versions = False
+            versions = [self._last_version] * len(token_ids)
+        elif len(versions) != len(token_ids):
+            raise ValueError(f"engine returned {len(versions)} policy_versions for {len(token_ids)} tokens")
+        if versions:
+            self._last_version = int(versions[-1])
+        self.versions.extend(int(v) for v in versions)
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([1] * len(token_ids))
         self.logprobs.extend(float(x) for x in logprobs)
@@ -66,6 +82,7 @@ class ConversationTokens:
         self.response_ids.pop()
         self.loss_mask.pop()
         self.logprobs.pop()
+        self.versions.pop()  # the tokens after it still take its version: it was the last one sampled
         self.model_tokens -= 1
         return True
 
@@ -95,6 +112,7 @@ class ConversationTokens:
         self.response_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
+        self.versions.extend([self._last_version] * len(ids))
         self.context_tokens += len(ids)
         return fits, truncated
 

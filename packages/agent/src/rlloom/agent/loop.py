@@ -221,7 +221,7 @@ class AgentLoop:
                     "context and from the trajectory. Hosted OpenAI APIs return none: serve the policy with vLLM or "
                     "`rlloom-rollout serve` (both return `token_ids`), or use HFEngine"
                 )
-            conv.add_model_turn(completion.token_ids, completion.logprobs)
+            conv.add_model_turn(completion.token_ids, completion.logprobs, completion.policy_versions)
             metrics["turns"] += 1
             if on_turn is not None:
                 on_turn()
@@ -270,6 +270,7 @@ class AgentLoop:
             response_ids=conv.response_ids,
             loss_mask=conv.loss_mask,
             rollout_logprobs=conv.logprobs if conv.has_logprobs else None,
+            policy_versions=conv.versions if conv.has_versions else None,
             group_id=group_id,
             data_source=sample.data_source,
             ground_truth=sample.ground_truth,
