@@ -11,6 +11,7 @@ import torch
 from rlloom.core_rl.algorithms import masked_mean
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.contracts.trajectory import Trajectory
+from rlloom.core_rl.observe import progress
 
 
 class PhaseTimer:
@@ -23,7 +24,8 @@ class PhaseTimer:
     def __call__(self, phase: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            yield
+            with progress.phase(phase):  # a line every few seconds from what the phase reports (progress.advance)
+                yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 

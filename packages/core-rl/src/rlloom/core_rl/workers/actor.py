@@ -32,6 +32,7 @@ from rlloom.core_rl.algorithms import (
 )
 from rlloom.core_rl.config.schema import ActorConfig, AlgorithmConfig, ConfigError, ModelConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch, scatter_rows
+from rlloom.core_rl.observe import progress
 from rlloom.core_rl.run.sharded_checkpoint import refuse_sharded
 from rlloom.core_rl.workers.attention import model_attn_implementation
 from rlloom.core_rl.workers.dropout import disable_dropout
@@ -269,12 +270,14 @@ class PolicyActor:
         self.model.train()
         sums: dict[str, float] = {}
         n_updates = 0
+        total = self.cfg.ppo_epochs * -(-batch.batch_size // self.mini_batch_rows)  # what ppo_minibatches yields
         for mini in ppo_minibatches(
             batch, self.mini_batch_rows, epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle, generator=self.generator
         ):
             for key, value in self._update_minibatch(mini, temperature, coef, ptx_batch).items():
                 sums[key] = sums.get(key, 0.0) + value
             n_updates += 1
+            progress.advance(total=total, unit="mini-batch")  # `[update_actor] mini-batch i/n` every few seconds
         metrics = {k if "/" in k else f"actor/{k}": v / max(n_updates, 1) for k, v in sums.items()}
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate these updates used
         self.scheduler.step()
