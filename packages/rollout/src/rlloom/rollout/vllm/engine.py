@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
 from rlloom.core_rl.contracts.generation import Completion, FinishReason, GenerationRequest, SamplingParams
+from rlloom.core_rl.observe import progress
 from rlloom.rollout.arguments import VLLM_CPU_INSTALL
 from rlloom.rollout.batching import AsyncBatcher
 from rlloom.rollout.vllm.images import (
@@ -384,6 +385,8 @@ class VLLMEngine:
             if request.multimodal:
                 check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
             deliver(i, [_completion(request, out.prompt_token_ids, c, latency, version) for c in out.outputs])
+        tokens = sum(len(c.token_ids) for out in outputs for c in out.outputs)
+        progress.advance(sum(len(out.outputs) for out in outputs), tokens=tokens, unit="samples")  # a line per 5 s
 
     @contextlib.contextmanager
     def _generate_threads(self) -> Iterator[None]:
