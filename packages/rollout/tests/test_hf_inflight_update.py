@@ -15,8 +15,10 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 import torch
+from safetensors.torch import save
 
 from rlloom.core_rl.contracts.engines import InflightWeightUpdate
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
@@ -154,3 +156,49 @@ def test_keys_of_a_request_spanning_an_update_never_seed_the_prefix_cache(
     finally:
         engine.close()
     assert set(again.policy_versions or []) == {1}
+
+
+def test_the_server_pauses_and_resumes_its_engine_and_labels_tokens(served: Any, engine: HFEngine, encode: Any) -> None:
+    """rlloom's OpenAI-compatible server over HFEngine: /v1/pause_generation holds a request sent meanwhile,
+    weights load while paused, /v1/resume_generation lets it run under the new version, and the choices carry
+    `policy_versions`, which `OpenAIEngine` reads back."""
+    from rlloom.rollout.openai.engine import OpenAIEngine, OpenAIEngineConfig
+
+    client = OpenAIEngine(OpenAIEngineConfig(base_url=served.base_url, model="tiny", max_retries=0))
+    paused = httpx.post(served.base_url + "/pause_generation", timeout=60)
+    assert paused.status_code == 200 and paused.json() == {"paused": True, "keeps_kv_cache": True}
+    done: list[Completion] = []
+    thread = threading.Thread(target=lambda: done.extend(client.generate([_greedy(encode("hi"), 6)])[0]))
+    thread.start()
+    time.sleep(0.5)
+    assert not done  # waits while paused
+    new = save({k: v.contiguous() for k, v in _new_norm(engine.model).items()})
+    loaded = httpx.post(
+        served.base_url + "/update_weights", content=new, headers={"content-type": "application/octet-stream"}
+    )
+    assert loaded.status_code == 200
+    resumed = httpx.post(served.base_url + "/resume_generation", json={"policy_version": 4}, timeout=60)
+    assert resumed.status_code == 200 and resumed.json() == {"paused": False, "policy_version": 4}
+    thread.join(60)
+    [completion] = done
+    assert completion.policy_versions == [4] * 6
+    [[direct]] = engine.generate([_greedy(encode("hi"), 6)])
+    assert completion.token_ids == direct.token_ids
+    missing = httpx.post(served.base_url + "/resume_generation", json={}, timeout=60)
+    assert missing.status_code == 400 and "policy_version" in missing.text
+
+
+def test_a_server_over_an_engine_without_inflight_updates_refuses_with_the_reason(
+    engine: HFEngine, tok: Any, server_thread: Any
+) -> None:
+    from rlloom.rollout.openai.server import create_app
+
+    class Plain:  # an engine with generation only
+        context_window = engine.context_window
+
+        async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+            return await engine.agenerate(request)
+
+    with server_thread(create_app(Plain(), "tiny", tok)) as srv:  # type: ignore[arg-type]
+        r = httpx.post(srv.base_url + "/pause_generation", timeout=60)
+    assert r.status_code == 400 and "pause_generation" in r.json()["error"]["message"]

@@ -281,6 +281,9 @@ class OpenAIEngine:
             logprobs = _choice_logprobs(choice, use_chat)
             if logprobs is not None and len(logprobs) != len(token_ids):
                 logprobs = None  # the server gave no token ids to pair them with
+            versions = choice.get("policy_versions")  # rlloom's server labels each token's policy version
+            if not isinstance(versions, list) or len(versions) != len(token_ids):
+                versions = None
             out.append(
                 Completion(
                     request_id=request.request_id,
@@ -292,6 +295,7 @@ class OpenAIEngine:
                     stop_reason=choice.get("stop_reason"),
                     sample_index=i,
                     timing={"latency_s": latency},
+                    policy_versions=[int(v) for v in versions] if versions is not None else None,
                 )
             )
         if len(out) != request.sampling.n:

@@ -20,10 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from rlloom.core_rl.contracts.engines import HasContextWindow, RolloutEngine
+from rlloom.core_rl.contracts.engines import HasContextWindow, InflightWeightUpdate, RolloutEngine
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
 from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.rollout.openai.errors import TooLargeError, error_response, install_error_handlers, validation_message
@@ -159,7 +159,42 @@ def create_app(
             return error_response(400, str(exc).strip("'\""))
         return {"updated": len(tensors), "seconds": round(time.perf_counter() - started, 4)}
 
+    def no_inflight() -> JSONResponse | None:
+        if isinstance(engine, InflightWeightUpdate):
+            return None
+        message = (
+            f"the engine behind this server ({type(engine).__name__}) cannot take weights in flight (no "
+            "pause_generation/resume_generation); push weights between requests with /v1/update_weights"
+        )
+        return error_response(400, message)
+
+    @app.post("/v1/pause_generation", response_model=None)
+    async def pause_generation() -> JSONResponse | dict[str, Any]:
+        """Stop running requests at a token boundary (answers once they all stopped); new ones wait."""
+        if (refused := no_inflight()) is not None:
+            return refused
+        assert isinstance(engine, InflightWeightUpdate)
+        await run_in_threadpool(engine.pause_generation)
+        return {"paused": True, "keeps_kv_cache": engine.keeps_kv_cache}
+
+    @app.post("/v1/resume_generation", response_model=None)
+    async def resume_generation(body: ResumeBody) -> JSONResponse | dict[str, Any]:
+        """Continue under the weights loaded meanwhile; tokens sampled from now on carry `policy_version`."""
+        if (refused := no_inflight()) is not None:
+            return refused
+        assert isinstance(engine, InflightWeightUpdate)
+        await run_in_threadpool(engine.resume_generation, body.policy_version)
+        return {"paused": False, "policy_version": body.policy_version}
+
     return app
+
+
+class ResumeBody(BaseModel):
+    """POST /v1/resume_generation: the policy version the tokens sampled from now on are labelled with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy_version: int
 
 
 async def _all_or_none(calls: list[Coroutine[Any, Any, list[Completion]]]) -> list[list[Completion]]:
@@ -269,6 +304,7 @@ def _chat_choice(c: Completion, tokenizer: Any, logprobs: bool) -> dict[str, Any
         "finish_reason": c.finish_reason,
         "stop_reason": c.stop_reason,
         "token_ids": c.token_ids,
+        "policy_versions": c.policy_versions,
         "logprobs": None,
     }
     if logprobs and c.logprobs is not None:
@@ -290,6 +326,7 @@ def _text_choice(c: Completion, first_index: int, tokenizer: Any, logprobs: bool
         "stop_reason": c.stop_reason,
         "token_ids": c.token_ids,
         "prompt_token_ids": c.prompt_ids,
+        "policy_versions": c.policy_versions,
         "logprobs": None,
     }
     if logprobs and c.logprobs is not None:
