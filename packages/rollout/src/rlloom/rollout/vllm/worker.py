@@ -19,6 +19,9 @@ may therefore span many RPCs (one per bucket); a layer none of whose weights arr
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -38,6 +41,51 @@ def decode_bucket(payload: bytes | str) -> list[tuple[str, torch.Tensor]]:
     tensors = load(base64.b64decode(payload, validate=True) if isinstance(payload, str) else payload)
     order = sorted(tensors)  # safetensors sorts by name; the loader does not care about order
     return [(name, tensors[name]) for name in order]
+
+
+class SyncLogFilter(logging.Filter):
+    """Counts and holds back, during one weight sync, the lines vLLM writes per tensor for what a sync always does:
+    "Attempted to load weight X with dtype float32 into parameter with dtype bfloat16" (the trainer's fp32 tensors
+    into vLLM's dtype: ~150 lines for a small model, each a cast `copy_` makes anyway) and "RotaryEmbedding: Failed
+    to load weights" (its cos/sin cache is computed, never in a checkpoint; vLLM puts the old one back). Every other
+    record, a different layer failing to load included, passes. `summary` is the one line logged instead."""
+
+    LOGGERS = ("vllm.model_executor.models.utils", "vllm.model_executor.model_loader.reload.layerwise")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.casts: Counter[tuple[str, str]] = Counter()
+        self.rotary = 0
+        self.started = time.perf_counter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if str(record.msg).startswith("Attempted to load weight") and len(args) == 3:
+            self.casts[(str(args[1]).removeprefix("torch."), str(args[2]).removeprefix("torch."))] += 1
+            return False
+        if record.msg == "%s: Failed to load weights" and args == ("RotaryEmbedding",):
+            self.rotary += 1
+            return False
+        return True
+
+    def attach(self) -> SyncLogFilter:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+        return self
+
+    def detach(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+
+    def summary(self, tensors: int) -> str:
+        casts = ", ".join(f"{n} cast {a} -> {b}" for (a, b), n in sorted(self.casts.items()))
+        kept = f"; {self.rotary} rotary caches kept (computed, not loaded)" if self.rotary else ""
+        took = time.perf_counter() - self.started
+        return f"rlloom weight sync: {tensors} tensors loaded in {took:.1f} s{f' ({casts})' if casts else ''}{kept}"
+
+
+SYNC_LOGGER = logging.getLogger("vllm.rlloom")
+"""Under vLLM's own logger, so the line shows wherever vLLM's do (in its engine-core process too)."""
 
 
 class WeightLoaderExtension:
@@ -60,6 +108,8 @@ class WeightLoaderExtension:
             initialize_layerwise_reload(model)
         self._rlloom_session_open = True
         self._rlloom_loaded: set[str] = set()
+        self._rlloom_tensors = 0
+        self._rlloom_logs: SyncLogFilter | None = SyncLogFilter().attach()
         return stale
 
     def rlloom_load_weights(self, payload: bytes | str | list[tuple[str, torch.Tensor]]) -> int:
@@ -76,6 +126,7 @@ class WeightLoaderExtension:
             loaded = model.load_weights(weights=((n, t.to(device)) for n, t in named))
         if loaded is not None:
             self._rlloom_loaded.update(loaded)
+        self._rlloom_tensors = getattr(self, "_rlloom_tensors", 0) + len(named)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return len(named)
@@ -98,8 +149,16 @@ class WeightLoaderExtension:
                 total = info.load_numel_total or 0
                 if 0 < info.load_numel < total:
                     partial.append(f"{name} ({info.load_numel}/{total} elements)")
-        with set_current_vllm_config(self.vllm_config):
-            finalize_layerwise_reload(model, self.vllm_config.model_config)
+        logs = getattr(self, "_rlloom_logs", None)
+        try:
+            with set_current_vllm_config(self.vllm_config):
+                finalize_layerwise_reload(model, self.vllm_config.model_config)
+        finally:
+            if logs is not None:
+                logs.detach()
+                self._rlloom_logs = None
+        if logs is not None and check:
+            SYNC_LOGGER.info(logs.summary(getattr(self, "_rlloom_tensors", 0)))
         self._rlloom_session_open = False
         if partial:
             raise ValueError(
