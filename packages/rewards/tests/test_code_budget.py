@@ -321,6 +321,45 @@ def test_pipes_cannot_grow_past_their_default_capacity() -> None:
     assert (result.status, result.stdout) == ("ok", f"refused {errno.EPERM}\n4096 65536 65536\n"), result
 
 
+OWN_TABLES = """
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+clone3, unshare, clone = {"x86_64": (435, 272, 56), "aarch64": (435, 97, 220)}[platform.machine()]
+def call(*args):
+    return libc.syscall(*args), ctypes.get_errno()
+print(*call(clone3, None, 88))  # its flags sit in memory a filter cannot read
+print(*call(unshare, 0x400))  # CLONE_FILES: a descriptor table of its own
+print(*call(clone, 0x10000 | 0x800 | 0x100, None, None, None, None))  # a thread without CLONE_FILES
+"""
+HONEST_THREADS = """
+import os, subprocess, threading
+out = []
+threads = [threading.Thread(target=lambda i=i: out.append(i * i)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print(sorted(out), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(subprocess.run(["/bin/echo", "hi"], capture_output=True, check=True).stdout.decode(), end="")
+"""
+
+
+def test_no_descriptor_table_the_pipe_count_cannot_read() -> None:
+    """The count reads each process's descriptor table; a thread with a table of its own would hide pipes from
+    it. clone3 is ENOSYS (the C library falls back to clone), unshare EPERM, a thread without CLONE_FILES EINVAL."""
+    result = execute(OWN_TABLES, limits=BUDGET)
+    expected = f"-1 {errno.ENOSYS}\n-1 {errno.EPERM}\n-1 {errno.EINVAL}\n"
+    assert (result.status, result.stdout) == ("ok", expected), result
+
+
+def test_threads_forks_and_subprocesses_still_work() -> None:
+    result = execute(HONEST_THREADS, limits=BUDGET)
+    assert (result.status, result.stdout) == ("ok", "[0, 1, 4, 9] 7\nhi\n"), result
+
+
 # --- CPU: one budget for all of a run's processes --------------------------------------------------------------
 
 BURNERS = """

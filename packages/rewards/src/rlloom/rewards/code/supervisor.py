@@ -182,12 +182,12 @@ def _become(call, uid, cfg, *, trace=False):
     _deny_memfd(call)
 
 
-# per architecture: audit arch; memfd_create, memfd_secret, bpf, io_uring_setup/enter/register (refused);
-# socket, socketpair (family checked); fcntl (F_SETPIPE_SZ checked); whether x32 syscall numbers exist (they would
-# bypass the number checks)
+# per architecture: audit arch; memfd_create, memfd_secret, bpf, io_uring_setup/enter/register, clone3 (refused);
+# socket, socketpair (family checked); fcntl (F_SETPIPE_SZ checked), clone (flags checked), unshare (refused);
+# whether x32 syscall numbers exist (they would bypass the number checks)
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, (319, 447, 321, 425, 426, 427), (41, 53), 72, True),
-    "aarch64": (0xC00000B7, (279, 447, 280, 425, 426, 427), (198, 199), 25, False),
+    "x86_64": (0xC000003E, (319, 447, 321, 425, 426, 427, 435), (41, 53), (72, 56, 272), True),
+    "aarch64": (0xC00000B7, (279, 447, 280, 425, 426, 427, 435), (198, 199), (25, 220, 97), False),
 }
 _SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6 (no interface is up), AF_NETLINK: all counted
 
@@ -200,31 +200,37 @@ def _deny_memfd(call):
     IP (no interface is up) and netlink, whose buffers the budget counts (AF_ALG, for one, would hold megabytes
     per socket uncounted). Refused with EPERM (what the kernel answers above pipe-max-size): F_SETPIPE_SZ past a
     pipe's default capacity, so a pipe no descriptor table shows (passed over a Unix socket, then closed) holds
-    64 KiB at most, a bound the kernel's in-flight descriptor limit multiplies (see `meters.pipe_memory`)."""
+    64 KiB at most, a bound the kernel's in-flight descriptor limit multiplies (see `meters.pipe_memory`).
+    Descriptor tables the pipe count could not read: unshare (EPERM) and a thread without its process's table
+    (clone with CLONE_THREAD but not CLONE_FILES: EINVAL; clone3, whose flags a filter cannot read: ENOSYS, so
+    the C library falls back to clone)."""
     import _ctypes
 
     arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return
-    audit, refused, sockets, fcntl, x32 = arch
+    audit, refused, sockets, (fcntl, clone, unshare), x32 = arch
     steps = [("ld", 4), ("jeq", audit, None, "enosys"), ("ld", 0)]  # seccomp_data.arch, then .nr
     steps += [("jge", 0x40000000, "enosys", None)] if x32 else []
     steps += [("jeq", number, "enosys", None) for number in refused]
     steps += [("jeq", number, "family", None) for number in sockets]
-    steps += [("jeq", fcntl, "fcntl", None)]
+    steps += [("jeq", fcntl, "fcntl", None), ("jeq", clone, "clone", None), ("jeq", unshare, "eperm", None)]
     steps += [("ret", 0x7FFF0000), ("family", 0), ("ld", 16)]  # SECCOMP_RET_ALLOW; args[0], low 32 bits
     steps += [("jeq", family, "allow", None) for family in _SOCKET_FAMILIES]
     steps += [("ret", 0x00050000 | 97), ("fcntl", 0), ("ld", 24), ("jeq", 1031, None, "allow")]  # F_SETPIPE_SZ
-    steps += [("ld", 32), ("jgt", meters.PIPE_DEFAULT, None, "allow"), ("ret", 0x00050000 | 1), ("allow", 0)]
+    steps += [("ld", 32), ("jgt", meters.PIPE_DEFAULT, "eperm", "allow")]
+    # a thread (CLONE_THREAD) must share its parent's descriptor table (CLONE_FILES), which the pipe count reads
+    steps += [("clone", 0), ("ld", 16), ("jset", 0x10000, None, "allow"), ("jset", 0x400, "allow", None)]
+    steps += [("ret", 0x00050000 | 22), ("eperm", 0), ("ret", 0x00050000 | 1), ("allow", 0)]
     steps += [("ret", 0x7FFF0000), ("enosys", 0), ("ret", 0x00050000 | 38)]
     labels: dict = {}
     code: list = []
     for step in steps:
-        if step[0] in ("family", "fcntl", "allow", "enosys"):
+        if step[0] in ("family", "fcntl", "clone", "eperm", "allow", "enosys"):
             labels[step[0]] = len(code)
         else:
             code.append(step)
-    opcodes = {"ld": 0x20, "jeq": 0x15, "jgt": 0x25, "jge": 0x35, "ret": 0x06}
+    opcodes = {"ld": 0x20, "jeq": 0x15, "jgt": 0x25, "jge": 0x35, "jset": 0x45, "ret": 0x06}
     program = b""
     for i, (op, k, *jumps) in enumerate(code):
         jt, jf = (labels[t] - i - 1 if t else 0 for t in jumps) if jumps else (0, 0)
