@@ -286,6 +286,24 @@ def vllm_sampling_kwargs(
     }
 
 
+def _progress_bar(samples: int) -> Any:
+    """A tqdm class for `LLM.generate` that draws nothing and reports each finished request's samples (of
+    `samples`) to core-rl's progress line, which writes one line every few seconds during a long rollout."""
+    import io
+
+    from tqdm import tqdm
+
+    class Bar(tqdm):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "file": io.StringIO()})  # vLLM's own bar, drawn nowhere
+
+        def update(self, n: float | None = 1) -> bool | None:
+            progress.advance(int(n or 0), total=samples, unit="samples")
+            return super().update(n)
+
+    return Bar
+
+
 def _max_model_len(llm: Any) -> int | None:
     """The context length vLLM settled on (config.max_model_len, else the model's own)."""
     value = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
@@ -379,14 +397,14 @@ class VLLMEngine:
             version = self._sync.policy_version  # the weights these samples come from
             started = time.perf_counter()
             with self._generate_threads():
-                outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+                samples = sum(r.sampling.n for r in requests)
+                outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=_progress_bar(samples))
             latency = time.perf_counter() - started
         for i, (request, out) in enumerate(zip(requests, outputs, strict=True)):
             if request.multimodal:
                 check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
             deliver(i, [_completion(request, out.prompt_token_ids, c, latency, version) for c in out.outputs])
-        tokens = sum(len(c.token_ids) for out in outputs for c in out.outputs)
-        progress.advance(sum(len(out.outputs) for out in outputs), tokens=tokens, unit="samples")  # a line per 5 s
+        progress.advance(0, tokens=sum(len(c.token_ids) for out in outputs for c in out.outputs), unit="samples")
 
     @contextlib.contextmanager
     def _generate_threads(self) -> Iterator[None]:
