@@ -5,12 +5,14 @@ whole batch for one query over 4,096 characters; the trainer then died with `Key
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -62,16 +64,23 @@ def _turn_queries(hotpot: Path) -> list[str]:
 def served_index(tmp_path_factory: pytest.TempPathFactory, hotpot: Path) -> Any:
     """The index served by the documented command, `rlloom-retrieval serve --index DIR --port P` (defaults)."""
     index = build_index(hotpot / "corpus.jsonl", tmp_path_factory.mktemp("turn") / "bm25")
+    with _serve(tmp_path_factory, index) as (url, log):
+        yield url, load_index(index), log
+
+
+@contextlib.contextmanager
+def _serve(tmp_path_factory: pytest.TempPathFactory, index: Path, *options: str) -> Iterator[tuple[str, Path]]:
+    """`rlloom-retrieval serve --index DIR --port P [options]` as a subprocess, until the block ends."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     log = tmp_path_factory.mktemp("turn-log") / "stderr.txt"
-    cmd = [sys.executable, "-m", "rlloom.retrieval.cli", "serve", "--index", str(index), "--port", str(port)]
+    cmd = [sys.executable, "-m", "rlloom.retrieval.cli", "serve", "--index", str(index), "--port", str(port), *options]
     with log.open("wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while True:
                 assert proc.poll() is None, log.read_text()[-2000:]
                 try:
@@ -79,9 +88,9 @@ def served_index(tmp_path_factory: pytest.TempPathFactory, hotpot: Path) -> Any:
                         break
                 except httpx.TransportError:
                     pass
-                assert time.monotonic() < deadline, "the server did not come up in 60 s"
+                assert time.monotonic() < deadline, "the server did not come up in 120 s"
                 time.sleep(0.1)
-            yield url, load_index(index), log
+            yield url, log
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -153,6 +162,59 @@ def test_search_r1s_own_trainer_code_completes_a_2560_query_turn(served_index: A
     assert len(raw["result"]) == 2 and [len(r) for r in raw["result"]] == [3, 3]
     assert raw["truncated_queries"] == [{"index": 0, "chars": 5999, "limit": "4096 characters"}]
     assert "2 of 2560 queries cut to fit" in log.read_text()
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
+    """A 2-layer, 64-wide BERT with random weights and MiniLM's tokenizer: the arithmetic of an e5 encoder (the
+    index's 256-token window) at a fraction of its cost, so 2,560 queries encode in seconds on a loaded CPU."""
+    torch = pytest.importorskip("torch", reason="dense retrieval needs the `dense` extra")
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-encoder")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        max_position_embeddings=512,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow  # ~100 s on a loaded 2-core CPU: a torch server process to start, 2,560 + 130 queries to encode
+def test_search_r1s_trainer_against_the_dense_recipe(
+    tmp_path_factory: pytest.TempPathFactory, hotpot: Path, tiny_encoder: str
+) -> None:
+    """The wiki-18 dense recipe's serve command (`--opt flat_fp16=true`) on a dense index of the slice: Search-R1's
+    trainer code completes the 2,560-query turn; the answers equal the index's own in-process search (a sample of
+    the queries and the two over-long ones), which the encoder's token window cuts and the server reports."""
+    index = build_index(
+        hotpot / "corpus.jsonl", tmp_path_factory.mktemp("dense") / "e5", backend="dense", model=tiny_encoder
+    )
+    r1 = _search_r1_generation()
+    manager = r1.LLMGenerationManager()
+    queries = _turn_queries(hotpot)
+    predictions = [f"<search> {q} </search>" for q in queries]
+    with _serve(tmp_path_factory, index, "--opt", "flat_fp16=true") as (url, log):
+        manager.config = r1.GenerationConfig(
+            max_turns=4, max_start_length=2048, max_prompt_length=4096, max_response_length=500, max_obs_length=500,
+            num_gpus=8, search_url=f"{url}/retrieve", topk=3,
+        )  # fmt: skip
+        next_obs, dones, _, is_search = manager.execute_predictions(predictions, "<|endoftext|>", [True] * TURN)
+        stats = httpx.get(f"{url}/stats").json()
+    assert len(next_obs) == TURN and sum(is_search) == TURN and sum(dones) == 0
+    assert stats["requests"] == 1 and stats["queries"] == TURN
+    assert stats["truncated_queries"] >= 2  # the two over 4,096 characters, and any past 256 tokens
+    assert "queries cut to fit" in log.read_text()
+    local = load_index(index, flat_fp16=True)
+    sample = sorted({*range(0, TURN, 20), 17, 2000})
+    expected = local.search([queries[i].strip()[:4096] for i in sample], 3)
+    for i, hits in zip(sample, expected, strict=True):
+        docs = "\n".join(
+            f"Doc {j + 1}(Title: {t}) {x}" for j, (t, _, x) in enumerate(h.contents.partition("\n") for h in hits)
+        )
+        assert next_obs[i] == f"\n\n<information>{docs.strip()}</information>\n\n", i
 
 
 def test_the_turn_without_scores_and_an_empty_turn(served_index: Any, hotpot: Path) -> None:
