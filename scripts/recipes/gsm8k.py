@@ -142,17 +142,21 @@ def main(argv: list[str] | None = None) -> None:
     for rows, src, limit in ((train_rows, "train", args.train_rows), (dev_rows, "dev", args.dev_rows)):
         run(f"prepare-data {src}", [reasoning, "prepare-data", "--dataset", "gsm8k", "--input", DATA / f"{src}.jsonl",
                                     "--out", rows, "--split", src, "--limit", limit])  # fmt: skip
+    scores: dict[str, dict[str, list[float]]] = {}
+
+    def measure(point: str, model: Path) -> None:  # each point right after it exists: a failure shows early
+        tokenizer = args.tokenizer if point == "untrained" else None
+        folder = out / "eval" / point
+        run(f"eval {point}", eval_command(args, model, dev_rows, folder, tokenizer), done=folder / "table.md")
+        scores[point] = {"accuracy": row_scores(out / "eval" / point)}
+
+    measure("untrained", args.model)
     warm = out / "warmup_model"
-    run("warm-up", warmup_command(args, train_rows, warm))
+    run("warm-up", warmup_command(args, train_rows, warm), done=warm / "warmup.json")
+    measure("warmup", warm)
     train = [reasoning, "train", "--config", "grpo", "--engine", args.engine, "--train-data", train_rows]
     run("train", [*train, "--score-workers", "1", *train_overrides(args, warm, out / "grpo")])
-    final = out / "grpo" / "checkpoints" / f"step_{args.steps}"
-    points = {"untrained": args.model, "warmup": warm, "rl": final}
-    scores: dict[str, dict[str, list[float]]] = {}
-    for point, model in points.items():
-        tokenizer = args.tokenizer if point == "untrained" else None
-        run(f"eval {point}", eval_command(args, model, dev_rows, out / "eval" / point, tokenizer))
-        scores[point] = {"accuracy": row_scores(out / "eval" / point)}
+    measure("rl", out / "grpo" / "checkpoints" / f"step_{args.steps}")
     subprocess.run([reasoning, "plot", out / "grpo", "--out", out / "curves.png"], check=False)
     comparisons = {
         "rl - warmup (accuracy)": ("accuracy", "warmup", "rl"),

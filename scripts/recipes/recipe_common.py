@@ -66,8 +66,15 @@ class Runner:
     log: Path
     steps: list[dict[str, Any]] = field(default_factory=list)
 
-    def __call__(self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> float:
+    def __call__(
+        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, done: Path | None = None
+    ) -> float:
+        """Run one step; with `done` (a file the step writes last) already there, keep it: a rerun resumes."""
         line = shlex.join(str(a) for a in argv)
+        if done is not None and done.exists():
+            print(f"[recipe] {name}: kept from an earlier run ({done} exists)", flush=True)
+            self.steps.append({"step": name, "command": line, "seconds": 0.0, "exit": 0, "kept": True})
+            return 0.0
         print(f"\n[recipe] {name}: {line}", flush=True)
         started = time.perf_counter()
         with self.log.open("a", encoding="utf-8") as handle:

@@ -131,21 +131,25 @@ def main(argv: list[str] | None = None) -> None:
         prepare = [agent, "prepare-data", "--data-source", "hotpotqa", "--input", DATA / f"{src}.jsonl"]
         run(f"prepare-data {src}", [*prepare, "--out", rows, "--split", src, "--limit", limit])
     run("build-index", [tool("rlloom-retrieval"), "build-index", "--corpus", args.corpus, "--out", index])
-    warm = out / "warmup_model"
     tok = ["--tokenizer", args.tokenizer] if args.tokenizer is not None else []
+    scores: dict[str, dict[str, list[float]]] = {}
+
+    def measure(point: str, model: Path) -> None:  # each point right after it exists: a failure shows early
+        device = ["--device", "cpu"] if args.engine == "hf" else []
+        run(f"eval {point}", [agent, "eval", "--model", model, *(tok if point == "untrained" else []),
+                              "--engine", args.engine, *device, "--data", dev_rows, "--index", index, *limits(args),
+                              "--out", out / "eval" / point], done=out / "eval" / point / "table.md")  # fmt: skip
+        scores[point] = row_scores(out / "eval" / point)
+
+    measure("untrained", args.model)
+    warm = out / "warmup_model"
     run("warm-up", [agent, "warmup", "--model", args.model, *tok, "--train-data", train_rows, "--index", index,
-                    "--out", warm, "--steps", args.warmup_steps, "--lr", args.warmup_lr, *limits(args)])  # fmt: skip
+                    "--out", warm, "--steps", args.warmup_steps, "--lr", args.warmup_lr, *limits(args)],
+        done=warm / "warmup.json")  # fmt: skip
+    measure("warmup", warm)
     train = [agent, "train", "--config", "grpo", "--engine", args.engine, "--train-data", train_rows, "--index", index]
     run("train", [*train, *train_overrides(args, warm, out / "grpo")])
-    final = out / "grpo" / "checkpoints" / f"step_{args.steps}"
-    scores: dict[str, dict[str, list[float]]] = {}
-    for point, model in {"untrained": args.model, "warmup": warm, "rl": final}.items():
-        tokenizer = tok if point == "untrained" else []
-        device = ["--device", "cpu"] if args.engine == "hf" else []
-        run(f"eval {point}", [agent, "eval", "--model", model, *tokenizer, "--engine", args.engine, *device,
-                              "--data", dev_rows, "--index", index, *limits(args),
-                              "--out", out / "eval" / point])  # fmt: skip
-        scores[point] = row_scores(out / "eval" / point)
+    measure("rl", out / "grpo" / "checkpoints" / f"step_{args.steps}")
     subprocess.run([tool("reasoning"), "plot", out / "grpo", "--out", out / "curves.png"], check=False)
     comparisons = {
         "rl - warmup (f1)": ("f1", "warmup", "rl"),

@@ -84,3 +84,13 @@ def test_train_overrides_pass_the_dry_run(tmp_path: Path) -> None:
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "total_steps: 3" in done.stdout and "max_turns: 3" in done.stdout
+
+
+def test_a_rerun_keeps_finished_steps(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "log")
+    marker = tmp_path / "table.md"
+    marker.write_text("done")
+    runner("eval", [sys.executable, "-c", "raise SystemExit(3)"], done=marker)  # not run: its output is there
+    assert runner.steps[0]["kept"] and runner.steps[0]["exit"] == 0
+    with pytest.raises(SystemExit, match="exit 3"):
+        runner("eval again", [sys.executable, "-c", "raise SystemExit(3)"])
