@@ -202,3 +202,14 @@ def test_a_server_over_an_engine_without_inflight_updates_refuses_with_the_reaso
     with server_thread(create_app(Plain(), "tiny", tok)) as srv:  # type: ignore[arg-type]
         r = httpx.post(srv.base_url + "/pause_generation", timeout=60)
     assert r.status_code == 400 and "pause_generation" in r.json()["error"]["message"]
+
+
+def test_closing_a_paused_engine_does_not_hang(model: torch.nn.Module, tok: Any, encode: Any) -> None:
+    engine = HFEngine(model, tok, HFEngineConfig(gather_s=0.0))
+    thread = threading.Thread(target=lambda: asyncio.run(engine.agenerate(_greedy(encode("ab"), 60))))
+    thread.start()
+    _wait_for(lambda: engine.decode_stats.steps >= 2)
+    engine.pause_generation()
+    engine.close()
+    thread.join(30)
+    assert not thread.is_alive()

@@ -159,7 +159,10 @@ class HFEngine:
         return await self._batcher.submit(request)
 
     def close(self) -> None:
-        """Stop the background batcher thread (safe to call twice)."""
+        """Stop the background batcher thread (safe to call twice); a paused engine is resumed first, so the
+        thread is not left parked."""
+        if self._gate.paused:
+            self._gate.resume(self._gate.version)
         self._batcher.close()
 
     def _serve(self, take: TakeTickets) -> None:
