@@ -79,7 +79,7 @@ class ModelMemory:
         text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
         stored = str(getattr(text, "dtype", None) or getattr(text, "torch_dtype", None) or "float32")
         stored_bytes = 4 if "float32" in stored else 2
-        run_bytes = {"float32": 4, "float": 4}.get(dtype, stored_bytes if dtype == "auto" else 2)
+        run_bytes = 4 if dtype in ("float32", "float") else 2  # vLLM's "auto" runs an fp32 checkpoint in bf16
         folder = Path(model)
         files = [*folder.glob("*.safetensors"), *folder.glob("*.bin")] if folder.is_dir() else []
         weight_bytes = sum(f.stat().st_size for f in files)
