@@ -141,6 +141,7 @@ class VLLMAsyncEngine:
         params.output_kind = RequestOutputKind.FINAL_ONLY
         request_id = f"{request.request_id}-{next(self._ids)}"
         await self._running.wait()
+        self._sync.session.check_ready()  # after a failed in-flight sync: the caller fails, nothing half-loaded runs
         pauses, version = self._pauses, self.policy_version
         self._adding += 1  # a pause waits until the request reached vLLM, so that vLLM's abort takes it
         try:
@@ -209,11 +210,14 @@ class VLLMAsyncEngine:
     def resume_generation(self, policy_version: int) -> None:
         """Close the weight sync (prefix cache dropped), then continue every interrupted request from its
         prompt plus its tokens so far, prefilled under the new weights; their new tokens carry
-        `policy_version`."""
-        self._sync.ready()
-        self._sync.session.policy_version = policy_version
-        self._run(self._resume())
-        self._paused = False
+        `policy_version`. If the sync failed, that error is raised here and the interrupted requests fail with
+        it (never generating from half-loaded weights), so the run stops instead of waiting on them."""
+        try:
+            self._sync.ready()
+            self._sync.session.policy_version = policy_version
+        finally:
+            self._run(self._resume())
+            self._paused = False
 
     async def _resume(self) -> None:
         await self.llm.resume_generation()
