@@ -77,9 +77,14 @@ def test_staleness_stays_within_the_bound_and_every_row_trains_once_per_epoch(
     trainer = trainer_for(
         tiny_model_dir,
         tmp_path / "run",
-        [*ASYNC, "trainer.total_steps=4", "trainer.streaming.max_staleness=1"],
+        [
+            *ASYNC,
+            "trainer.total_steps=4",
+            "trainer.streaming.max_staleness=1",
+            "trainer.streaming.max_groups_in_flight=3",
+        ],
         reward_fn=reward,
-        train_data=sum_rows(8),
+        train_data=distinct_rows(8),
     )
     trainer.fit()
     lines = metric_lines(tmp_path / "run")
@@ -90,6 +95,9 @@ def test_staleness_stays_within_the_bound_and_every_row_trains_once_per_epoch(
     for line in lines:
         counted = sum(v for k, v in line.items() if k.startswith("async/staleness_count/"))
         assert counted == 16  # 4 groups x 4 samples
+        assert line["async/groups_in_flight"] <= 3
+    # 16 groups generated for 16 trained (2 epochs of 8 rows), each row's 4 samples scored once an epoch
+    assert sorted(Counter(reward.prompts).values()) == [8] * 8
 
 
 def trained_rows(dump: Path) -> Counter[str]:
@@ -200,3 +208,19 @@ def test_critic_warm_up_steps_still_admit_the_next_groups(tiny_model_dir: Path, 
     lines = metric_lines(tmp_path / "run")
     assert [line["actor/critic_warmup"] for line in lines] == [1.0, 1.0, 0.0]
     assert all(line["async/staleness_max"] == 0.0 for line in lines)
+
+
+def test_on_the_hf_engine_tokens_carry_their_versions_and_the_bound_holds(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """HFEngine updates in flight (pause, push, resume with the version) and labels every token: responses span
+    versions, and no trained token is more than max_staleness updates old."""
+    hf = pytest.importorskip("rlloom.rollout.hf.engine")
+    engine = hf.HFEngine.from_pretrained(str(tiny_model_dir))
+    overrides = [*ASYNC, "trainer.total_steps=5", "trainer.streaming.max_staleness=1", "rollout.max_tokens=24"]
+    try:
+        trainer_for(tiny_model_dir, tmp_path / "run", overrides, engine=engine).fit()
+    finally:
+        engine.close()
+    lines = metric_lines(tmp_path / "run")
+    assert len(lines) == 5
+    assert max(line["async/staleness_max"] for line in lines) == 1.0
+    assert all(line["async/version_spread"] <= 2.0 for line in lines)

@@ -33,18 +33,19 @@ class _Sample:
 
 def chunked_collector(
     engine: RolloutEngine,
+    generate: Callable[[list[GenerationRequest]], list[list[Completion]]],
     gate: UpdateGate,
     version: Callable[[], int],
     *,
     chunk_tokens: int,
     chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> CollectFn:
-    """A single-turn `CollectFn` generating in chunks; each chunk holds the gate for reading and its tokens get
-    `version()` read under it."""
+    """A single-turn `CollectFn` generating in chunks with `generate` (the engine's, or `LoopGenerate`); each chunk
+    holds the gate for reading and its tokens get `version()` read under it."""
 
     def chunk(requests: list[GenerationRequest]) -> tuple[list[list[Completion]], int]:
         with gate.reading():
-            return engine.generate(requests), version()
+            return generate(requests), version()
 
     def collect(rows: Sequence[Row], sampling: SamplingParams, prefix: str) -> list[Trajectory]:
         requests = [generation_request(row, sampling, chat_template_kwargs) for row in rows]

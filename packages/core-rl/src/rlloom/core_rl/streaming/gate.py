@@ -66,8 +66,10 @@ def push_guard(
         try:
             if isinstance(engine, InflightWeightUpdate):
                 engine.pause_generation()
-                yield
-                engine.resume_generation(step)
+                try:
+                    yield
+                finally:  # after a failed push too: the paused requests must end for the run to stop
+                    engine.resume_generation(step)
             else:
                 with gate.writing():
                     yield

@@ -2,7 +2,7 @@
 admission rule allows and pushes each finished, scored group into the `GroupBuffer`; it never waits for an update.
 
 Rows come from the run's `PromptSource` in draws of one batch (the order a synchronous run draws them); each group
-is one row, generated and scored by the run's `RoundRunner` on a thread (`asyncio.to_thread`). With
+is one row, generated and scored by the run's `RoundRunner` on a worker thread of its own. With
 max_staleness=0 a whole draw is one collect call under the group ids and order of the synchronous trainer, which
 is what makes its results the same.
 """
@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from rlloom.core_rl.observe.metrics import PhaseTimer
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.streaming.buffer import Group, GroupBuffer, admits
+from rlloom.core_rl.streaming.calls import LoopGenerate
 
 
 @dataclass(slots=True)
@@ -72,10 +74,16 @@ class StreamingGenerator:
         self.lock = threading.Lock()  # the loader and the draw log, read by the trainer's checkpoint
         self.idle_s = 0.0
         self.metrics: dict[str, float] = {}
+        self.on_loop: LoopGenerate | None = None  # engine calls served on this generator's loop
         self._stop = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._thread_main, name="rlloom-async-rollout", daemon=True)
+        # a thread per group that may be in flight: at most (eta + 1) x batch size by admission. Not the loop's
+        # default executor, which the engine's agenerate may need while every group's thread waits on it
+        most = (streaming.max_staleness + 1) * batch_size
+        limit = streaming.max_groups_in_flight
+        self._workers = ThreadPoolExecutor(min(most, limit or most), thread_name_prefix="rlloom-async-group")
 
     # ----------------------------------------------------------------- control (trainer thread)
     def start(self) -> None:
@@ -102,6 +110,8 @@ class StreamingGenerator:
 
     async def _main(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        if self.on_loop is not None:
+            self.on_loop.loop = self._loop
         tasks: set[asyncio.Task[None]] = set()
         limit = self.streaming.max_groups_in_flight
         while not self._stop:
@@ -117,6 +127,7 @@ class StreamingGenerator:
                 self.idle_s += time.monotonic() - idle_from
         if tasks:  # stopping: let the groups in progress finish (their threads cannot be cancelled)
             await asyncio.wait(list(tasks))
+        self._workers.shutdown(wait=False)
 
     def _may_start(self) -> bool:
         if self.started >= self.total_groups:
@@ -158,7 +169,7 @@ class StreamingGenerator:
 
     async def _generate(self, unit: list[Group]) -> None:
         try:
-            await asyncio.to_thread(self._generate_unit, unit)
+            await asyncio.get_running_loop().run_in_executor(self._workers, self._generate_unit, unit)
         except Exception as exc:  # stop starting groups; the trainer raises it where it waits
             self._stop = True
             self.buffer.failed(exc)

@@ -24,6 +24,7 @@ from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import overlong_metrics
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.streaming.buffer import Group, GroupBuffer
+from rlloom.core_rl.streaming.calls import LoopGenerate, streamed_collector
 from rlloom.core_rl.streaming.chunked import chunked_collector
 from rlloom.core_rl.streaming.gate import UpdateGate, push_guard
 from rlloom.core_rl.streaming.generator import StreamingGenerator
@@ -64,7 +65,12 @@ class AsyncRollouts:
                 "none: use partial_rollout=reprefill (any engine) or off"
             )
         self.gate = UpdateGate()
+        streamed = LoopGenerate(engine)
         chunked = streaming.partial_rollout == "reprefill" and not inflight
+        if not chunked and not custom_collector and streaming.max_staleness > 0:
+            # groups share the engine's continuous batch (at eta 0 a whole batch is one call, as sync makes it)
+            collect_streamed = streamed_collector(streamed, cfg.data.apply_chat_template_kwargs)
+            rounds = RoundRunner(collect_streamed, rounds.reward_fn, rounds.algorithm)
         if chunked:
             if custom_collector:
                 raise ConfigError(
@@ -74,6 +80,7 @@ class AsyncRollouts:
                 )
             collect = chunked_collector(
                 engine,
+                streamed,
                 self.gate,
                 lambda: weights.engine_step,
                 chunk_tokens=streaming.chunk_tokens,
@@ -96,6 +103,7 @@ class AsyncRollouts:
             **({"generating": generating} if generating is not None else {}),
         )
         self.generator.max_tokens_at = cfg.rollout.max_tokens_at
+        self.generator.on_loop = streamed
         self.trained: dict[int, set[int]] = {}  # draw → positions trained, for draws the checkpoint may resume in
         weights.guard = push_guard(engine, self.gate, lambda: weights.actor_step, self.generator.wake)
         self._idle_seen = 0.0
@@ -112,8 +120,9 @@ class AsyncRollouts:
         self.generator.wake()
         started = time.monotonic()
         with timer("rollout_wait"):
-            # at step t the weights are version t-1: a group started under version < t-1-eta must be in this batch
-            groups, ready = self.buffer.take(self.batch_size, oldest_version=step - 1 - self.max_staleness)
+            # step t trains from version t-1: a group started at version t-1-eta or earlier must be in this batch,
+            # or it would train at a staleness above eta later
+            groups, ready = self.buffer.take(self.batch_size, oldest_version=step - self.max_staleness)
         waited = time.monotonic() - started
         trajectories = [t for g in groups for t in g.trajectories]
         self.reward_errors.report([e for g in groups for e in g.errors], step=step)
