@@ -66,6 +66,24 @@ def test_the_buffer_waits_for_a_group_that_would_grow_too_stale() -> None:
         buffer.take(1, oldest_version=0, timeout=1)
 
 
+def test_the_buffer_takes_old_groups_early_enough_for_the_next_steps() -> None:
+    """Batch 2: four groups of version 0 (one finished, three running) and two finished of version 1. Taking
+    [v0, v1] now would leave three version-0 groups due by the next step, which only holds two: the take waits
+    until two version-0 groups are finished and trains both (earliest deadline first)."""
+    buffer = GroupBuffer()
+    old = [Group(i, 1, i, i, 0) for i in range(4)]
+    new = [Group(4 + i, 2, i, 4 + i, 1) for i in range(2)]
+    for g in [*old, *new]:
+        buffer.started(g)
+    for g in [old[0], *new]:
+        buffer.finished(g)
+    with pytest.raises(TimeoutError):  # nothing is due at this step (oldest_version 0), but the next one would be
+        buffer.take(2, oldest_version=0, timeout=0.2)
+    buffer.finished(old[1])
+    taken, _ = buffer.take(2, oldest_version=0, timeout=10)
+    assert [g.index for g in taken] == [0, 1]
+
+
 def test_the_gate_lets_a_push_wait_only_for_readers_in_progress() -> None:
     gate, events = UpdateGate(), []
     reading = threading.Event()

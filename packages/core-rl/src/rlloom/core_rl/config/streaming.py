@@ -36,11 +36,11 @@ class StreamingConfig(Section):
     )
     partial_rollout: Literal["off", "keep_kv", "reprefill"] = Field(
         default="off",
-        description="Requests in progress across a weight update. off: the update waits for the requests in "
-        "progress. keep_kv: the engine pauses, takes the weights and resumes with its KV cache (an "
-        "InflightWeightUpdate engine with keeps_kv_cache). reprefill: each response is generated in chunks of "
-        "chunk_tokens, each continued as a prompt under the weights current when it starts; the update waits "
-        "only for the chunks in progress (every engine; single-turn collection).",
+        description="Requests in progress across a weight update. An InflightWeightUpdate engine always pauses, "
+        "takes the weights and resumes them (keep_kv insists that it keeps its KV cache). On any other engine: off, "
+        "the update waits for the requests in progress; reprefill, each response is generated in chunks of "
+        "chunk_tokens, each continued as a prompt under the weights current when it starts, and the update waits "
+        "only for the chunks in progress (single-turn collection).",
     )
     chunk_tokens: int = Field(
         default=64, ge=1, description="Tokens per chunk with partial_rollout=reprefill (the update's longest wait)."

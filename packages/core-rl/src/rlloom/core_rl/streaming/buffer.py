@@ -76,16 +76,21 @@ class GroupBuffer:
             return [*self._finished, *self._in_flight.values()]
 
     def take(self, batch_size: int, *, oldest_version: int, timeout: float | None = None) -> tuple[list[Group], int]:
-        """Wait until `batch_size` groups are finished and none in flight started under a version below
-        `oldest_version` (those must be in this batch, or their staleness would exceed the bound), then return
-        the `batch_size` oldest (start version, then admission order) and how many were finished at that moment."""
+        """Wait until this batch can be `batch_size` finished groups that leave no group past its deadline, then
+        return the `batch_size` oldest (start version, then admission order) and how many were finished then.
+
+        A group started at version c must be trained within the step that takes it below `oldest_version` + k for
+        k = c − oldest_version + 1 ... : those below `oldest_version` now, those below `oldest_version` + k within
+        k + 1 steps. So before taking, for each such line, the batch must hold at least (untrained groups below
+        it) − k x batch_size of them, finished (earliest deadline first, waiting for the slow ones). AReaL's
+        admission keeps every such count within (k + 1) x batch_size, so this never asks for more than a batch.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if self._error is not None:
                     raise GeneratorError(f"the rollout generator failed: {self._error!r}") from self._error
-                late = any(g.start_version < oldest_version for g in self._in_flight.values())
-                if len(self._finished) >= batch_size and not late:
+                if self._can_take(batch_size, oldest_version):
                     break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -95,6 +100,18 @@ class GroupBuffer:
             self._finished.sort(key=lambda g: (g.start_version, g.index))
             batch, self._finished = self._finished[:batch_size], self._finished[batch_size:]
             return sorted(batch, key=lambda g: g.index), ready
+
+    def _can_take(self, batch_size: int, oldest_version: int) -> bool:
+        if len(self._finished) < batch_size:
+            return False
+        pending = [g.start_version for g in self._in_flight.values()]
+        finished = [g.start_version for g in self._finished]
+        for line in sorted({v + 1 for v in pending if v >= oldest_version} | {oldest_version}):
+            k = line - oldest_version
+            need = sum(v < line for v in pending) + sum(v < line for v in finished) - k * batch_size
+            if sum(v < line for v in finished) < min(need, batch_size):
+                return False
+        return True
 
 
 __all__ = ["GeneratorError", "Group", "GroupBuffer", "admits"]
