@@ -60,7 +60,7 @@ def off_policy_weights(
 ) -> Tensor:
     """Per-token weights of the loss for samples drawn by older weights (pass as `rollout_is_weights`).
 
-    decoupled (AReaL, Fu et al. 2025, eq. 5): the PPO ratio is clipped against the proximal policy (the
+    decoupled (AReaL, Fu et al. 2025, §5.2): the PPO ratio is clipped against the proximal policy (the
     log-probs recomputed before the update: the trainer's old log-probs) and each token is weighted by
     pi_prox/pi_behav, the behaviour policy being the engine that sampled it; tokens whose weight exceeds `cap`
     are dropped (AReaL's behav_imp_weight_cap). tis: the same weight truncated at `cap` (Yao et al. 2025)."""

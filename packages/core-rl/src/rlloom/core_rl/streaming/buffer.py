@@ -11,7 +11,7 @@ from rlloom.core_rl.contracts.trajectory import Trajectory
 
 
 def admits(started: int, version: int, *, max_staleness: int, batch_size: int) -> bool:
-    """AReaL's rule (Fu et al. 2025, eq. 3 with eta = `max_staleness`): one more group may start while the groups
+    """AReaL's rule (Fu et al. 2025, §5.1, eta = `max_staleness`): one more group may start while the groups
     started so far number fewer than (version + eta + 1) x batch size, `version` being the updates the engine has."""
     return started < (version + max_staleness + 1) * batch_size
 
