@@ -13,6 +13,11 @@ weights are saved to a folder both engines load (fp32, prefix caching on, emptie
   retrieval call for the batch, then the next turn.
 - `sync_batch_stop`: the same batch loop with the stop strings in vLLM (the barrier alone, no wasted tokens).
 
+`--latency lognormal` draws each query's retrieval latency from a lognormal instead (median `--latency-median-s`
+0.5 s, p99 `--latency-p99-s` 5 s: the issue's variable-latency tools), the same draw for the same query and
+occurrence in every method; a batched call (the barrier loops) takes as long as its slowest query, as a barrier
+over per-conversation tool calls would.
+
 Sampling is seeded per conversation and turn the same way in every method (repeat r: seed SEED + r * 1_000_000_007),
 so within a repeat the methods run the same conversations up to float noise between batch layouts. Prints median
 trajectories/s over `--repeats` (methods alternate order per repeat), the per-repeat paired ratios, and the load.
@@ -23,7 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import math
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -52,6 +60,33 @@ from rlloom.core_rl.tiny import char_tokenizer
 METHODS = ("agent_loop", "search_r1", "sync_batch_stop")
 
 
+class LognormalDelayed:
+    """Adds a lognormal latency per query (median, p99), drawn from the query text and how often it was asked,
+    so every method sees the same draws; a batched call waits for its slowest query."""
+
+    def __init__(self, inner: Any, median_s: float, p99_s: float, seed: int = 0) -> None:
+        self.inner, self.calls, self.seed = inner, 0, seed
+        self.mu, self.sigma = math.log(median_s), math.log(p99_s / median_s) / 2.3263  # z of the 99th percentile
+        self.asked: dict[str, int] = {}
+        self.slept_s = 0.0
+
+    def reset(self) -> None:
+        self.calls, self.asked, self.slept_s = 0, {}, 0.0
+
+    def latency(self, query: str) -> float:
+        nth = self.asked.get(query, 0)
+        self.asked[query] = nth + 1
+        digest = hashlib.sha256(f"{self.seed}|{nth}|{query}".encode()).digest()
+        return random.Random(digest).lognormvariate(self.mu, self.sigma)
+
+    def search(self, queries: list[str], k: int) -> Any:
+        self.calls += 1
+        delay = max(self.latency(q) for q in queries)
+        self.slept_s += delay
+        time.sleep(delay)
+        return self.inner.search(list(queries), k)
+
+
 def agent_stats(trajs: list[Any], budget: int) -> dict[str, float]:
     """bench/agent.py's per-method figures, from AgentLoop's trajectories."""
     return {
@@ -69,6 +104,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=DEFAULT_N, help="conversations per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=50.0, help="added latency per retrieval call")
+    ap.add_argument("--latency", choices=["fixed", "lognormal"], default="fixed", help="see above")
+    ap.add_argument("--latency-median-s", type=float, default=0.5)
+    ap.add_argument("--latency-p99-s", type=float, default=5.0)
     ap.add_argument("--warmup-steps", type=int, default=2000)
     ap.add_argument("--warmup-loss", choices=["conversation", "model"], default="conversation")
     ap.add_argument("--warmup-seed", type=int, default=0)
@@ -117,7 +155,11 @@ def main() -> None:
     print(f"both engines started in {time.perf_counter() - t0:.1f} s", flush=True)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
-    delayed = Delayed(base, args.latency_ms / 1000)
+    delayed: Any = (
+        LognormalDelayed(base, args.latency_median_s, args.latency_p99_s, seed=args.seed)
+        if args.latency == "lognormal"
+        else Delayed(base, args.latency_ms / 1000)
+    )
     threaded = ThreadedRetriever(delayed, max_threads=args.n)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     times: dict[str, list[float]] = {m: [] for m in METHODS}
@@ -129,6 +171,8 @@ def main() -> None:
         cfg = cfg.model_copy(update={"sampling": seeded})
         loop = AgentLoop(async_engine, tok, lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg), cfg)
         for name in order:
+            if isinstance(delayed, LognormalDelayed):
+                delayed.reset()  # the same draws for every method
             delayed.calls = 0
             batch_engine.llm.reset_prefix_cache()  # no method may reuse another's keys/values
             async_engine._run(async_engine.llm.reset_prefix_cache())  # AsyncLLM's call, on the engine's loop
@@ -151,7 +195,12 @@ def main() -> None:
     threaded.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{args.n} SearchEnv trajectories on vLLM, {args.latency_ms:.0f} ms per retrieval call, median of ", end="")
+    latency = (
+        f"lognormal retrieval latency (median {args.latency_median_s:g} s, p99 {args.latency_p99_s:g} s)"
+        if args.latency == "lognormal"
+        else f"{args.latency_ms:.0f} ms per retrieval call"
+    )
+    print(f"\n{args.n} SearchEnv trajectories on vLLM, {latency}, median of ", end="")
     print(
         f"{args.repeats} (T={args.temperature}; load average before {load_before[0]:.1f}, after {load_after[0]:.1f}):"
     )
