@@ -23,6 +23,8 @@ Checks (each prints PASS/FAIL/SKIP with its figures; the run writes a JSON repor
   grpo_step            one end-to-end GRPO step of `rlloom.core_rl.Trainer` with the HF engine on the actor's own
                        module (rollout, reward, advantages, packed update, weight sync) on the 0.5B shape: step time
                        by phase, and every metric finite
+  retrieval_encoding   dense retrieval encoding through rlloom.retrieval's e5 path on an e5-base-v2-shaped BERT
+                       (bench/gpu_checks_retrieval.py): passages/s, queries/s, wiki-18 hours, one 2,560-query turn
 Models attend as a run with model.attn_implementation=auto would: flash_attention_2 where flash-attn is installed,
 else sdpa_varlen (transformers' sdpa for padded rows, torch's varlen_attn for packed streams).
 
@@ -45,6 +47,7 @@ import copy
 import gc
 import json
 import os
+import platform
 import socket
 import statistics
 import sys
@@ -134,6 +137,7 @@ BUDGET_S = {
     "mfu_update": 1,
     "shared_prompt": 60,
     "grpo_step": 120,
+    "retrieval_encoding": 40,
 }
 DEFAULT_DEADLINE_S = 480.0
 
@@ -1020,6 +1024,25 @@ def check_grpo_step(ctx: Context) -> dict[str, Any]:
     return figures
 
 
+def check_retrieval_encoding(ctx: Context) -> dict[str, Any]:
+    """e5-base-v2-shaped dense encoding through rlloom.retrieval's path: bench/gpu_checks_retrieval.py."""
+    bench = str(Path(__file__).resolve().parent)
+    if bench not in sys.path:  # run as a file (python bench/gpu_check.py, runpy): its folder holds the module
+        sys.path.insert(0, bench)
+    import gpu_checks_retrieval as retrieval
+
+    missing = retrieval.missing_modules()
+    if missing:
+        figures = {"missing": ",".join(missing), "python": platform.python_version()}
+        raise SkipCheckError(retrieval.missing_note(missing), figures)
+    figures = retrieval.measure(ctx)
+    sizes = retrieval.TINY_ENCODING if ctx.tiny else retrieval.FULL_ENCODING
+    found = retrieval.problems(figures, sizes.hidden)
+    if found:
+        raise CheckFailedError("; ".join(found), figures)
+    return figures
+
+
 CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("env", check_env),
     ("fsdp2_api", check_fsdp2_api),
@@ -1031,6 +1054,7 @@ CHECKS: list[tuple[str, Callable[[Context], dict[str, Any]]]] = [
     ("mfu_update", check_mfu_update),
     ("shared_prompt", check_shared_prompt),
     ("grpo_step", check_grpo_step),
+    ("retrieval_encoding", check_retrieval_encoding),
 ]
 
 

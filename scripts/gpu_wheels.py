@@ -8,6 +8,15 @@ versions this checkout's environment runs (so the GPU runs what CI tested), as m
 
     python scripts/gpu_wheels.py            # .venv/bin/python: versions from .venv, pip from python3 if needed
     python scripts/gpu_wheels.py --check    # only list what is there and its size
+    python scripts/gpu_wheels.py --retrieval 3.12   # also the dense encoding path's wheels, for one Python only
+
+`--retrieval X.Y` adds what the GPU check's `retrieval_encoding` imports beyond the rest: sentence-transformers and
+what it imports at once (scikit-learn, scipy, joblib, threadpoolctl, narwhals) and rlloom.retrieval's own package
+imports (bm25s, PyStemmer, tqdm), about 46 MiB for one Python (scipy alone 34 MiB), so only for the machine's
+Python (the launcher's log names it: `gpu_check.sh: Python 3.12.3, ...`): 13 MiB for three Pythons plus 46 for
+each would pass the device call's 64 MiB. Every run empties `.whl/gpu` first (a plain run afterwards puts the
+three small folders back), and exits 1 when the working tree and the wheels would not fit. faiss (18 MiB) is not
+carried: encoding never calls it.
 
 The wheels are fetched here, before a device call, and not committed: 13 MiB of binaries per refresh in git's
 history, and pydantic-core's builds go stale with every pin bump.
@@ -37,15 +46,26 @@ PACKAGES = (
     "mdurl",
     "pygments",
 )
+RETRIEVAL_PACKAGES = (
+    "sentence-transformers",
+    "scikit-learn",
+    "scipy",
+    "joblib",
+    "threadpoolctl",
+    "narwhals",
+    "bm25s",
+    "PyStemmer",
+    "tqdm",
+)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 CARRY_LIMIT = 64 * 2**20  # the device tool's limit on the working tree and carried paths together
 
 
-def pins() -> list[str]:
+def pins(packages: tuple[str, ...] = PACKAGES) -> list[str]:
     """`name==version` of each package as installed beside this interpreter (the checkout's .venv)."""
     missing = []
     found = []
-    for name in PACKAGES:
+    for name in packages:
         try:
             found.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
@@ -83,22 +103,49 @@ def report() -> int:
         wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
         size = sum(w.stat().st_size for w in wheels)
         total += size
-        print(f"{folder.relative_to(ROOT)}: {len(wheels)} wheels, {size / 2**20:.1f} MiB")
+        shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+        print(f"{shown}: {len(wheels)} wheels, {size / 2**20:.1f} MiB")
     print(f"total {total / 2**20:.1f} MiB (the device call carries at most {CARRY_LIMIT // 2**20} MiB with the tree)")
     return total
+
+
+def tree_bytes() -> int:
+    """What the device call copies besides the carried paths: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return sum((ROOT / name).stat().st_size for name in listed.split("\0") if name and (ROOT / name).is_file())
+
+
+def fits(total: int) -> bool:
+    """The wheels and the working tree together stay under the device call's limit (a MiB spare)."""
+    tree = tree_bytes()
+    print(f"working tree {tree / 2**20:.1f} MiB + wheels {total / 2**20:.1f} MiB of {CARRY_LIMIT // 2**20} MiB")
+    return total > 0 and tree + total < CARRY_LIMIT - 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only report what .whl/gpu holds")
+    parser.add_argument(
+        "--retrieval",
+        metavar="X.Y",
+        choices=PYTHONS,
+        help="one Python only, with the dense encoding check's wheels too (sentence-transformers, scipy, ...)",
+    )
     args = parser.parse_args(argv)
     if not args.check:
         requirements, pip = pins(), pip_command()
+        pythons: tuple[str, ...] = PYTHONS
+        if args.retrieval:  # 46 MiB more for each Python would not fit: only the machine's
+            requirements += pins(RETRIEVAL_PACKAGES)
+            pythons = (args.retrieval,)
+        shutil.rmtree(FOLDER, ignore_errors=True)  # each run starts empty: no stale pins, no other mode's wheels
         print("gpu_wheels: " + " ".join(requirements))
-        for python in PYTHONS:
+        for python in pythons:
             download(python, requirements, pip)
-    total = report()
-    return 0 if 0 < total < CARRY_LIMIT // 2 else 1
+    return 0 if fits(report()) else 1
 
 
 if __name__ == "__main__":

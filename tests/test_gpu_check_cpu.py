@@ -1,6 +1,7 @@
 """bench/gpu_check.py on a CPU: its dry run goes through every check's code (FSDP2 on a 1-rank gloo group, the
 in-process actor, weight sync into HFEngine, decode against transformers.generate, padded and packed updates, a
-GRPO step of the Trainer), so a GPU session finds a script that runs; plus its deadline, missing-pydantic and MFU
+GRPO step of the Trainer, dense retrieval encoding through rlloom.retrieval), so a GPU session finds a script that
+runs; plus its deadline, missing-pydantic and MFU
 arithmetic, and that its budgets fit the deadline the documented device command gives it."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ CHECK_NAMES = [
     "mfu_update",
     "shared_prompt",
     "grpo_step",
+    "retrieval_encoding",
 ]
 
 
@@ -108,6 +110,19 @@ def test_dry_run_passes_every_check_it_can_on_a_cpu(tmp_path: Path) -> None:
         assert shared[f"{layout}_token_ratio"] > 1  # eight samples a prompt: the shared forward runs fewer tokens
         assert shared[f"{layout}_max_abs_logprob_gap_bf16"] <= 0.1
         assert shared[f"{layout}_model_calls_full"] == 1 and shared[f"{layout}_model_calls_shared"] == 2
+    encoding = found["retrieval_encoding"]["figures"]
+    assert isinstance(encoding, dict)
+    # 100 words of which 28 split in two, 'passage' ':', [CLS] [SEP]: HotpotQA's 132 tokens a passage under
+    # bert-base-uncased (bench/retrieval_encoding.py); queries 18 + 4 + 2 + 2
+    assert encoding["mean_passage_tokens"] == 100 + 28 + 2 + 2 == 132
+    assert encoding["mean_query_tokens"] == 18 + 4 + 2 + 2
+    assert encoding["vector_dim"] == 64  # the tiny encoder's hidden size; e5 preset: unit vectors
+    assert abs(encoding["vector_norm_min"] - 1) <= 1e-3 and abs(encoding["vector_norm_max"] - 1) <= 1e-3
+    for label in ("fp32", "fp16_cast", "bf16_cast"):
+        rate, queries = encoding[f"{label}_passages_per_s"], encoding[f"{label}_queries_per_s"]
+        assert encoding[f"{label}_wiki18_hours"] == pytest.approx(21_015_324 / rate / 3600)
+        assert encoding[f"{label}_turn_2560_queries_s"] == pytest.approx(2560 / queries)
+    assert encoding["fp16_cast_min_cosine_vs_fp32"] >= 0.99 and encoding["bf16_cast_min_cosine_vs_fp32"] >= 0.99
 
 
 def test_past_the_deadline_every_check_is_skipped_not_run(tmp_path: Path) -> None:
@@ -128,6 +143,30 @@ def test_missing_pydantic_names_the_wheels_to_carry(tmp_path: Path) -> None:
     for wheel in ("pydantic-core", "typing-inspection", "annotated-types", "rich", "scripts/gpu_wheels.py"):
         assert wheel in lines[0]
     assert checks(out)["env"]["status"] == "FAIL"
+
+
+def test_retrieval_encoding_without_sentence_transformers_skips_naming_the_wheels(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    prelude = "import sys; sys.modules['sentence_transformers'] = None; "
+    proc = run("--dry-run", "--only", "retrieval_encoding", "--out", str(out), prelude=prelude)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check = checks(out)["retrieval_encoding"]
+    assert check["status"] == "SKIP" and check["figures"]["missing"] == "sentence_transformers"
+    assert "scripts/gpu_wheels.py --retrieval" in str(check["note"])
+
+
+def test_e5_shaped_tokenizer_has_bert_base_vocabulary_and_splits_as_designed() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_checks_retrieval as retrieval
+
+    vocab, stems, pieces = retrieval.vocabulary(30_522, 1000)
+    assert len(vocab) == len(set(vocab)) == 30_522 and vocab[:4] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    # 17 = 0x0011 over a..p; 123 over q..z, three digits: "rst"
+    assert (stems[0], stems[17], pieces[0], pieces[123]) == ("aaaa", "aabb", "qqq", "rst")
+    tokenizer = retrieval.wordpiece_tokenizer(1000, 100)
+    assert tokenizer.tokenize("passage: AABB aabbqrs aaaa") == ["passage", ":", "aabb", "aabb", "##qrs", "aaaa"]
+    text = retrieval.texts(3, 10, 4, (stems, pieces), seed=0)
+    assert all(len(t.split()) == 10 and sum(len(w) > 4 for w in t.split()) == 4 for t in text)
 
 
 def test_bf16_peaks_by_device_name() -> None:
