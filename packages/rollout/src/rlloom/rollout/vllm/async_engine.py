@@ -31,6 +31,7 @@ import torch
 
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.contracts.prompts import render_prompt
+from rlloom.core_rl.observe import progress
 from rlloom.rollout.vllm.engine import (
     VLLMEngineConfig,
     _completion,
@@ -121,7 +122,9 @@ class VLLMAsyncEngine:
             continued = await asyncio.gather(*(self._segment(request, _continuation(request, prompt, p)) for p in todo))
             for p, more in zip(todo, continued, strict=True):
                 p.append(more[0])
-        return [_joined(p) for p in parts]
+        joined = [_joined(p) for p in parts]
+        progress.advance(1, tokens=sum(len(c.token_ids) for c in joined), unit="turns")  # a line every 5 s at most
+        return joined
 
     async def _segment(self, request: GenerationRequest, part: GenerationRequest) -> list[tuple[Completion, int]]:
         """One vLLM request for `part` (the request itself, or a sample's continuation after a pause), under one
