@@ -3,15 +3,13 @@
 prepare-data -> warm-up on the rows' worked solutions -> `reasoning train --config grpo --engine vllm` -> greedy
 `reasoning eval` on 100 held-out dev rows at three points (untrained, warmed up, after RL), with a paired
 bootstrap interval for RL minus its starting point (the warmed-up model). Data: apps/reasoning/recipes/gsm8k/
-(400 train rows, 100 dev rows, disjoint; see SOURCE.md there). The defaults are sized for about an hour on two
-idle cores; `--steps`, `--train-rows`, `--dev-rows` and `--max-tokens` shrink it (the test runs it on a tiny
-model in seconds).
+(400 train rows, 100 dev rows, disjoint; see SOURCE.md there). The defaults aim at about an hour on two idle
+cores (not timed on one: docs/recipes.md); `--steps`, `--prompts`, `--warmup-epochs` and `--max-tokens` shrink it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,43 +70,10 @@ def train_overrides(args: argparse.Namespace, start: Path, run: Path) -> list[st
 
 
 def warmup_command(args: argparse.Namespace, rows: Path, out: Path) -> list[str]:
-    """`reasoning warmup` once the app has it; until then this script's own `_warmup` (same rows, same loop)."""
-    help_text = subprocess.run([tool("reasoning"), "--help"], check=False, capture_output=True, text=True).stdout
-    common = ["--model", args.model, "--train-data", rows, "--out", out, "--epochs", args.warmup_epochs]
-    if "warmup" in help_text.split("positional arguments:")[0]:
-        extra = ["--tokenizer", args.tokenizer] if args.tokenizer is not None else []
-        return [tool("reasoning"), "warmup", *common, "--lr", args.warmup_lr, *extra]
+    """`reasoning warmup`: supervised on the rows' worked solutions ending in `\\boxed{gold}`, as the reward reads."""
     extra = ["--tokenizer", args.tokenizer] if args.tokenizer is not None else []
-    return [sys.executable, __file__, "_warmup", *common, "--lr", args.warmup_lr, *extra]
-
-
-def interim_warmup(argv: list[str]) -> None:
-    """Supervised warm-up on the rows' worked solutions (`warmup_rows.demonstrations`, `supervised_warmup`)."""
-    p = argparse.ArgumentParser(prog="gsm8k.py _warmup")
-    for flag in ("--model", "--train-data", "--out"):
-        p.add_argument(flag, type=Path, required=True)
-    p.add_argument("--tokenizer", type=Path, default=None)
-    p.add_argument("--epochs", type=float, required=True)
-    p.add_argument("--lr", type=float, required=True)
-    a = p.parse_args(argv)
-    import torch
-    from rlloom_apps.reasoning.warmup import supervised_warmup
-    from rlloom_apps.reasoning.warmup_rows import demonstrations
-    from transformers import AutoModelForCausalLM
-
-    from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
-
-    tokenizer = load_pretrained_tokenizer(str(a.tokenizer or a.model))
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    demos, skipped = demonstrations(read_jsonl(a.train_data))
-    model.train()
-    steps = max(1, round(a.epochs * len(demos) / 8))
-    losses = supervised_warmup(model, tokenizer, demos, steps=steps, batch_size=8, lr=a.lr, progress=False)
-    model.save_pretrained(a.out)
-    tokenizer.save_pretrained(a.out)
-    summary = {"demonstrations": len(demos), "skipped": skipped, "losses": losses}
-    (a.out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"warm-up: {len(demos)} demonstrations, loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
+    return [tool("reasoning"), "warmup", "--model", args.model, *extra, "--train-data", rows, "--out", out,
+            "--epochs", args.warmup_epochs, "--lr", args.warmup_lr]  # fmt: skip
 
 
 def eval_command(args: argparse.Namespace, model: Path, rows: Path, out: Path, tokenizer: Path | None) -> list[str]:
@@ -127,11 +92,7 @@ def row_scores(folder: Path) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_warmup"]:
-        interim_warmup(argv[1:])
-        return
-    args = parse(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     if not (args.model / "config.json").exists():
         raise SystemExit(f"--model {args.model}: no config.json there; write SmolLM2 with `python3 -m nox -s smollm2`")
     out = args.out.resolve()

@@ -5,7 +5,8 @@ prepare-data -> `rlloom-retrieval build-index` (BM25 over the questions' own pas
 format reward) -> greedy `search-agent eval` on 100 held-out dev questions at three points (untrained, warmed up,
 after RL): EM, F1, searches per episode and the valid-format rate, with a paired bootstrap interval for RL minus
 the warmed-up model. Data: apps/search_agent/recipes/hotpotqa/ (400 train and 100 dev questions, disjoint, and
-their 4,858 passages; see SOURCE.md there). Defaults are sized for about an hour on two idle cores.
+their 4,858 passages; see SOURCE.md there). Defaults aim at about an hour on two idle cores
+(not timed on one: docs/recipes.md).
 """
 
 from __future__ import annotations
