@@ -33,12 +33,14 @@ SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "passage", "query", ":
 STEM_LETTERS = "abcdefghijklmnop"  # whole words use only these ...
 SUFFIX_LETTERS = "qrstuvwxyz"  # ... and suffix pieces only these, so a stem+suffix word is exactly 2 tokens
 # the dense path's imports beyond the GPU check's own: sentence-transformers (and what it imports at once:
-# scikit-learn, scipy, joblib, threadpoolctl, narwhals), and rlloom.retrieval's package (bm25s, PyStemmer, tqdm)
+# scikit-learn, scipy, joblib, cloudpickle, threadpoolctl, narwhals), and rlloom.retrieval's package (bm25s,
+# PyStemmer, tqdm); scripts/gpu_wheels.py --retrieval collects their wheels
 NEEDED = (
     "sentence_transformers",
     "sklearn",
     "scipy",
     "joblib",
+    "cloudpickle",
     "threadpoolctl",
     "narwhals",
     "bm25s",
@@ -133,12 +135,14 @@ def e5_shaped_folder(folder: Path, sizes: EncodingSizes) -> Path:
 
 
 def missing_modules() -> list[str]:
+    """Each module of NEEDED that does not import, with the module it lacks when that is another one."""
     missing = []
     for name in NEEDED:
         try:
             importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
+        except ImportError as err:
+            lacking = err.name if isinstance(err, ModuleNotFoundError) else None
+            missing.append(name if lacking in (None, name) else f"{name} (lacks {lacking})")
     return missing
 
 

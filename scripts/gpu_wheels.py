@@ -10,13 +10,13 @@ versions this checkout's environment runs (so the GPU runs what CI tested), as m
     python scripts/gpu_wheels.py --check    # only list what is there and its size
     python scripts/gpu_wheels.py --retrieval 3.12   # also the dense encoding path's wheels, for one Python only
 
-`--retrieval X.Y` adds what the GPU check's `retrieval_encoding` imports beyond the rest: sentence-transformers and
-what it imports at once (scikit-learn, scipy, joblib, threadpoolctl, narwhals) and rlloom.retrieval's own package
-imports (bm25s, PyStemmer, tqdm), about 46 MiB for one Python (scipy alone 34 MiB), so only for the machine's
-Python (the launcher's log names it: `gpu_check.sh: Python 3.12.3, ...`): 13 MiB for three Pythons plus 46 for
-each would pass the device call's 64 MiB. Every run empties `.whl/gpu` first (a plain run afterwards puts the
-three small folders back), and exits 1 when the working tree and the wheels would not fit. faiss (18 MiB) is not
-carried: encoding never calls it.
+`--retrieval X.Y` adds what the GPU check's `retrieval_encoding` imports beyond the rest: sentence-transformers
+and what it imports at once (scikit-learn, scipy, joblib with cloudpickle, threadpoolctl, narwhals) and
+rlloom.retrieval's own package imports (bm25s, PyStemmer, tqdm): about 45 MiB more for one Python (scipy alone
+34 MiB), so only for the machine's Python (the launcher's log names it: `gpu_check.sh: Python 3.12.3, ...`); 45 MiB
+for each of three would pass the device call's 64 MiB. Every run empties `.whl/gpu` first (a plain run afterwards
+puts the three small folders back), and exits 1 when the working tree and the wheels would not fit. faiss (18 MiB)
+is not carried: encoding never calls it.
 
 The wheels are fetched here, before a device call, and not committed: 13 MiB of binaries per refresh in git's
 history, and pydantic-core's builds go stale with every pin bump.
@@ -51,6 +51,7 @@ RETRIEVAL_PACKAGES = (
     "scikit-learn",
     "scipy",
     "joblib",
+    "cloudpickle",  # joblib 1.6 imports it (no longer vendored)
     "threadpoolctl",
     "narwhals",
     "bm25s",
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:
         requirements, pip = pins(), pip_command()
         pythons: tuple[str, ...] = PYTHONS
-        if args.retrieval:  # 46 MiB more for each Python would not fit: only the machine's
+        if args.retrieval:  # 45 MiB more for each Python would not fit: only the machine's
             requirements += pins(RETRIEVAL_PACKAGES)
             pythons = (args.retrieval,)
         shutil.rmtree(FOLDER, ignore_errors=True)  # each run starts empty: no stale pins, no other mode's wheels
