@@ -101,3 +101,32 @@ def test_a_sync_logs_one_line_and_a_rollout_reports_progress(default_engine: tup
     with progress.phase("rollout", every_s=0.0, write=written.append):
         engine.generate([GenerationRequest(prompt_ids=ids(p), sampling=params) for p in PROMPTS])
     assert written and written[-1].startswith(f"[rollout] {2 * len(PROMPTS)}/{2 * len(PROMPTS)} samples"), written
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_the_agents_out_of_process_engine_plans_its_cache_and_reports_turns(default_engine: tuple[Any, Path]) -> None:
+    from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
+
+    _, model = default_engine
+    saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:  # as search-agent train --engine vllm starts it on CPU: vLLM's engine core in its own process
+        engine = VLLMAsyncEngine(
+            VLLMEngineConfig(
+                model=str(model), tokenizer=str(model.parent / "tokenizer"), max_model_len=256, enforce_eager=True
+            )
+        )
+    finally:
+        if saved is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+    try:
+        need = ModelMemory.from_folder(str(model), dtype="auto", max_model_len=256)
+        kv = engine.llm.vllm_config.cache_config.kv_cache_memory_bytes
+        assert kv is not None and need.kv_bytes_per_token * 256 <= kv <= CPU_KV_CACHE_CAP
+        written: list[str] = []
+        params = SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True, seed=0)
+        with progress.phase("rollout", every_s=0.0, write=written.append):
+            engine.generate([GenerationRequest(prompt_ids=ids(p), sampling=params) for p in PROMPTS])
+        assert written[-1].startswith(f"[rollout] {len(PROMPTS)} turns, {5 * len(PROMPTS)} tokens"), written
+    finally:
+        engine.close()
