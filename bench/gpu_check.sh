@@ -24,20 +24,21 @@ tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info
 out=${OUT:-.}
 mkdir -p "$out"
 
-if "$python" -c 'import pydantic, rich' 2>/dev/null; then
-    echo "gpu_check.sh: pydantic and rich already importable by $python ($tag); nothing to install"
-else
-    wheels=.whl/gpu/$tag
-    if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
-        echo "gpu_check.sh: no wheels for $tag in $wheels; run 'python scripts/gpu_wheels.py' before the device" \
-            "call and carry .whl (docs/gpu_check.md)"
-        exit 2
-    fi
+# the carried wheels are installed whenever there are any for this Python (the retrieval check's
+# sentence-transformers stack comes only from them, even where pydantic and rich are already importable)
+wheels=${GPU_CHECK_WHEELS:-.whl/gpu/$tag}
+if ls "$wheels"/*.whl >/dev/null 2>&1; then
     site=${GPU_CHECK_SITE:-/tmp/rlloom_gpu_site}
     "$python" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
         --upgrade --target "$site" "$wheels"/*.whl || exit 3
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
     echo "gpu_check.sh: installed $(ls "$wheels"/*.whl | wc -l) wheels for $tag into $site"
+elif "$python" -c 'import pydantic, rich' 2>/dev/null; then
+    echo "gpu_check.sh: no carried wheels for $tag; pydantic and rich already importable by $python"
+else
+    echo "gpu_check.sh: no wheels for $tag in $wheels; run 'python scripts/gpu_wheels.py' before the device" \
+        "call and carry .whl (docs/gpu_check.md)"
+    exit 2
 fi
 # rlloom itself: the working tree's sources (`rlloom` is a namespace package; nothing to build)
 export PYTHONPATH="$PWD/packages/core-rl/src:$PWD/packages/rollout/src${PYTHONPATH:+:$PYTHONPATH}"

@@ -216,8 +216,15 @@ def test_budgets_fit_inside_the_default_deadline() -> None:
 
 
 def run_launcher(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """bench/gpu_check.sh with this interpreter (pydantic and rich present: nothing to install)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "OUT": str(out)}
+    """bench/gpu_check.sh with this interpreter (pydantic and rich present, no carried wheels: nothing to install,
+    even where a developer's checkout has .whl/gpu from scripts/gpu_wheels.py)."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHON": sys.executable,
+        "OUT": str(out),
+        "GPU_CHECK_WHEELS": str(out / "no-wheels"),
+    }
     return subprocess.run(
         ["bash", str(ROOT / "bench" / "gpu_check.sh"), *args],
         check=False,
