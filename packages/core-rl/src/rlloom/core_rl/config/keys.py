@@ -35,8 +35,9 @@ class KeyedValueError(ValueError):
 # veRL's name → ours (or what to do instead); a hint in the unknown-key error, never an alias
 VERL_NAMES: dict[str, str] = {
     "data.max_response_length": "rollout.max_tokens",
-    "data.train_files": "the app's --train-data flag",
-    "data.val_files": "the app's --val-data flag",
+    "data.train_files": "the app's --train-data flag (reasoning train and search-agent train read data.train_files "
+    "itself: one file or a list)",
+    "data.val_files": "the app's --val-data flag (reasoning train and search-agent train read data.val_files itself)",
     "data.sampler.class_name": "data.sampler.class_path, which names module and class in one: 'pkg.module:Class' "
     "or 'path/to/file.py:Class'",
     "trainer.total_training_steps": "trainer.total_steps",
