@@ -202,7 +202,8 @@ def docs(session: nox.Session) -> None:
     """Run every ```python example of the packages' and apps' READMEs (tests/test_readme_examples.py), and the
     repository-wide checks beside it (tests/), two files at a time."""
     _install_workspace(session)
-    session.install(*XDIST)
+    # the dense encoding stack: the GPU check's CPU dry run runs its retrieval_encoding check through it
+    session.install(*XDIST, f"-e{ROOT / 'packages' / 'retrieval'}[dense]")
     session.run("pytest", *_pytest_args(session, ROOT / "tests"), *TWO_FILES_AT_A_TIME, env=_test_env())
 
 

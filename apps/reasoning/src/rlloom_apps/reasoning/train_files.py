@@ -93,7 +93,7 @@ def columns(path: Path) -> set[str]:
         try:
             return set(pq.read_schema(path).names)
         except Exception as err:  # pyarrow's errors vary by version (ArrowInvalid, OSError)
-            raise ConfigError(f"{path}: not a readable parquet file ({err})") from None
+            raise ConfigError(f"{path}: a parquet file that pyarrow cannot read ({err})") from None
     names: set[str] = set()
     for row in read_jsonl(path):
         if isinstance(row, dict):
