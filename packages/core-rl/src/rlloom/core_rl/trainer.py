@@ -33,11 +33,11 @@ from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.phases.token_weights import old_logprobs_read_before_update, policy_diagnostics, set_token_weights
 from rlloom.core_rl.run import builder as setup
 from rlloom.core_rl.run.builder import RunFinished, RunParts, build_run
-from rlloom.core_rl.run.checkpoint import load_trainer_state, preserved_rng, rng_state, save_checkpoint, set_rng_state
+from rlloom.core_rl.run.checkpoint import load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from rlloom.core_rl.run.folder import record_config, resume_checkpoint
 from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
 from rlloom.core_rl.run.state import RunState
-from rlloom.core_rl.streaming.rollouts import background_rollouts
+from rlloom.core_rl.streaming.rollouts import background_rollouts, validation_rng
 from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.workers.ema import WeightEMA
 from rlloom.core_rl.workers.optim import single_optimizer_step
@@ -288,14 +288,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
-        """Score the validation prompts (greedy by default) without disturbing the training RNG streams."""
-        rollout = self.cfg.rollout
-        update: dict[str, Any] = {"n": rollout.val_n, "temperature": rollout.val_temperature}
+        """Score the validation prompts (greedy by default) without disturbing the training RNG streams; sampled
+        validation is seeded by trainer.seed (the same draws every time, whatever the generator thread does)."""
+        rollout, seed = self.cfg.rollout, self.cfg.trainer.seed
+        update: dict[str, Any] = {"n": rollout.val_n, "temperature": rollout.val_temperature, "seed": seed}
         if rollout.val_top_p is not None:
             update["top_p"] = rollout.val_top_p
         sampling = self.sampling.model_copy(update=update)
         self.weights.refresh()  # off-policy, a batch may be in flight with older weights
-        with preserved_rng():
+        with validation_rng(self.rollouts):
             trajectories = self.rounds.collect(self.val_data, sampling, f"val{self.step}")
             errors = score(trajectories, self.reward_fn)
         self.reward_errors.report(errors, step=self.step, split="validation")

@@ -9,6 +9,7 @@ groups finished but not trained and groups in flight are generated again, none l
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from rlloom.core_rl.config.schema import ConfigError, RLConfig
@@ -23,6 +24,7 @@ from rlloom.core_rl.phases.off_policy import OffPolicyRollouts
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import overlong_metrics
 from rlloom.core_rl.phases.rollout_round import RoundRunner
+from rlloom.core_rl.run.checkpoint import preserved_rng
 from rlloom.core_rl.streaming.buffer import Group, GroupBuffer
 from rlloom.core_rl.streaming.calls import LoopGenerate, streamed_collector
 from rlloom.core_rl.streaming.chunked import chunked_collector
@@ -189,6 +191,16 @@ class AsyncRollouts:
         self.generator.stop()
 
 
+def validation_rng(rollouts: OffPolicyRollouts | AsyncRollouts | None) -> AbstractContextManager[Any]:
+    """What validation runs under: `preserved_rng` (the training streams stay where they were), except while the
+    async generator thread samples beside it (max_staleness > 0). Restoring the global RNG state there would rewind
+    the generator's own draws, and the state validation starts from depends on thread timing; validation relies on
+    its seeded sampling parameters instead (an engine that ignores `SamplingParams.seed` is not repeatable there)."""
+    if isinstance(rollouts, AsyncRollouts) and not rollouts.on_policy:
+        return nullcontext()
+    return preserved_rng()
+
+
 def background_rollouts(
     cfg: RLConfig,
     prompts: PromptSource,
@@ -219,4 +231,4 @@ def background_rollouts(
     return None
 
 
-__all__ = ["AsyncRollouts", "background_rollouts"]
+__all__ = ["AsyncRollouts", "background_rollouts", "validation_rng"]
