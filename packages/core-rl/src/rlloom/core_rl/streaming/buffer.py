@@ -70,6 +70,11 @@ class GroupBuffer:
         with self._cond:
             return len(self._finished), len(self._in_flight)
 
+    def waiting(self) -> list[Group]:
+        """The finished groups not yet taken, in admission order (what a checkpoint saves)."""
+        with self._cond:
+            return sorted(self._finished, key=lambda g: g.index)
+
     def pending(self) -> list[Group]:
         """Every group not yet taken, finished or in flight."""
         with self._cond:

@@ -1,9 +1,10 @@
 """The trainer's side of `trainer.mode=async`: build the generator, take each step's batch from the buffer,
 push the weights in flight, and save/restore where the prompts stand.
 
-Resume: a checkpoint saves the loader's position before the oldest draw that still has an untrained group, and
-which positions of that draw and later ones were trained; a resume draws the same rows again and skips those, so
-groups finished but not trained and groups in flight are generated again, none lost, none trained twice.
+Resume: a checkpoint saves the loader's position before the oldest draw that still has an untrained group, which
+positions of that draw and later ones were trained, and the finished groups not yet trained (`persist`); a resume
+draws the same rows again, puts the saved groups back into the buffer and skips both, so only the groups in
+flight at the save are generated again, none lost, none trained twice.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rlloom.core_rl.streaming.calls import LoopGenerate, streamed_collector
 from rlloom.core_rl.streaming.chunked import chunked_collector
 from rlloom.core_rl.streaming.gate import UpdateGate, push_guard
 from rlloom.core_rl.streaming.generator import StreamingGenerator
+from rlloom.core_rl.streaming.persist import group_state, restored_group
 from rlloom.core_rl.streaming.staleness import staleness_metrics
 from rlloom.core_rl.workers.weight_sync import EngineWeights
 
@@ -166,23 +168,36 @@ class AsyncRollouts:
 
     # ----------------------------------------------------------------- checkpoints
     def loader_state(self) -> dict[str, Any]:
-        """The loader's position before the oldest draw with an untrained group, and what was trained since."""
+        """The loader's position before the oldest draw with an untrained group, what was trained since, and the
+        finished groups waiting to be trained (a group finishing during the save counts as in flight)."""
+        finished = [group_state(g) for g in self.buffer.waiting()]
         with self.generator.lock:
             if not self.generator.draw_log:
-                return {"loader": self.prompts.loader.state_dict(), "async_draw": self.generator.next_draw}
-            first = min(self.generator.draw_log)
-            trained = {str(d): sorted(p) for d, p in self.trained.items() if d >= first}
-            return {"loader": self.generator.draw_log[first].loader_state, "async_draw": first, "trained": trained}
+                loader, first, trained = self.prompts.loader.state_dict(), self.generator.next_draw, {}
+            else:
+                first = min(self.generator.draw_log)
+                loader = self.generator.draw_log[first].loader_state
+                trained = {str(d): sorted(p) for d, p in self.trained.items() if d >= first}
+        return {"loader": loader, "async_draw": first, "trained": trained, "finished": finished}
 
     def load_loader_state(self, state: dict[str, Any]) -> None:
+        """Restore the loader and the saved finished groups; a checkpoint written before groups were saved (no
+        `finished`) regenerates them."""
         if "async_draw" not in state:  # a checkpoint of a synchronous run
             self.prompts.loader.load_state_dict(state)
             return
         self.prompts.loader.load_state_dict(state["loader"])
         self.generator.next_draw = int(state["async_draw"])
-        skips = {int(d): set(p) for d, p in state.get("trained", {}).items()}
-        self.generator.skips = {d: set(p) for d, p in skips.items()}
-        self.trained = skips
+        self.trained = {int(d): set(p) for d, p in state.get("trained", {}).items()}
+        skips = {d: set(p) for d, p in self.trained.items()}
+        first = self.generator.started  # groups trained before the save; the saved ones were admitted next
+        restored = [restored_group(g, first + i) for i, g in enumerate(state.get("finished", []))]
+        for group in restored:
+            skips.setdefault(group.draw, set()).add(group.position)
+            self.buffer.finished(group)
+        self.generator.skips = skips
+        self.generator.started += len(restored)
+        self.generator.metrics["async/groups_restored"] = float(len(restored))
 
     def drain(self) -> None:
         """Nothing to wait for: the engine takes weights in flight."""
