@@ -1,20 +1,23 @@
-"""What both recipes share: the commands they run (logged, timed), the paired bootstrap, and the report.
+"""What both recipes share: their common flags, the chain of app commands (logged, timed), the paired bootstrap,
+and the report.
 
 A recipe is a chain of the apps' own commands (prepare-data, warm-up, train, eval) so that what it reports is what
 a user typing those commands gets; this module runs them one after another, keeps each exact command line and its
 wall time, and turns per-row scores at three points (untrained, warmed up, after RL) into a JSON report, a
-markdown table and a PNG. The interval is a paired bootstrap because the three points score the same held-out
-rows: resampling rows (not points) keeps each row's difficulty on both sides of the difference.
+markdown table and a PNG. A recipe states only what is its own: the app, its data, its eval and train flags.
+The interval is a paired bootstrap because the three points score the same held-out rows: resampling rows (not
+points) keeps each row's difficulty on both sides of the difference.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ from typing import Any
 import numpy as np
 
 POINTS = ("untrained", "warmup", "rl")
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Runner:
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(
-        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, done: Path | None = None
+        self, name: str, argv: Sequence[object], *, env: Mapping[str, str] | None = None, done: Path | None = None
     ) -> float:
         """Run one step; with `done` (a file the step writes last) already there, keep it: a rerun resumes."""
         line = shlex.join(str(a) for a in argv)
@@ -98,6 +103,140 @@ def tool(name: str) -> str:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def chain_parser(doc: str | None, app: str, run: str, *, steps: int, lr: float) -> argparse.ArgumentParser:
+    """The flags every recipe takes (its own, such as --max-tokens, the recipe adds after): the model, the run
+    folder `runs/RUN`, how many rows, the warm-up and GRPO sizes, the engine, and `APP train` overrides."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help=f"extra `{app} train` overrides, e.g. actor.lr=5e-6")
+    p.add_argument("--model", type=Path, default=MODEL, help="instruct model folder (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / run, help="run folder (default: %(default)s)")
+    p.add_argument("--train-rows", type=int, default=400, help="training rows used (default: %(default)s)")
+    p.add_argument("--dev-rows", type=int, default=100, help="held-out rows measured (default: %(default)s)")
+    p.add_argument("--warmup-lr", type=float, default=1e-5, help="supervised learning rate (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=steps, help="GRPO steps (default: %(default)s)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per GRPO step (default: %(default)s)")
+    p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=lr, help="GRPO learning rate (default: %(default)s)")
+    p.add_argument("--engine", default="vllm", choices=["vllm", "hf"], help="rollout/eval engine (default: vllm)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder when not in --model")
+    return p
+
+
+def cpu_grpo_overrides(args: argparse.Namespace, start: Path, run: Path, own: Sequence[str]) -> list[str]:
+    """The grpo config cut to a CPU: one optimizer step per GRPO step, float32, eager vLLM, no in-run validation;
+    then the recipe's `own` keys, and the user's overrides last (they win)."""
+    out = [
+        f"model.path={start}",
+        "model.dtype=float32",
+        "model.gradient_checkpointing=false",
+        f"data.train_batch_size={args.prompts}",
+        f"rollout.n={args.n}",
+        f"rollout.max_tokens={args.max_tokens}",
+        "rollout.vllm.enforce_eager=true",
+        "rollout.vllm.cpu_kvcache_space_gib=1",
+        f"actor.mini_batch_size={args.prompts}",
+        f"actor.lr={args.lr}",
+        "actor.warmup_steps=0",
+        f"trainer.total_steps={args.steps}",
+        f"trainer.save_every={args.steps}",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+        "trainer.device=cpu",
+        "trainer.trackers=[console,jsonl]",
+        f"trainer.output_dir={run}",
+        *own,
+    ]
+    if args.tokenizer is not None:
+        out.append(f"model.tokenizer_path={args.tokenizer}")
+    return [*out, *args.overrides]
+
+
+def tokenizer_flag(tokenizer: Path | None) -> list[str | Path]:
+    return ["--tokenizer", tokenizer] if tokenizer is not None else []
+
+
+def warmup_command(args: argparse.Namespace, app: str, rows: Path, out: Path, own: Sequence[Any]) -> list[Any]:
+    """`APP warmup` of --model on `rows` into `out`, with the app's `own` flags (its length of training)."""
+    return [tool(app), "warmup", "--model", args.model, *tokenizer_flag(args.tokenizer), "--train-data", rows,
+            "--out", out, *own, "--lr", args.warmup_lr]  # fmt: skip
+
+
+@dataclass
+class Chain:
+    """One recipe run: prepare-data, greedy eval at each point, warm-up and GRPO through the app `app`, each step
+    logged and timed by one `Runner` in the run folder, and the per-row scores gathered for the report."""
+
+    args: argparse.Namespace
+    app: str  # the console script the chain drives: reasoning, search-agent
+    eval_flags: Sequence[Any]  # the app's own `eval` flags (sampling, retrieval, limits)
+    row_scores: Callable[[Path], dict[str, list[float]]]  # an eval folder -> {metric: per-row scores, dev order}
+    out: Path = field(init=False)
+    run: Runner = field(init=False)
+    scores: dict[str, dict[str, list[float]]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (self.args.model / "config.json").exists():
+            raise SystemExit(
+                f"--model {self.args.model}: no config.json there; write SmolLM2 with `python3 -m nox -s smollm2`"
+            )
+        self.out = self.args.out.resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.run = Runner(self.out / "commands.log")
+
+    @property
+    def train_rows(self) -> Path:
+        return self.out / "rows" / "train.jsonl"
+
+    @property
+    def dev_rows(self) -> Path:
+        return self.out / "rows" / "dev.jsonl"
+
+    @property
+    def warm(self) -> Path:
+        """The warmed-up model's folder."""
+        return self.out / "warmup_model"
+
+    @property
+    def grpo(self) -> Path:
+        """The GRPO run's folder."""
+        return self.out / "grpo"
+
+    def prepare(self, data: Path, source: Sequence[str]) -> None:
+        """`APP prepare-data` of the shipped train.jsonl and dev.jsonl in `data`, cut to --train-rows/--dev-rows."""
+        for rows, split, limit in ((self.train_rows, "train", self.args.train_rows),
+                                   (self.dev_rows, "dev", self.args.dev_rows)):  # fmt: skip
+            self.run(f"prepare-data {split}", [tool(self.app), "prepare-data", *source, "--input",
+                     data / f"{split}.jsonl", "--out", rows, "--split", split, "--limit", limit])  # fmt: skip
+
+    def measure(self, point: str, model: Path) -> None:
+        """Greedy `APP eval` of `point`'s model on the dev rows, run right after the point exists (a failure shows
+        early); a rerun keeps a point whose table.md is there."""
+        args, folder = self.args, self.out / "eval" / point
+        tokenizer = tokenizer_flag(args.tokenizer if point == "untrained" else None)
+        device = ["--device", "cpu"] if args.engine == "hf" else []
+        self.run(f"eval {point}", [tool(self.app), "eval", "--model", model, *tokenizer, "--engine", args.engine,
+                                   *device, "--data", self.dev_rows, *self.eval_flags, "--out", folder],
+                 done=folder / "table.md")  # fmt: skip
+        self.scores[point] = self.row_scores(folder)
+
+    def warm_up(self, command: Sequence[Any]) -> Path:
+        """Run the warm-up `command` (kept on a rerun once warmup.json is written); returns the model's folder."""
+        self.run("warm-up", command, done=self.warm / "warmup.json")
+        return self.warm
+
+    def train(self, flags: Sequence[Any]) -> Path:
+        """`APP train --config grpo` with `flags` (data, overrides); returns the last step's checkpoint."""
+        train = [tool(self.app), "train", "--config", "grpo", "--engine", self.args.engine]
+        self.run("train", [*train, "--train-data", self.train_rows, *flags])
+        return self.grpo / "checkpoints" / f"step_{self.args.steps}"
+
+    def report(self, title: str, comparisons: Mapping[str, tuple[str, str, str]]) -> dict[str, Any]:
+        """The training curves (best effort) and the report of the three points."""
+        subprocess.run([tool("reasoning"), "plot", self.grpo, "--out", self.out / "curves.png"], check=False)
+        sizes = {"train_rows": self.args.train_rows, "dev_rows": self.args.dev_rows, "grpo_steps": self.args.steps}
+        return write_report(self.out, title, scores=self.scores, comparisons=comparisons, runner=self.run, extra=sizes)
 
 
 def write_report(
