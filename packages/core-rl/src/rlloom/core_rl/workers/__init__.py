@@ -1,5 +1,5 @@
 """The models a run trains and queries: actor, critic, reward model, their forward passes, precision, optimizer,
-attention kernels and weight sync.
+attention kernels and weight sync; and the supervised warm-up's command (flags, checks, load, train, save).
 """
 
 from __future__ import annotations
@@ -11,10 +11,18 @@ from rlloom.core_rl.facade import lazy_attribute
 if TYPE_CHECKING:
     from rlloom.core_rl.workers.supervised import supervised_train as supervised_train
     from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer as load_pretrained_tokenizer
+    from rlloom.core_rl.workers.warmup_command import add_settings_arguments as add_settings_arguments
+    from rlloom.core_rl.workers.warmup_command import add_warmup_arguments as add_warmup_arguments
+    from rlloom.core_rl.workers.warmup_command import check_warmup_flags as check_warmup_flags
+    from rlloom.core_rl.workers.warmup_command import run_warmup as run_warmup
 
 _EXPORTS = {
     "supervised_train": "supervised",
     "load_pretrained_tokenizer": "tokenizer_loading",
+    "add_settings_arguments": "warmup_command",
+    "add_warmup_arguments": "warmup_command",
+    "check_warmup_flags": "warmup_command",
+    "run_warmup": "warmup_command",
 }
 
 

@@ -1,0 +1,100 @@
+"""The supervised warm-up as an app's `warmup` command: the flags every app shares, their checks, and the run that
+loads the instruct model, trains it on the app's demonstrations and saves it with warmup.json.
+
+The apps differ only in how they build demonstrations (a row's worked solution, a conversation through the
+retriever) and what they print; the rest is here once, so `reasoning warmup` and `search-agent warmup` take the
+same flags, refuse the same mistakes with the same words, and write the same folder for `train ... model.path=OUT`.
+Torch loads only in `run_warmup`: building the flags and checking them stays fast (`--help`, a typo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    R = TypeVar("R", bound=DataclassInstance)
+else:
+    R = TypeVar("R")
+S = TypeVar("S", bound=BaseModel)
+
+
+def add_warmup_arguments(parser: argparse.ArgumentParser, *, train_help: str, val_help: str) -> None:
+    """--model, --tokenizer, --train-data, --val-data and --out."""
+    parser.add_argument(
+        "--model", required=True, type=Path, help="a transformers checkpoint folder (an instruct model)"
+    )
+    parser.add_argument("--tokenizer", type=Path, default=None, help="its tokenizer folder, when not in --model")
+    parser.add_argument("--train-data", required=True, type=Path, help=train_help)
+    parser.add_argument("--val-data", type=Path, default=None, help=val_help)
+    parser.add_argument(
+        "--out", required=True, type=Path, help="folder for the warmed-up model, tokenizer, warmup.json"
+    )
+
+
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, settings: type[BaseModel], *, skip: Collection[str] = ()
+) -> None:
+    """One flag per numeric field of `settings` (`batch_size` -> --batch-size), its default and description shown;
+    the fields in `skip` are not flags."""
+    group = parser.add_argument_group("warm-up settings (defaults shown per flag)")
+    for name, field in settings.model_fields.items():
+        if name in skip:
+            continue
+        kind = float if field.annotation is float else int
+        group.add_argument(f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.description)
+
+
+def check_warmup_flags(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    settings: type[S],
+    describe: Callable[[ValidationError], str],
+    *,
+    skip: Collection[str] = (),
+) -> S:
+    """The settings from their flags (a bad value is `describe`d by its flag) and the folders checked, before
+    anything loads; returns the settings."""
+    try:
+        chosen = settings(**{k: getattr(args, k) for k in settings.model_fields if k not in skip})
+    except ValidationError as err:
+        parser.error(describe(err))
+    for flag, folder in (("--model", args.model), ("--tokenizer", args.tokenizer)):
+        if folder is not None and not folder.is_dir():
+            parser.error(f"{flag} {folder}: not a folder (a transformers checkpoint saved locally)")
+    if args.out.is_file():
+        parser.error(f"--out {args.out} is a file; give a folder for the warmed-up model")
+    return chosen
+
+
+def run_warmup(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, settings: BaseModel, train: Callable[[Any, Any], R]
+) -> R:
+    """Load --model in float32 (on CUDA when there is one) with its tokenizer, run `train(model, tokenizer)`, and
+    save both to --out with warmup.json: the settings and `train`'s result (a dataclass)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer
+
+    tokenizer = load_pretrained_tokenizer(str(args.tokenizer or args.model))
+    if tokenizer.chat_template is None:
+        parser.error(f"the tokenizer of {args.model} has no chat template: give an instruct model (or --tokenizer)")
+    model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.float32)
+    if torch.cuda.is_available():
+        torch.nn.Module.to(model, "cuda")  # transformers wraps `.to` with a signature mypy cannot follow
+    result = train(model, tokenizer)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(args.out))
+    tokenizer.save_pretrained(str(args.out))
+    summary = {"settings": settings.model_dump(), **dataclasses.asdict(result)}
+    (args.out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return result
