@@ -168,6 +168,14 @@ def create_app(
         )
         return error_response(400, message)
 
+    @app.get("/v1/inflight")
+    async def inflight() -> dict[str, Any]:
+        """Whether the engine takes weights in flight (/v1/pause_generation, /v1/resume_generation) and whether
+        paused requests keep their KV cache; `InflightOpenAIEngine` reads it."""
+        if not isinstance(engine, InflightWeightUpdate):
+            return {"inflight": False, "keeps_kv_cache": False}
+        return {"inflight": True, "keeps_kv_cache": bool(engine.keeps_kv_cache)}
+
     @app.post("/v1/pause_generation", response_model=None)
     async def pause_generation() -> JSONResponse | dict[str, Any]:
         """Stop running requests at a token boundary (answers once they all stopped); new ones wait."""
