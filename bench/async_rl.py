@@ -20,26 +20,23 @@ GPU cluster's disaggregated placement (generation and training on their own devi
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import random
 import statistics
+import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlloom.core_rl.config.loading import load_config
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-from rlloom.core_rl.contracts.protocols import RewardOutput
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trainer import Trainer
 from rlloom.rollout.hf.engine import HFEngine
+
+sys.path.insert(0, str(Path(__file__).parent))  # bench/ is not a package
+from _rl_runs import save_tiny_model, timed_fit
 
 MAX_TOKENS = 96
 MODES: dict[str, list[str]] = {
@@ -86,55 +83,20 @@ class LongTail:
         self.engine.update_weights(named_tensors)
 
 
-def tiny_model(tok: Any, size: str) -> torch.nn.Module:
-    hidden, layers = (int(x) for x in size.split("x"))
-    return tiny_qwen2(tok, hidden_size=hidden, num_layers=layers, intermediate_size=2 * hidden, seed=0)
-
-
-def digit_share(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
-    out = []
-    for traj in trajectories:
-        text = traj.response_text
-        out.append(RewardOutput(score=sum(c.isdigit() for c in text) / max(len(text), 1)))
-    return out
-
-
-def rows(count: int) -> list[dict[str, Any]]:
-    rng = random.Random(0)
-    return [
-        {"prompt": f"{a}+{b}=", "data_source": "toy", "reward_model": {"ground_truth": str(a + b)}}
-        for a, b in ((rng.randint(0, 99), rng.randint(0, 99)) for _ in range(count))
-    ]
-
-
 def run(model_dir: Path, out: Path, mode: list[str], *, steps: int, seed: int, size: str = "128x2") -> dict[str, float]:
     torch.set_num_threads(1)
     overrides = [
-        f"model.path={model_dir}",
-        f"trainer.output_dir={out}",
-        f"trainer.total_steps={steps}",
         *mode,
-        "trainer.trackers=[jsonl]",
-        "trainer.device=cpu",
         f"trainer.seed={seed}",
         "trainer.save_every=0",
-        "data.train_batch_size=8",
         "rollout.n=4",
         f"rollout.max_tokens={MAX_TOKENS}",
         "actor.mini_batch_size=8",
         "actor.ppo_epochs=1",
-        "actor.lr=1e-4",
-        "actor.warmup_steps=0",
-        "algorithm.kl.use_loss=false",
     ]
-    tok = char_tokenizer()
-    engine_model = tiny_model(tok, size).eval()
-    engine = LongTail(HFEngine(copy.deepcopy(engine_model), tok), seed)
-    trainer = Trainer(load_config(None, overrides), engine=engine, reward_fn=digit_share, train_data=rows(256))
-    start = time.perf_counter()
-    trainer.fit()
-    wall = time.perf_counter() - start
-    engine.engine.close()
+    wall, _ = timed_fit(
+        model_dir, out, overrides, steps=steps, rows=256, size=size, engine_wrapper=lambda e: LongTail(e, seed)
+    )
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     lines = [line for line in lines if "batch/response_tokens" in line]
     tokens = sum(line["batch/response_tokens"] for line in lines)
@@ -153,10 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {name: [] for name in MODES}
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "model"
-        tok = char_tokenizer()
-        tiny_model(tok, args.size).save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
+        model_dir = save_tiny_model(Path(tmp) / "model", args.size)
         run(model_dir, Path(tmp) / "warmup", MODES["sync"], steps=1, seed=0, size=args.size)  # warm-up, not counted
         for seed in args.seeds:
             for name, mode in MODES.items():  # modes interleaved per seed, so load drifts hit all alike

@@ -17,70 +17,28 @@ one-thread comparison (each phase with its own core) is the one that carries ove
 from __future__ import annotations
 
 import argparse
-import copy
-import random
 import statistics
+import sys
 import tempfile
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from rlloom.core_rl.config.loading import load_config
-from rlloom.core_rl.contracts.protocols import RewardOutput
-from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
-from rlloom.core_rl.trainer import Trainer
-from rlloom.rollout.hf.engine import HFEngine
-
-
-def digit_share(trajectories: Sequence[Trajectory]) -> list[RewardOutput]:
-    """A rule reward: the share of digits in the response (a random model gets some signal)."""
-    out = []
-    for traj in trajectories:
-        text = traj.response_text
-        out.append(RewardOutput(score=sum(c.isdigit() for c in text) / max(len(text), 1)))
-    return out
-
-
-def rows(count: int) -> list[dict[str, Any]]:
-    rng = random.Random(0)
-    return [
-        {"prompt": f"{a}+{b}=", "data_source": "toy", "reward_model": {"ground_truth": str(a + b)}}
-        for a, b in ((rng.randint(0, 99), rng.randint(0, 99)) for _ in range(count))
-    ]
+sys.path.insert(0, str(Path(__file__).parent))  # bench/ is not a package
+from _rl_runs import save_tiny_model, timed_fit
 
 
 def run(model_dir: Path, out: Path, *, steps: int, off_policy: bool, threads: int) -> tuple[float, dict[str, float]]:
     torch.set_num_threads(threads)
     overrides = [
-        f"model.path={model_dir}",
-        f"trainer.output_dir={out}",
-        f"trainer.total_steps={steps}",
         f"trainer.one_step_off_policy={str(off_policy).lower()}",
-        "trainer.trackers=[jsonl]",
-        "trainer.device=cpu",
         "trainer.seed=0",
-        "data.train_batch_size=8",
         "rollout.n=8",
         "rollout.max_tokens=48",
         "actor.mini_batch_size=4",
         "actor.ppo_epochs=2",
-        "actor.lr=1e-4",
-        "actor.warmup_steps=0",
-        "algorithm.kl.use_loss=false",
     ]
-    tok = char_tokenizer()
-    engine_model = tiny_qwen2(tok, hidden_size=128, num_layers=2, intermediate_size=256, seed=0).eval()
-    engine = HFEngine(copy.deepcopy(engine_model), tok)
-    trainer = Trainer(load_config(None, overrides), engine=engine, reward_fn=digit_share, train_data=rows(64))
-    start = time.perf_counter()
-    metrics = trainer.fit()
-    wall = time.perf_counter() - start
-    engine.close()
-    return wall, metrics
+    return timed_fit(model_dir, out, overrides, steps=steps, rows=64)
 
 
 def main() -> None:
@@ -89,10 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "model"
-        tok = char_tokenizer()
-        tiny_qwen2(tok, hidden_size=128, num_layers=2, intermediate_size=256, seed=0).save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
+        model_dir = save_tiny_model(Path(tmp) / "model")
         variants = {
             "sync, 1 thread": (False, 1),
             "sync, 2 threads": (False, 2),
