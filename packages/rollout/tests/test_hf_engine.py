@@ -11,6 +11,7 @@ import torch
 
 from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.contracts.protocols import RolloutEngine
+from rlloom.core_rl.observe import progress
 from rlloom.core_rl.tiny import tiny_qwen2
 from rlloom.rollout.hf.engine import HFEngine
 from rlloom.rollout.hf.kv_cache import cache_keyword
@@ -187,6 +188,33 @@ def test_agenerate_batches_concurrent_callers(engine: HFEngine, encode: Any) -> 
     assert engine.batches_run <= 3  # 16 callers, not 16 batches
     alone = engine.generate(reqs)
     assert [g[0].token_ids for g in got] == [a[0].token_ids for a in alone]
+
+
+def test_a_rollout_reports_samples_and_tokens_to_the_progress_line(engine: HFEngine, encode: Any) -> None:
+    """As vLLM's engines do: every finished request's samples (of the batch's) and tokens, a line at most every
+    `every_s` (0 here: a line per report); 3 requests x 2 samples x 5 tokens (EOS ignored) = 6 samples, 30 tokens."""
+    written: list[str] = []
+    reqs = [_req(encode(f"row {i}"), n=2, seed=i, max_tokens=5, ignore_eos=True) for i in range(3)]
+    with progress.phase("rollout", every_s=0.0, write=written.append):
+        engine.generate(reqs)
+    assert [line.split(" tokens")[0] for line in written] == [
+        "[rollout] 2/6 samples, 10",
+        "[rollout] 4/6 samples, 20",
+        "[rollout] 6/6 samples, 30",
+    ], written
+
+
+def test_agent_turns_report_to_the_progress_line(engine: HFEngine, encode: Any) -> None:
+    """`agenerate` callers (agent turns) count as turns, as in vLLM's async engine: 4 turns x 3 tokens."""
+    written: list[str] = []
+
+    async def run_all() -> list[Any]:
+        reqs = [_req(encode(f"turn {i}"), seed=i, max_tokens=3, ignore_eos=True) for i in range(4)]
+        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+
+    with progress.phase("rollout", every_s=0.0, write=written.append):
+        asyncio.run(run_all())
+    assert len(written) == 4 and written[-1].startswith("[rollout] 4 turns, 12 tokens ("), written
 
 
 def test_a_bad_concurrent_request_fails_only_its_caller(tok: Any, encode: Any) -> None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.contracts.prompts import render_prompt
+from rlloom.core_rl.observe import progress
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets, Ticket
 from rlloom.rollout.hf.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.hf.pause import PauseGate
@@ -131,13 +132,16 @@ class HFEngine:
         """Complete every request (n samples each); the outer list follows `requests`.
 
         Text requests share one continuously refilled batch of at most `max_batch_rows` rows: as rows finish,
-        waiting ones join, so a long straggler never holds back the rest.
+        waiting ones join, so a long straggler never holds back the rest. Each finished request's samples and
+        tokens go to core-rl's progress line (`[rollout] 24/64 samples, 3,072 tokens ...` every few seconds).
         """
         results: list[list[Completion]] = [[] for _ in requests]
+        samples = sum(r.sampling.n for r in requests)
 
         def deliver_to(i: int) -> Callable[[list[Completion]], None]:
             def deliver(completions: list[Completion]) -> None:
                 results[i] = completions
+                progress.advance(len(completions), tokens=_tokens(completions), total=samples, unit="samples")
 
             return deliver
 
@@ -154,9 +158,12 @@ class HFEngine:
         return results
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        """Complete one request; it joins the running batch at the next step (continuous batching)."""
+        """Complete one request; it joins the running batch at the next step (continuous batching). Reported to
+        core-rl's progress line as one turn with its tokens, as vLLM's async engine does."""
         self._check_prompt(request, self.prompt_ids(request))  # a bad request fails its caller, not the batch
-        return await self._batcher.submit(request)
+        completions = await self._batcher.submit(request)
+        progress.advance(1, tokens=_tokens(completions), unit="turns")  # a line every 5 s at most
+        return completions
 
     def close(self) -> None:
         """Stop the background batcher thread (safe to call twice); a paused engine is resumed first, so the
@@ -395,6 +402,10 @@ def _vision_token_ids(model_config: Any) -> tuple[int, ...]:
     """Ids a VLM must not generate (Qwen-VL config names): a sampled image pad breaks the actor's forward."""
     names = ("image_token_id", "video_token_id", "vision_start_token_id")
     return tuple(sorted({v for n in names if isinstance(v := getattr(model_config, n, None), int)}))
+
+
+def _tokens(completions: Sequence[Completion]) -> int:
+    return sum(len(c.token_ids) for c in completions)
 
 
 def _cancel_check(ticket: Ticket) -> Callable[[], bool]:
