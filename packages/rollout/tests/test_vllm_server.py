@@ -263,6 +263,47 @@ def test_the_trainer_samples_from_the_server_with_its_own_weights(vllm_server: V
 
 @pytest.mark.vllm
 @needs_vllm
+def test_an_inflight_push_freezes_the_server_and_resumes_it_on_the_new_weights(vllm_server: VLLMServer) -> None:
+    """trainer.mode=async's push on VLLMServerEngine (InflightWeightUpdate, re-prefill): /pause?mode=keep freezes
+    the server, a request sent meanwhile waits, the weights load without draining the running one, and after
+    resume_generation(6) the waiting requests run wholly on the new weights, labelled 6; the frozen one completes."""
+    import threading
+
+    from rlloom.core_rl.contracts.engines import InflightWeightUpdate
+
+    engine = _client(vllm_server.base_url, sync_timeout_s=120)
+    assert isinstance(engine, InflightWeightUpdate) and not engine.keeps_kv_cache
+    new = _perturbed(seed=6)
+    long = GenerationRequest(
+        prompt_ids=_ids(PROMPTS[0]), sampling=SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+    )
+    short = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    results: dict[str, Any] = {}
+    running = threading.Thread(target=lambda: results.update(running=engine.generate([long])[0][0]))
+    running.start()
+    time.sleep(0.3)
+    engine.pause_generation()
+    assert vllm_server.is_paused()
+    requests = [GenerationRequest(prompt_ids=_ids(p), sampling=short) for p in PROMPTS]
+    waiting = threading.Thread(target=lambda: results.update(waiting=engine.generate(requests)))
+    waiting.start()
+    time.sleep(1.0)
+    assert "waiting" not in results  # held until the resume
+    engine.begin_weight_sync(6)
+    engine.update_weights(dict(new.state_dict()))
+    engine.finish_weight_sync()
+    assert vllm_server.is_paused()  # the sync left pause and resume to resume_generation
+    engine.resume_generation(6)
+    running.join(120)
+    waiting.join(120)
+    assert not vllm_server.is_paused()
+    assert len(results["running"].token_ids) == 200
+    assert [r[0].token_ids for r in results["waiting"]] == _hf_greedy(new)
+    assert all(r[0].policy_versions == [6] * 12 for r in results["waiting"])
+
+
+@pytest.mark.vllm
+@needs_vllm
 def test_a_server_that_dies_mid_sync_names_step_and_bucket(vllm_server: VLLMServer) -> None:
     """Kept last: it kills the module's server."""
     engine = _client(vllm_server.base_url, sync_timeout_s=30)

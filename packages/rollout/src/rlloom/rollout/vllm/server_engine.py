@@ -19,6 +19,19 @@ models on GPUs, vLLM 0.32's native RL API (`--weight-transfer-config '{"backend"
 `vllm.distributed.weight_transfer`'s trainer engine) moves tensors over NCCL instead, as TRL's server mode
 does with its own communicator; it needs a GPU on both ends and is not wired here.
 
+In flight (core-rl's `InflightWeightUpdate`, for `trainer.mode=async`): vLLM 0.32's dev-mode server has
+`POST /pause?mode=abort|wait|keep`, `POST /resume` and `GET /is_paused` (vllm/entrypoints/rl/online/api_router.py,
+mounted with VLLM_SERVER_DEV_MODE=1 like /collective_rpc). `pause_generation` is `/pause?mode=keep`: the scheduler
+freezes every request where it stands and queues new ones. The sync then skips its own `/pause?mode=wait` and
+`/resume`, and `resume_generation` calls `/reset_prefix_cache?reset_running_requests=true` (the frozen requests
+are preempted, so they lose the KV cache the old weights computed and re-prefill prompt + tokens so far under the
+new ones; the prefix cache goes too) before `/resume`: `keeps_kv_cache` is False. Labels: vLLM's response does
+not say where a pause fell inside it, so every token of a request is labelled with the version current when it
+was sent (the oldest that can have sampled any of its tokens: staleness is not understated, but a response that
+spans a push is not seen as spanning it); requests started while paused wait here and go out after the resume.
+After a failed sync the frozen requests are aborted (`/abort_requests`, so the run can stop) and the server stays
+paused.
+
 Failures: every call has a deadline (`sync_timeout_s`) and raises `WeightSyncError` naming the training step and
 the bucket. After a failure the server is left paused (so no client samples from stale or half-loaded weights)
 and this client refuses to generate until a later sync completes, which resumes the server.
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +103,24 @@ class _ServerRpc:
         self.root = root
         self.headers = headers
         self.timeout_s = timeout_s
+        self.held = False  # paused in flight (`/pause?mode=keep`): a sync leaves pause and resume to `release`
+
+    def hold(self) -> None:
+        """Freeze the server's requests where they stand; new ones queue."""
+        with httpx.Client(timeout=self.timeout_s) as client:
+            self._post(client, "/pause", params={"mode": "keep"})
+        self.held = True
+
+    def release(self, *, failed: bool) -> None:
+        """After a sync in flight: drop the old weights' KV (the frozen requests re-prefill) and resume; after a
+        failed one, abort the frozen requests instead and leave the server paused."""
+        with httpx.Client(timeout=self.timeout_s) as client:
+            if failed:
+                self._post(client, "/abort_requests", json={})
+            else:
+                self._post(client, "/reset_prefix_cache", params={"reset_running_requests": "true"})
+                self._post(client, "/resume")
+        self.held = False
 
     def _post(self, client: httpx.Client, path: str, **kwargs: Any) -> httpx.Response:
         r = client.post(self.root + path, headers=self.headers, **kwargs)
@@ -104,10 +136,10 @@ class _ServerRpc:
         wire = [base64.b64encode(a).decode("ascii") if isinstance(a, bytes) else a for a in args]
         body = {"method": method, "args": wire, "timeout": self.timeout_s}
         with httpx.Client(timeout=self.timeout_s) as client:
-            if method == "rlloom_start_weight_update":
+            if method == "rlloom_start_weight_update" and not self.held:
                 self._post(client, "/pause", params={"mode": "wait"})
             results: list[Any] = self._post(client, "/collective_rpc", json=body).json().get("results") or []
-            if method == "rlloom_finish_weight_update":
+            if method == "rlloom_finish_weight_update" and not self.held:
                 self._post(client, "/reset_prefix_cache")
                 self._post(client, "/resume")
         return results
@@ -116,18 +148,21 @@ class _ServerRpc:
 class VLLMServerEngine(OpenAIEngine):
     """An `OpenAIEngine` for a vLLM server started with rlloom's worker extension: `update_weights` loads the
     trainer's tensors into the served model; generation waits for an open sync to finish and refuses after a
-    failed one. Implements core-rl's `RolloutEngine` and, beside `OpenAIEngine`'s capabilities, `WeightSyncLifecycle`
-    and `WeightSyncCount`."""
+    failed one. Implements core-rl's `RolloutEngine` and, beside `OpenAIEngine`'s capabilities, `WeightSyncLifecycle`,
+    `WeightSyncCount` and `InflightWeightUpdate` (re-prefill, not keeping the KV cache; see the module's
+    docstring)."""
 
     config: VLLMServerConfig
 
     def __init__(self, config: VLLMServerConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(config, transport=transport)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        rpc = _ServerRpc(server_root(config.base_url), headers, config.sync_timeout_s)
+        self._rpc = rpc = _ServerRpc(server_root(config.base_url), headers, config.sync_timeout_s)
         self._sync = WeightSync(
             WeightSyncSession(rpc, timeout_s=config.sync_timeout_s), bucket_bytes=config.weight_bucket_bytes
         )
+        self._released = threading.Event()  # cleared while paused in flight: new requests wait for the resume
+        self._released.set()
 
     # -- weight sync ---------------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
@@ -148,15 +183,46 @@ class VLLMServerEngine(OpenAIEngine):
         """Syncs completed since this client started."""
         return self._sync.completed
 
+    # -- InflightWeightUpdate ------------------------------------------------------------------------------
+    @property
+    def keeps_kv_cache(self) -> bool:
+        """False: the frozen requests are preempted at the resume and re-prefill under the new weights."""
+        return False
+
+    def pause_generation(self) -> None:
+        """`POST /pause?mode=keep`: every request stops where it stands, new ones wait (here and on the server)."""
+        self._released.clear()
+        try:
+            self._rpc.hold()
+        except Exception:
+            self._released.set()
+            raise
+
+    def resume_generation(self, policy_version: int) -> None:
+        """Close the sync pushed meanwhile, drop the old weights' KV cache and `POST /resume`; requests sent from
+        now on are labelled `policy_version`. After a failed sync: abort the frozen requests, stay paused."""
+        try:
+            try:
+                if self._sync.session.failure is None:
+                    self._sync.finish()  # normally closed already by the trainer's finish_weight_sync
+                    self._sync.session.policy_version = policy_version
+            finally:  # a finish that fails marks the sync failed: the frozen requests are aborted
+                self._rpc.release(failed=self._sync.session.failure is not None)
+        finally:
+            self._released.set()
+
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """As `OpenAIEngine.generate`, after closing an open sync; refuses after a failed one."""
+        self._released.wait()
         self._sync.ready()
         version = self._sync.policy_version  # a sync pauses the server until in-flight requests drain
         return [_labelled(out, version) for out in super().generate(requests)]
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """As `OpenAIEngine.agenerate`, after closing an open sync; refuses after a failed one."""
+        if not self._released.is_set():
+            await asyncio.to_thread(self._released.wait)
         if self._sync.pending:
             await asyncio.to_thread(self._sync.ready)
         version = self._sync.policy_version
