@@ -176,3 +176,44 @@ def test_trainer_mode_keys_and_refusals() -> None:
         load_config(None, [*base, "trainer.mode=async", "trainer.streaming.max_staleness=-1"])
     correction = load_config(None, [*base, "algorithm.off_policy_correction={}"]).algorithm.off_policy_correction
     assert correction is not None and math.isclose(correction.cap, 5.0)  # AReaL's behav_imp_weight_cap
+
+
+def test_reprefill_chunks_end_at_a_stop_string_that_straddles_two_chunks() -> None:
+    """Each chunk's request sees only its own text, so a stop string split by a chunk boundary must be found in the
+    stitched text: the chunked sample then ends as the unchunked engine's does (reference: one greedy request)."""
+    hf = pytest.importorskip("rlloom.rollout.hf.engine")
+    from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
+    from rlloom.core_rl.streaming.chunked import chunked_collector
+    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+
+    tok = char_tokenizer()
+    model = tiny_qwen2(tok, seed=0)
+    gen = torch.Generator().manual_seed(6)
+    with torch.no_grad():  # far from the near-uniform start, so the greedy text varies
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
+        model.model.embed_tokens.weight.mul_(4.0)
+    engine = hf.HFEngine(model.eval(), tok)
+    try:
+        prompt = list(tok("3+4=", add_special_tokens=False)["input_ids"])
+        greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+        [[free]] = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=greedy)])
+        pieces = [tok.decode([t], skip_special_tokens=True) for t in free.token_ids]
+        text = "".join(pieces)
+
+        def straddles(i: int) -> bool:  # the characters of tokens i-1 and i first occur together there
+            pair = pieces[i - 1] + pieces[i]
+            return len(pair) == 2 and text.find(pair) == len("".join(pieces[: i - 1]))
+
+        cut = next(i for i in range(2, 15) if straddles(i))  # the first chunk holds `cut` tokens
+        stopping = greedy.model_copy(update={"stop": [pieces[cut - 1] + pieces[cut]]})
+        [[reference]] = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=stopping)])
+        assert reference.finish_reason == "stop" and len(reference.token_ids) == cut + 1
+        collect = chunked_collector(engine, engine.generate, UpdateGate(), lambda: 0, chunk_tokens=cut)
+        [chunked] = collect([{"prompt_ids": prompt}], stopping, "t")
+    finally:
+        engine.close()
+    assert chunked.response_ids == reference.token_ids
+    assert chunked.response_text == reference.text
+    assert chunked.finish_reason == "stop"

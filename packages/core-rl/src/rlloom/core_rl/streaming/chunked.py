@@ -29,6 +29,7 @@ class _Sample:
     texts: list[str] = field(default_factory=list)
     finish_reason: str = "length"
     done: bool = False
+    stop_at: tuple[int, str] | None = None  # a stop string found across two chunks: where it starts in the text
 
 
 def chunked_collector(
@@ -59,6 +60,7 @@ def chunked_collector(
             )
             for r in requests
         ]
+        tokenizer = engine.tokenizer if isinstance(engine, HasTokenizer) else None
         outputs, v = chunk(first)
         samples = [[_start(c, v, sampling.max_tokens) for c in completions] for completions in outputs]
         while live := [s for group in samples for s in group if not s.done]:
@@ -73,10 +75,14 @@ def chunked_collector(
             ]
             outputs, v = chunk(single)
             for s, completions in zip(live, outputs, strict=True):
+                before = len(s.tokens)
                 _extend(s, completions[0], v, sampling.max_tokens)
-        tokenizer = engine.tokenizer if isinstance(engine, HasTokenizer) else None
+                _stop_across_chunks(s, before, sampling.stop, tokenizer)
         stitched = [
-            [_completion(s, r.request_id, k, tokenizer) for k, s in enumerate(group)]
+            [
+                _completion(s, r.request_id, k, tokenizer, sampling.include_stop_str_in_output)
+                for k, s in enumerate(group)
+            ]
             for r, group in zip(requests, samples, strict=True)
         ]
         return trajectories_from_completions(rows, requests, stitched, prefix)
@@ -101,8 +107,33 @@ def _extend(sample: _Sample, completion: Completion, version: int, max_tokens: i
     sample.done = completion.finish_reason != "length" or len(sample.tokens) >= max_tokens or not completion.token_ids
 
 
-def _completion(sample: _Sample, request_id: str, index: int, tokenizer: Any) -> Completion:
+def _stop_across_chunks(sample: _Sample, before: int, stops: Sequence[str], tokenizer: Any) -> None:
+    """A stop string that straddles two chunks, which neither chunk's request could see: end the sample at the token
+    that completes it, as an engine does (token ids end there; the text is cut at the stop). Needs the engine's
+    tokenizer to map text back to tokens (without one, such a stop is missed)."""
+    if not stops or tokenizer is None or before == 0:
+        return
+    head = tokenizer.decode(sample.tokens[:before], skip_special_tokens=True)
+    start = max(0, len(head) - max(len(s) for s in stops) + 1)  # an occurrence must end past the old text
+
+    def first_stop(k: int) -> tuple[int, str] | None:
+        text = tokenizer.decode(sample.tokens[:k], skip_special_tokens=True)
+        hits = [(text.find(s, start), s) for s in stops if s and text.find(s, start) >= 0]
+        return min(hits) if hits else None
+
+    if first_stop(len(sample.tokens)) is None:  # the common case: one decode
+        return
+    k = next(k for k in range(before + 1, len(sample.tokens) + 1) if first_stop(k) is not None)
+    sample.stop_at = first_stop(k)
+    del sample.tokens[k:], sample.logprobs[k:], sample.versions[k:]
+    sample.finish_reason, sample.done = "stop", True
+
+
+def _completion(sample: _Sample, request_id: str, index: int, tokenizer: Any, include_stop: bool) -> Completion:
     text = tokenizer.decode(sample.tokens, skip_special_tokens=True) if tokenizer is not None else "".join(sample.texts)
+    if sample.stop_at is not None:
+        at, stop = sample.stop_at
+        text = text[: at + len(stop)] if include_stop else text[:at]
     return Completion(
         request_id=request_id,
         prompt_ids=sample.prompt_ids,
