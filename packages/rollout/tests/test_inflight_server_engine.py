@@ -89,3 +89,47 @@ def test_the_client_tells_a_server_whose_engine_cannot_update_in_flight(
         with pytest.raises(OpenAIEngineError, match="pause_generation.*refused \\(400\\)"):
             client.pause_generation()
     assert not isinstance(OpenAIEngine(config), InflightWeightUpdate)
+
+
+def test_an_async_run_through_the_client_pushes_in_flight_and_ends_on_the_trained_weights(
+    tok: Any, server_thread: Any, tmp_path: Any
+) -> None:
+    """`Trainer(engine=InflightOpenAIEngine)` at trainer.mode=async: every push pauses the served HFEngine,
+    loads over /v1/update_weights and resumes with the step's version; the batches stay within max_staleness by
+    the server's own per-token labels, and the served model ends on the actor's weights."""
+    from rlloom.core_rl.config.loading import load_config
+    from rlloom.core_rl.contracts.protocols import RewardOutput
+    from rlloom.core_rl.tiny import tiny_qwen2
+    from rlloom.core_rl.trainer import Trainer
+
+    tiny_qwen2(tok, seed=0).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    served_model = tiny_qwen2(tok, seed=0).eval()
+    engine = HFEngine(served_model, tok, HFEngineConfig(gather_s=0.0))
+    overrides = [
+        f"model.path={tmp_path / 'model'}", "model.dtype=float32", "data.train_batch_size=2", "rollout.n=2",
+        "rollout.max_tokens=16", "actor.mini_batch_size=2", "actor.warmup_steps=0", "actor.lr=0.01",
+        "trainer.total_steps=2", "trainer.save_every=0", "trainer.device=cpu", "trainer.trackers=[jsonl]",
+        f"trainer.output_dir={tmp_path / 'run'}", "trainer.mode=async", "trainer.streaming.max_staleness=1",
+    ]  # fmt: skip
+    rows = [{"prompt": [{"role": "user", "content": f"{a}+{b}="}], "data_source": "toy"} for a, b in [(1, 2), (3, 4)]]
+
+    def reward(trajectories: Any) -> list[RewardOutput]:
+        return [RewardOutput(score=sum(c.isdigit() for c in t.response_text) / 8) for t in trajectories]
+
+    try:
+        with server_thread(create_app(engine, "tiny", tok)) as srv:
+            client = InflightOpenAIEngine(OpenAIEngineConfig(base_url=srv.base_url, model="tiny", max_retries=0))
+            trainer = Trainer(load_config(None, overrides), engine=client, reward_fn=reward, train_data=rows * 2)
+            trainer.fit()
+    finally:
+        engine.close()
+    import json
+
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "async/staleness_max" in line]
+    assert len(steps) == 2 and max(line["async/staleness_max"] for line in steps) <= 1.0
+    actor = dict(trainer.parts.actor.named_weights())
+    served = dict(served_model.named_parameters())
+    compared = [torch.equal(served[name], tensor) for name, tensor in actor.items() if name in served]
+    assert len(compared) >= 20 and all(compared)

@@ -179,7 +179,14 @@ class OpenAIEngine:
         """Push weights to a server that has rlloom's POST /v1/update_weights (safetensors bytes)."""
         from safetensors.torch import save
 
-        payload = save({k: v.detach().to("cpu").contiguous() for k, v in named_tensors.items()})
+        tensors, storages = {}, set()
+        for name, value in named_tensors.items():
+            tensor = value.detach().to("cpu").contiguous()
+            if tensor.untyped_storage().data_ptr() in storages:  # tied weights (embeddings = LM head): safetensors
+                tensor = tensor.clone()  # refuses tensors that share memory
+            storages.add(tensor.untyped_storage().data_ptr())
+            tensors[name] = tensor
+        payload = save(tensors)
         headers = {"content-type": "application/octet-stream"}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
