@@ -213,13 +213,18 @@ class Chain:
     def measure(self, point: str, model: Path) -> None:
         """Greedy `APP eval` of `point`'s model on the dev rows, run right after the point exists (a failure shows
         early); a rerun keeps a point whose table.md is there."""
-        args, folder = self.args, self.out / "eval" / point
-        tokenizer = tokenizer_flag(args.tokenizer if point == "untrained" else None)
-        device = ["--device", "cpu"] if args.engine == "hf" else []
-        self.run(f"eval {point}", [tool(self.app), "eval", "--model", model, *tokenizer, "--engine", args.engine,
-                                   *device, "--data", self.dev_rows, *self.eval_flags, "--out", folder],
-                 done=folder / "table.md")  # fmt: skip
+        folder = self.out / "eval" / point
+        self.run(f"eval {point}", self.eval_command(point, model), done=folder / "table.md")
         self.scores[point] = self.row_scores(folder)
+
+    def eval_command(self, point: str, model: Path) -> list[Any]:
+        """`APP eval` of `model` into eval/POINT. vLLM starts eager, as in training: a 100-row eval decodes for
+        minutes, too short for compilation's faster decoding to repay its longer start (docs/recipes.md)."""
+        args = self.args
+        tokenizer = tokenizer_flag(args.tokenizer if point == "untrained" else None)
+        device = ["--device", "cpu"] if args.engine == "hf" else ["--enforce-eager"]
+        return [tool(self.app), "eval", "--model", model, *tokenizer, "--engine", args.engine, *device,
+                "--data", self.dev_rows, *self.eval_flags, "--out", self.out / "eval" / point]  # fmt: skip
 
     def warm_up(self, command: Sequence[Any]) -> Path:
         """Run the warm-up `command` (kept on a rerun once warmup.json is written); returns the model's folder."""

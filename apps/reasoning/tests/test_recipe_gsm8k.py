@@ -51,3 +51,17 @@ def test_row_scores_follow_dev_order(tmp_path: Path) -> None:
     records = [{"problem": 1, "sample": 0, "score": 0.0}, {"problem": 0, "sample": 0, "score": 1.0}]
     (tmp_path / "samples_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert gsm8k.row_scores(tmp_path) == [1.0, 0.0]
+
+
+def test_evals_start_vllm_eager_and_parse_as_the_app_reads_them(tmp_path: Path) -> None:
+    """The eval command the recipe runs is one `reasoning eval` accepts, with --enforce-eager on vLLM only."""
+    from rlloom_apps.reasoning.cli import build_parser
+
+    (tmp_path / "config.json").write_text("{}")
+    for engine, eager in (("vllm", True), ("hf", False)):
+        args = gsm8k.parse(["--model", str(tmp_path), "--out", str(tmp_path / "run"), "--engine", engine])
+        chain = gsm8k.Chain(args, "reasoning", ["--temperature", "0"], lambda _folder: {})
+        command = chain.eval_command("untrained", tmp_path)
+        assert command[:2] == [gsm8k.tool("reasoning"), "eval"]
+        parsed = build_parser().parse_args([str(a) for a in command[1:]])
+        assert (parsed.engine, parsed.enforce_eager, parsed.temperature) == (engine, eager, 0.0)

