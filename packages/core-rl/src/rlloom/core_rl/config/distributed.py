@@ -1,13 +1,15 @@
-"""The `distributed` section: FSDP2 ranks in Ray actors, where rollout engines live, and the limits that keep a
-scaled-out run from hanging (its own module, so config.py stays small)."""
+"""The `distributed` section: FSDP2 ranks in Ray actors, where rollout engines live (colocated with training, or
+on generator actors of their own), and the limits that keep a scaled-out run from hanging (its own module, so
+config.py stays small)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlloom.core_rl.config.fsdp import FsdpOptions
+from rlloom.core_rl.config.keys import KeyedValueError
 
 MIN_WEIGHT_BUCKET_BYTES = 1 << 20
 
@@ -43,6 +45,34 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
         "one engine on the driver, synced through it (needed for rollout.engine=vllm_server). An engine= given "
         "ready-made always stays on the driver.",
     )
+    rollout_placement: Literal["colocated", "separate"] = Field(
+        default="colocated",
+        description="Where the rollout engines run. colocated: with training, on every rank (rollout_on_ranks) or "
+        "on the driver. separate: on rollout_replicas Ray actors of their own, each with rollout_gpus_per_replica "
+        "GPUs and rollout_cpus_per_replica CPUs apart from the ranks' (disaggregated: veRL's fully-async "
+        "rollout.nnodes x n_gpus_per_node, AReaL's 'sglang:d2+fsdp:d2'); the Trainer's engine= must be a factory "
+        "(each actor builds its replica: HF on a copy of the policy, vLLM from model.path), weights go to every "
+        "actor from one object-store copy per bucket, and trainer.mode=async pauses and resumes them in flight. "
+        "rollout_on_ranks is not read then.",
+    )
+    rollout_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Generator actors with rollout_placement=separate, one engine replica each; prompts and agent "
+        "turns go to the one with the least pending work.",
+    )
+    rollout_gpus_per_replica: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Ray GPUs per generator actor (rollout_placement=separate); None = 1 when trainer.device is a "
+        "GPU and the cluster has GPUs, else 0.",
+    )
+    rollout_cpus_per_replica: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="Ray CPUs per generator actor (rollout_placement=separate; fractions allowed); also its torch "
+        "threads (at least 1).",
+    )
     weight_bucket_mb: float = Field(
         default=512.0, gt=0.0, description="Weight sync to the rollout engine moves at most this much per transfer."
     )
@@ -51,6 +81,24 @@ class DistributedConfig(FsdpOptions):  # FSDP2's offload and hybrid sharding: co
         gt=0.0,
         description="Longest wait for a rank's answer or a collective before failing with an error (no hang).",
     )
+
+    @model_validator(mode="after")
+    def _check_placement(self) -> DistributedConfig:
+        # by value, not by the keys given: the config travels to the ranks as a full dump, every key set
+        sized = {
+            "rollout_replicas": self.rollout_replicas != 1,
+            "rollout_gpus_per_replica": self.rollout_gpus_per_replica is not None,
+            "rollout_cpus_per_replica": self.rollout_cpus_per_replica != 1.0,
+        }
+        given = [key for key, changed in sized.items() if changed]
+        if self.rollout_placement == "colocated" and given:
+            raise KeyedValueError(
+                f"distributed.{given[0]}",
+                "sizes the generator actors of distributed.rollout_placement=separate, but rollout_placement is "
+                "colocated (engines on the ranks or the driver); set distributed.rollout_placement=separate or "
+                "leave it unset",
+            )
+        return self
 
     @property
     def weight_bucket_bytes(self) -> int:

@@ -3,10 +3,10 @@
 With one engine on the driver, N-1 GPUs wait through generation, most of an RL step. Here each rank process
 (`RankWorker`) builds a replica from the caller's `EngineFactory` (called with a whole, untrained copy of the
 policy in the compute dtype, as the driver's engine would be), and the trainer talks to `RankEngines`, one
-`RolloutEngine` that sends each batch's requests, and each agent turn, to the replicas with the least pending
-work (`contracts.dispatch.ReplicaDispatcher`). Each replica reports its engine's capabilities
-(`contracts.engines`); the proxy implements exactly the ones it forwards (sleep mode, the sync lifecycle) when
-the replicas have them, so `isinstance(engines, SleepMode)` is as true as on the engine itself.
+`RolloutEngine` over them (`replica_engines.ReplicaEngines`: each batch's requests, and each agent turn, go to the
+replicas with the least pending work; the capabilities every replica has are forwarded, sleep mode, the sync
+lifecycle and in-flight weight updates among them, so `isinstance(engines, SleepMode)` is as true as on the engine
+itself). `RankEngineHost` is a replica's side, on a rank or on a generator actor of its own (`generators`).
 
 The weight sync never leaves the ranks: every rank all-gathers the FSDP2 shards a bucket at a time (the
 same collectives on every rank) and loads the full bucket into its own replica, so nothing passes through the
@@ -19,38 +19,38 @@ weights (vLLM, from `model.path`) comes from a `ReplicaFactory` instead: the ran
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.tensor import DTensor
 
-from rlloom.core_rl.contracts.dispatch import ReplicaDispatcher, by_replica
 from rlloom.core_rl.contracts.engines import (
     Closable,
     EngineFactory,
+    InflightWeightUpdate,
     ReplicaFactory,
     RolloutEngine,
-    SleepMode,
     WeightSyncCount,
-    WeightSyncLifecycle,
     describe_engine,
 )
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.distributed.fsdp import merge_lora_state
+from rlloom.core_rl.distributed.replica_engines import (
+    ENGINE_CALLS,
+    FORWARDED,
+    ReplicaEngines,
+    ReplicaGroup,
+    replica_proxy,
+)
 
 if TYPE_CHECKING:
     from rlloom.core_rl.config.schema import RLConfig
     from rlloom.core_rl.distributed.ranks import ShardedPolicyActor
     from rlloom.core_rl.distributed.ray_group import RayActorGroup
-
-ENGINE_CALLS = 64
-"""Concurrent calls a rank process serves (its Ray max_concurrency): agent turns interleave on the replica."""
-
-FORWARDED = {"sleep_mode": SleepMode, "weight_sync_lifecycle": WeightSyncLifecycle}
-"""The capabilities (`contracts.engines.CAPABILITIES` names) `RankEngines` forwards to every replica at once, when
-the replicas have them: what `EngineWeights` calls around a sync (vLLM's sleep mode and sync labels)."""
 
 
 def gather_bucket(actor: ShardedPolicyActor, names: list[str]) -> dict[str, torch.Tensor]:
@@ -66,11 +66,37 @@ def gather_bucket(actor: ShardedPolicyActor, names: list[str]) -> dict[str, torc
     return merge_lora_state(full, actor.lora_scalings) if actor.lora_scalings is not None else full
 
 
-class RankEngineHost:
-    """This rank's replica (runs in the rank process, as its "engine" role). Async engine calls run on an event
-    loop of its own, so concurrent agent turns batch on the replica as they would on the driver."""
+def build_replica(
+    factory: EngineFactory | ReplicaFactory, index: int, device: torch.device, cfg: RLConfig, weights_path: str
+) -> RolloutEngine:
+    """Replica `index` from the Trainer's `engine=` provider, in this process: a `ReplicaFactory` builds it with
+    weights of its own; an `EngineFactory` is called with an untrained copy of the policy on `device` (in the
+    compute dtype, loaded at every sync). Its tokenizer must be the run's."""
+    from rlloom.core_rl.workers.actor import load_causal_lm
+    from rlloom.core_rl.workers.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
 
-    def __init__(self, engine: RolloutEngine, actor: ShardedPolicyActor) -> None:
+    model = cfg.model
+    if isinstance(factory, ReplicaFactory):
+        engine = factory.build_replica(index)
+    else:
+        copy = model.model_copy(update={"lora_rank": 0})
+        engine = factory(load_causal_lm(copy, weights_path, device, trained=False))
+    if not isinstance(engine, RolloutEngine):
+        raise TypeError(
+            f"the engine= factory returned a {type(engine).__name__}, which lacks "
+            "generate/agenerate/update_weights (the RolloutEngine protocol)"
+        )
+    source = model.tokenizer_path or model.path
+    check_engine_tokenizer(engine, load_pretrained_tokenizer(source), f"model.tokenizer_path or model.path={source}")
+    return engine
+
+
+class RankEngineHost:
+    """A replica's side (runs in a rank process as its "engine" role, or alone in a generator actor). Async
+    engine calls run on an event loop of its own, so concurrent agent turns batch on the replica as they would on
+    the driver. `actor` is the rank's policy shard (None on a generator actor, which loads weights it is sent)."""
+
+    def __init__(self, engine: RolloutEngine, actor: ShardedPolicyActor | None) -> None:
         self.engine = engine
         self.actor = actor
         self.requests = 0  # requests served, so a caller can see that every replica worked
@@ -82,32 +108,24 @@ class RankEngineHost:
     def build(
         cls, factory: EngineFactory | ReplicaFactory, actor: ShardedPolicyActor, cfg: RLConfig, weights_path: str
     ) -> RankEngineHost:
-        from rlloom.core_rl.workers.actor import load_causal_lm
-        from rlloom.core_rl.workers.tokenizer_loading import check_engine_tokenizer, load_pretrained_tokenizer
-
-        model = cfg.model
-        if isinstance(factory, ReplicaFactory):
-            engine = factory.build_replica(actor.ctx.rank)
-        else:
-            # never trained here: held in the compute dtype, loaded from this rank's shards at every sync
-            copy = model.model_copy(update={"lora_rank": 0})
-            engine = factory(load_causal_lm(copy, weights_path, actor.device, trained=False))
-        if not isinstance(engine, RolloutEngine):
-            raise TypeError(
-                f"the engine= factory returned a {type(engine).__name__}, which lacks "
-                "generate/agenerate/update_weights (the RolloutEngine protocol)"
-            )
-        source = model.tokenizer_path or model.path
-        check_engine_tokenizer(
-            engine, load_pretrained_tokenizer(source), f"model.tokenizer_path or model.path={source}"
-        )
-        return cls(engine, actor)
+        """This rank's replica (a `ReplicaFactory` gets the rank number), beside the rank's shard."""
+        return cls(build_replica(factory, actor.ctx.rank, actor.device, cfg, weights_path), actor)
 
     def describe(self) -> dict[str, Any]:
-        """The engine's capabilities, context window and EOS ids (`describe_engine`), requests served, and weight
-        syncs completed (None where the engine does not count them)."""
-        syncs = self.engine.weight_syncs if isinstance(self.engine, WeightSyncCount) else None
-        return {**describe_engine(self.engine), "requests": self.requests, "weight_syncs": syncs}
+        """The engine's capabilities, context window and EOS ids (`describe_engine`), requests served, weight
+        syncs completed (None where the engine does not count them), whether it keeps a paused request's KV cache
+        (None without in-flight updates), and the process and machine it runs in."""
+        engine = self.engine
+        syncs = engine.weight_syncs if isinstance(engine, WeightSyncCount) else None
+        keeps = bool(engine.keeps_kv_cache) if isinstance(engine, InflightWeightUpdate) else None
+        return {
+            **describe_engine(engine),
+            "requests": self.requests,
+            "weight_syncs": syncs,
+            "keeps_kv_cache": keeps,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
 
     def _served(self, count: int) -> None:
         with self._count:
@@ -126,15 +144,18 @@ class RankEngineHost:
 
     def load_own_shards(self, bucket_bytes: int) -> int:
         """Gather the policy a bucket at a time and load each into this replica; returns the buckets loaded."""
-        plan = self.actor.weight_bucket_plan(bucket_bytes)
+        actor = self.actor
+        if actor is None:
+            raise RuntimeError("this replica runs beside no policy shard (a generator actor): send it weights")
+        plan = actor.weight_bucket_plan(bucket_bytes)
         for names in plan:
-            self.engine.update_weights(gather_bucket(self.actor, names))
+            self.engine.update_weights(gather_bucket(actor, names))
         return len(plan)
 
     def _capable(self, capability: str) -> Any:
         protocol = FORWARDED[capability]
         if not isinstance(self.engine, protocol):
-            raise TypeError(f"this rank's {type(self.engine).__name__} lacks {protocol.__name__}")
+            raise TypeError(f"this replica's {type(self.engine).__name__} lacks {protocol.__name__}")
         return self.engine
 
     def sleep(self, level: int = 1) -> None:
@@ -149,6 +170,16 @@ class RankEngineHost:
     def finish_weight_sync(self) -> None:
         self._capable("weight_sync_lifecycle").finish_weight_sync()
 
+    def pause_generation(self) -> None:
+        self._capable("inflight_weight_update").pause_generation()
+
+    def resume_generation(self, policy_version: int) -> None:
+        self._capable("inflight_weight_update").resume_generation(policy_version)
+
+    def inspect(self, fn: Callable[[RolloutEngine], Any]) -> Any:
+        """`fn(engine)` here (`ReplicaEngines.on_replicas`)."""
+        return fn(self.engine)
+
     def close(self) -> None:
         """Shut the replica down (vLLM: its engine-core process) while the rank process stays, e.g. to free the
         GPU memory; ending the rank process (the group's close, Ray's shutdown) ends vLLM's processes too."""
@@ -157,127 +188,20 @@ class RankEngineHost:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-class RankEngines:
-    """The rank replicas as one `RolloutEngine` for the trainer and collectors (driver side); also
-    `HasContextWindow`, `HasEosTokens` (the first replica's) and `Closable`.
-
-    `generate` splits a batch over the replicas by pending tokens, largest requests first; `agenerate` sends a
-    turn to the replica with the fewest pending tokens. `sync_from_ranks` is the weight sync (`weight_sync`).
-    Build it with `rank_engines(group, info)`, which picks the subclass forwarding the replicas' capabilities.
-    """
-
-    def __init__(self, group: RayActorGroup, info: Sequence[Mapping[str, Any]]) -> None:
-        import ray
-
-        self._ray = ray
-        self.group = group
-        self.size = len(info)
-        self.timeout_s = group.timeout_s
-        self.context_window: int | None = info[0]["context_window"]
-        self.eos_token_ids: frozenset[int] | None = info[0]["eos_token_ids"]
-        self.dispatch = ReplicaDispatcher(self.size)
-
-    @property
-    def pending_tokens(self) -> list[int]:
-        """Tokens each replica has been handed and not yet answered."""
-        return self.dispatch.pending_tokens
-
-    @property
-    def dispatched(self) -> list[int]:
-        """Requests sent to each replica so far."""
-        return self.dispatch.dispatched
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        """Every replica with a share decodes it at once; the answers come back in request order."""
-        if not requests:
-            return []
-        owner, costs = self.dispatch.assign(requests)
-        parts = by_replica(owner)
-        try:
-            refs = {
-                r: self.group.ranks[r].call.remote("engine", "generate", [requests[i] for i in idx])
-                for r, idx in parts.items()
-            }
-            answers = self._ray.get(list(refs.values()), timeout=self.timeout_s)
-        finally:
-            for r, cost in zip(owner, costs, strict=True):
-                self.dispatch.release(r, cost)
-        results: list[list[Completion]] = [[] for _ in requests]
-        for idx, answer in zip(parts.values(), answers, strict=True):
-            for i, completions in zip(idx, answer, strict=True):
-                results[i] = completions
-        return results
-
-    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        rank, cost = self.dispatch.pick(request)
-        try:
-            ref = self.group.ranks[rank].call.remote("engine", "agenerate", request)
-            answer: list[Completion] = await asyncio.wait_for(ref, timeout=self.timeout_s)
-            return answer
-        finally:
-            self.dispatch.release(rank, cost)
-
-    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        """Weights from elsewhere (not the ranks' own shards) to every replica, stored once in the object store;
-        the trainer's sync uses `sync_from_ranks` instead."""
-        shared = self._ray.put({k: v.detach().cpu() for k, v in named_tensors.items()})
-        self.group.call("engine", "update_weights", shared)
+class RankEngines(ReplicaEngines):
+    """The rank replicas as one `RolloutEngine` for the trainer and collectors (`ReplicaEngines`: dispatch by pending
+    tokens, capabilities forwarded), whose weight sync never leaves the ranks: `sync_from_ranks` (`weight_sync`).
+    Build it with `rank_engines(group, info)`, which adds the capabilities every replica has."""
 
     def sync_from_ranks(self, bucket_bytes: int) -> int:
         """Every rank loads its replica from its own shards, a bucket at a time; returns the buckets per rank."""
         return int(self.group.call("engine", "load_own_shards", bucket_bytes)[0])
 
-    def requests_served(self) -> list[int]:
-        """Requests each replica has served so far (rank order)."""
-        return [int(info["requests"]) for info in self.replica_info()]
 
-    def replica_info(self) -> list[dict[str, Any]]:
-        """Each replica's `RankEngineHost.describe()` (rank order): requests served, weight syncs completed."""
-        return list(self.group.call("engine", "describe"))
-
-    def close(self) -> None:
-        """Shut every replica down (the rank processes stay, for the group to close)."""
-        if self.group.ranks:
-            self.group.call("engine", "close")
-
-
-class _SleepOnEveryReplica(RankEngines):
-    """`SleepMode` on every replica at once (vLLM's): they free their memory for the update together."""
-
-    def sleep(self, level: int = 1) -> None:
-        self.group.call("engine", "sleep", level=level)
-
-    def wake_up(self, tags: list[str] | None = None) -> None:
-        self.group.call("engine", "wake_up", tags=tags)
-
-
-class _SyncLifecycleOnEveryReplica(RankEngines):
-    """`WeightSyncLifecycle` on every replica at once: each labels and closes its own sync from its shards."""
-
-    def begin_weight_sync(self, step: int) -> None:
-        self.group.call("engine", "begin_weight_sync", step)
-
-    def finish_weight_sync(self) -> None:
-        self.group.call("engine", "finish_weight_sync")
-
-
-class _SleepAndSyncLifecycleOnEveryReplica(_SleepOnEveryReplica, _SyncLifecycleOnEveryReplica):
-    """Both, as vLLM replicas have them."""
-
-
-_PROXIES: dict[frozenset[str], type[RankEngines]] = {
-    frozenset(): RankEngines,
-    frozenset({"sleep_mode"}): _SleepOnEveryReplica,
-    frozenset({"weight_sync_lifecycle"}): _SyncLifecycleOnEveryReplica,
-    frozenset({"sleep_mode", "weight_sync_lifecycle"}): _SleepAndSyncLifecycleOnEveryReplica,
-}
-
-
-def rank_engines(group: RayActorGroup, info: Sequence[Mapping[str, Any]]) -> RankEngines:
-    """The proxy over the replicas `info` describes (`RankEngineHost.describe()`, rank order): a `RankEngines`
+def rank_engines(group: ReplicaGroup, info: Sequence[Mapping[str, Any]]) -> RankEngines:
+    """The proxy over the rank replicas `info` describes (`RankEngineHost.describe()`, rank order): a `RankEngines`
     that also implements each capability of `FORWARDED` every replica has, and no other."""
-    shared = frozenset(FORWARDED).intersection(*(set(i["capabilities"]) for i in info))
-    return _PROXIES[shared](group, info)
+    return replica_proxy(RankEngines, group, info)
 
 
 def start_rank_engines(
@@ -304,6 +228,7 @@ __all__ = [
     "RankEngineHost",
     "RankEngines",
     "ReplicaFactory",
+    "build_replica",
     "gather_bucket",
     "rank_engines",
     "start_rank_engines",

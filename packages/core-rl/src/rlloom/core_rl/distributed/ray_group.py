@@ -32,8 +32,8 @@ from rlloom.core_rl.distributed.cluster import (
     rank_runtime_env,
     with_absolute_paths,
 )
-from rlloom.core_rl.distributed.rank_engines import ENGINE_CALLS
 from rlloom.core_rl.distributed.ray_start import start_ray
+from rlloom.core_rl.distributed.replica_engines import CONTROL_CALLS, CONTROL_GROUP, ENGINE_CALLS, engine_method
 
 RAY_HINT = "the distributed backend needs Ray: pip install 'rlloom-core-rl[ray]'"
 
@@ -259,7 +259,8 @@ class RayActorGroup:
         cluster = ray.cluster_resources()
         gpus = gpus_per_rank(dcfg.gpus_per_rank, cfg.trainer.device, cluster)
         _check_resources(cluster, self.num_ranks, dcfg.cpus_per_rank, gpus)
-        remote_cls = ray.remote(RankWorker)
+        # the engine's steering calls (pause, resume, weight loads) get threads of their own (replica_engines)
+        remote_cls = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_CALLS})(RankWorker)
         runtime_env = rank_runtime_env(dcfg.runtime_env)
         # an engine on the rank serves many agent turns at once (threads); training calls still come one at a time
         calls = ENGINE_CALLS if dcfg.rollout_on_ranks else 1
@@ -350,7 +351,8 @@ class RayActorGroup:
         """`method` of `role` on every rank at once (they meet in collectives); the answers in rank order."""
         if not self.ranks:
             raise RuntimeError("this RayActorGroup was closed (by close(), or after a rank failed); build a new one")
-        refs = [worker.call.remote(role, method, *args, **kwargs) for worker in self.ranks]
+        remote = (lambda worker: engine_method(worker, method)) if role == "engine" else (lambda worker: worker.call)
+        refs = [remote(worker).remote(role, method, *args, **kwargs) for worker in self.ranks]
         return self._gather(refs, f"{role}.{method}")
 
     def each(self, method: str, role: str, *args: Any) -> list[Any]:

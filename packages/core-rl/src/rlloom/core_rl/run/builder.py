@@ -193,15 +193,28 @@ def build_engine(
     vLLM's) asked for an engine with weights of its own; an `EngineFactory` called with the actor's module. A
     sharded actor has no whole module here, so the engine gets its own copy of the policy, kept current by the
     weight sync every step: one replica on every rank with `distributed.rollout_on_ranks` (`rank_engines`), else
-    one on the driver. The engine's tokenizer must be the run's."""
+    one on the driver. `distributed.rollout_placement=separate` builds the replicas on generator actors of their
+    own instead (`generators`), whatever the actor. The engine's tokenizer must be the run's."""
     source = engine if engine is not None else engine_factory
+    separate = config.distributed.rollout_placement == "separate"
     if isinstance(source, RolloutEngine):
+        if separate:
+            raise ConfigError(
+                f"distributed.rollout_placement=separate builds a replica on each generator actor, but engine= is a "
+                f"ready {type(source).__name__}: pass a factory (e.g. lambda module: HFEngine(module, tokenizer), or "
+                "rlloom.rollout's VLLMReplicas) or set distributed.rollout_placement=colocated"
+            )
         return checked_engine(source, config, parts)
     if not (isinstance(source, ReplicaFactory) or callable(source)):
         raise TypeError(
             f"engine= is a {type(source).__name__}: give a RolloutEngine (generate/agenerate/update_weights), a "
             "callable that builds one on the actor's module, or a ReplicaFactory (build_replica(rank))"
         )
+    if separate:
+        from rlloom.core_rl.distributed.generators import start_generators
+
+        # generator actors of their own, each checking its replica's tokenizer; weights from the actor every sync
+        return start_generators(source, config, weights_source(resume_from, config.model.path))
     actor = parts.actor
     if not isinstance(actor, PolicyActor) and config.distributed.rollout_on_ranks:
         from rlloom.core_rl.distributed.rank_engines import start_rank_engines
