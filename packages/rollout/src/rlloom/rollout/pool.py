@@ -6,6 +6,12 @@ across nodes) and threads in this process otherwise (torch releases the GIL, so 
 cores). Weight updates are broadcast to every replica and remembered, so a replica that dies is rebuilt from
 the factory, given the latest weights, and its requests (or its share of a weight push) are retried. Request
 errors (`ValueError`, `KeyError`, `TypeError`) are the caller's fault and propagate without a restart.
+
+When every replica takes weights in flight (core-rl's `InflightWeightUpdate`: HF, vLLM's async engine), the pool
+is an `InflightRolloutPool`, which pauses and resumes them all (`trainer.mode=async` pushes weights that way); over
+other replicas it stays a plain `RolloutPool`, so `isinstance(pool, InflightWeightUpdate)` is false and the
+trainer's fallback (waiting for the requests in progress) applies. Broadcasts (weights, pause, resume) run on
+threads of their own, never queued behind generation calls that a paused replica holds.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ _CALLER_ERRORS = (ValueError, KeyError, TypeError)
 
 class RolloutPool:
     """Dispatches requests over engine replicas made by `engine_factory`; implements `RolloutEngine`,
-    `HasContextWindow`, `HasEosTokens` and `Closable` (the replicas' other capabilities, e.g. vLLM's sleep mode,
-    stay with them: the pool neither sleeps nor labels its replicas' syncs)."""
+    `HasContextWindow`, `HasEosTokens` and `Closable`, and `InflightWeightUpdate` when every replica does (it is
+    then an `InflightRolloutPool`). The replicas' other capabilities, e.g. vLLM's sleep mode, stay with them: the
+    pool neither sleeps nor labels its replicas' syncs."""
 
     context_window: int | None
     """The replicas' context length (agent loops cap conversations at it); None when they name none."""
@@ -66,11 +73,19 @@ class RolloutPool:
                 made.close()
             raise
         # replicas come from one factory: the first one's context window and EOS ids are the pool's
-        engine_info = self._replicas[0].describe()
-        self.context_window = engine_info["context_window"]
-        self.eos_token_ids = engine_info["eos_token_ids"]
+        described = [replica.describe() for replica in self._replicas]
+        self.context_window = described[0]["context_window"]
+        self.eos_token_ids = described[0]["eos_token_ids"]
         self.dispatch = ReplicaDispatcher(replicas)
         self._threads = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="rlloom-pool")
+        self._broadcasts = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="rlloom-pool-broadcast")
+        self._paused = False
+        self._version: int | None = None  # the last resume's policy version
+        if type(self) is RolloutPool and all("inflight_weight_update" in d["capabilities"] for d in described):
+            # the capability is known once the replicas describe themselves: the pool becomes the subclass
+            # that forwards it (as core-rl's rank proxy is built with exactly its replicas' capabilities)
+            self.__class__ = InflightRolloutPool
+            self._keeps_kv_cache = all(bool(d.get("keeps_kv_cache")) for d in described)
 
     @property
     def pending_tokens(self) -> list[int]:
@@ -100,10 +115,14 @@ class RolloutPool:
             self.restarts += 1
             dead.close()
             fresh = self._spawn()
-            if self._latest_weights is not None:
-                fresh.update_weights(self._latest_weights)
+            self._bring_up(fresh)
             self._replicas[index] = fresh
             return fresh
+
+    def _bring_up(self, fresh: Replica) -> None:
+        """A restarted replica joins with every weight pushed so far."""
+        if self._latest_weights is not None:
+            fresh.update_weights(self._latest_weights)
 
     # -- RolloutEngine -------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
@@ -153,14 +172,18 @@ class RolloutPool:
         # a push may be one bucket of the weights: keep the union for replicas restarted later
         self._latest_weights = {**(self._latest_weights or {}), **named_tensors}
         shared = RayReplica.put(named_tensors) if self.backend == "ray" else named_tensors
-        list(self._threads.map(lambda index: self._push(index, shared), range(len(self._replicas))))
+        self._broadcast(lambda replica: replica.update_weights(shared))
 
-    def _push(self, index: int, shared: Any) -> None:
-        """One replica's share of a broadcast. A replica that died since its last call is rebuilt (and given
-        every weight pushed so far) instead of failing the trainer's step, as `generate` does."""
+    def _broadcast(self, call: Callable[[Replica], None]) -> None:
+        """`call` on every replica at once, on the broadcast threads (free while generation calls wait on a paused
+        replica). A replica that died since its last call is rebuilt (given every weight pushed so far, and the
+        pause state) instead of failing the trainer's step, as `generate` does."""
+        list(self._broadcasts.map(lambda index: self._on_replica(index, call), range(len(self._replicas))))
+
+    def _on_replica(self, index: int, call: Callable[[Replica], None]) -> None:
         replica = self._replicas[index]
         try:
-            replica.update_weights(shared)
+            call(replica)
         except _CALLER_ERRORS:
             raise
         except Exception as exc:
@@ -171,7 +194,39 @@ class RolloutPool:
         for replica in self._replicas:
             replica.close()
         self._threads.shutdown(wait=True)
+        self._broadcasts.shutdown(wait=True)
 
     @property
     def size(self) -> int:
         return len(self._replicas)
+
+
+class InflightRolloutPool(RolloutPool):
+    """A `RolloutPool` whose replicas all take weights in flight, and so does the pool (`InflightWeightUpdate`):
+    `pause_generation` returns once every replica's requests stopped at a token boundary, `resume_generation`
+    labels every replica's next tokens with the version. A replica restarted after a death comes up paused while
+    the pool is, else resumed at the latest version. `RolloutPool(...)` builds it when the replicas allow."""
+
+    _keeps_kv_cache: bool
+
+    def pause_generation(self) -> None:
+        with self._lock:
+            self._paused = True
+        self._broadcast(lambda replica: replica.pause_generation())
+
+    def resume_generation(self, policy_version: int) -> None:
+        with self._lock:
+            self._paused, self._version = False, policy_version
+        self._broadcast(lambda replica: replica.resume_generation(policy_version))
+
+    @property
+    def keeps_kv_cache(self) -> bool:
+        """True when every replica keeps its paused requests' KV cache."""
+        return self._keeps_kv_cache
+
+    def _bring_up(self, fresh: Replica) -> None:
+        super()._bring_up(fresh)
+        if self._paused:
+            fresh.pause_generation()
+        elif self._version is not None:
+            fresh.resume_generation(self._version)

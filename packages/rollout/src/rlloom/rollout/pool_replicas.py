@@ -1,8 +1,10 @@
 """The two kinds of replica a `RolloutPool` drives: an engine in this process, or one in a Ray actor.
 
-Both expose the same four calls, so the pool's dispatch and restart logic is written once. Ray is imported
-only when a Ray replica is made; every blocking Ray call carries a timeout, because an actor that cannot get
-its resources stays pending forever rather than failing.
+Both expose the same calls, so the pool's dispatch and restart logic is written once. Ray is imported only when
+a Ray replica is made; every blocking Ray call carries a timeout, because an actor that cannot get its resources
+stays pending forever rather than failing. A Ray replica's steering calls (weights, pause, resume, reports) run
+in a concurrency group of their own (`CONTROL_GROUP`): while its engine is paused, every generation slot of the
+actor may hold a request waiting for the resume, which must still get through.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from rlloom.core_rl.contracts.engines import Closable, RolloutEngine, describe_engine
+from rlloom.core_rl.contracts.engines import Closable, InflightWeightUpdate, RolloutEngine, describe_engine
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
+
+CONTROL_GROUP = "control"
+"""The Ray concurrency group of a replica actor's steering calls."""
 
 
 def ray_is_initialized() -> bool:
@@ -24,12 +29,29 @@ def ray_is_initialized() -> bool:
     return bool(ray.is_initialized())
 
 
+def describe_replica(engine: RolloutEngine) -> dict[str, Any]:
+    """`describe_engine`, and whether the engine keeps a paused request's KV cache (None without in-flight
+    updates)."""
+    keeps = bool(engine.keeps_kv_cache) if isinstance(engine, InflightWeightUpdate) else None
+    return {**describe_engine(engine), "keeps_kv_cache": keeps}
+
+
+def _inflight(engine: RolloutEngine) -> InflightWeightUpdate:
+    if not isinstance(engine, InflightWeightUpdate):
+        raise TypeError(f"this replica's {type(engine).__name__} cannot pause (no InflightWeightUpdate)")
+    return engine
+
+
 class Replica(Protocol):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]: ...
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]: ...
 
     def update_weights(self, named_tensors: Any) -> None: ...
+
+    def pause_generation(self) -> None: ...
+
+    def resume_generation(self, policy_version: int) -> None: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -51,8 +73,14 @@ class LocalReplica:
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         self.engine.update_weights(named_tensors)
 
+    def pause_generation(self) -> None:
+        _inflight(self.engine).pause_generation()
+
+    def resume_generation(self, policy_version: int) -> None:
+        _inflight(self.engine).resume_generation(policy_version)
+
     def describe(self) -> dict[str, Any]:
-        return describe_engine(self.engine)
+        return describe_replica(self.engine)
 
     def close(self) -> None:
         if isinstance(self.engine, Closable):
@@ -74,8 +102,14 @@ class _EngineActorBody:
     def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         self.engine.update_weights(named_tensors)
 
+    def pause_generation(self) -> None:
+        _inflight(self.engine).pause_generation()
+
+    def resume_generation(self, policy_version: int) -> None:
+        _inflight(self.engine).resume_generation(policy_version)
+
     def describe(self) -> dict[str, Any]:
-        return describe_engine(self.engine)
+        return describe_replica(self.engine)
 
     def ready(self) -> bool:
         return True
@@ -89,7 +123,7 @@ class RayReplica:
 
         self._ray = ray
         self._timeout = timeout_s
-        actor_cls = ray.remote(_EngineActorBody)
+        actor_cls = cast(Any, ray.remote)(concurrency_groups={CONTROL_GROUP: 2})(_EngineActorBody)
         opts = {"num_cpus": 0.5, "max_concurrency": 64, **options}
         # a Ray actor handle; Ray's stubs type its methods as the body's, without `.remote`
         self.actor = cast(Any, actor_cls.options(**opts).remote(factory))
@@ -120,12 +154,23 @@ class RayReplica:
 
         return await asyncio.wait_for(self.actor.agenerate.remote(request), timeout=self._timeout)
 
+    def _steer(self, method: str, *args: Any) -> Any:
+        """`method` of the actor in its steering group, answered within the pool's call timeout."""
+        call = getattr(self.actor, method).options(concurrency_group=CONTROL_GROUP)
+        return self._ray.get(call.remote(*args), timeout=self._timeout)
+
     def update_weights(self, named_tensors: Any) -> None:
         ref = named_tensors if isinstance(named_tensors, self._ray.ObjectRef) else self.put(named_tensors)
-        self._ray.get(self.actor.update_weights.remote(ref), timeout=self._timeout)
+        self._steer("update_weights", ref)
+
+    def pause_generation(self) -> None:
+        self._steer("pause_generation")
+
+    def resume_generation(self, policy_version: int) -> None:
+        self._steer("resume_generation", policy_version)
 
     def describe(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._ray.get(self.actor.describe.remote(), timeout=self._timeout)
+        result: dict[str, Any] = self._steer("describe")
         return result
 
     def close(self) -> None:
