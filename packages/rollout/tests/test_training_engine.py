@@ -161,3 +161,33 @@ def test_vllm_on_ranks_is_a_pickled_factory_with_a_seed_per_rank_and_a_server_is
     assert engine_problem(apart) is None
     with build_training_engine(apart, char_tokenizer()) as built:
         assert set(built.trainer_kwargs()) == {"engine"}  # the server samples, synced through the driver
+
+
+def test_separate_generators_get_the_vllm_factory_and_a_server_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`distributed.rollout_placement=separate` (issue 42): each generator actor builds its own vLLM replica, so
+    the Trainer gets the pickled factory (the whole configured GPU share: the actor's GPU is its own), not an
+    engine started here; a server started apart is refused naming the key."""
+    import rlloom.rollout.vllm.engine as vllm_engine
+    from rlloom.rollout.training_engine import VLLMReplicas, replicas_apart, replicas_on_ranks
+
+    separate = [
+        "model.path=/m",
+        "distributed.rollout_placement=separate",
+        "distributed.rollout_replicas=2",
+        "rollout.vllm.gpu_memory_utilization=0.4",
+    ]
+    cfg = load_config(None, [*separate, "rollout.engine=vllm"])
+    assert replicas_apart(cfg) and not replicas_on_ranks(cfg)
+    assert not replicas_apart(load_config(None, ["model.path=/m"]))
+    monkeypatch.setattr(vllm_engine, "prepare_platform", lambda config: None)  # the routing, not vLLM's platform
+    with build_training_engine(cfg, char_tokenizer(), multi_turn=True) as built:
+        factory = built.trainer_kwargs()["engine"]
+        assert isinstance(factory, VLLMReplicas) and factory.multi_turn
+        assert factory.config.gpu_memory_utilization == 0.4
+        assert [factory.replica_config(r).seed for r in (0, 1)] == [cfg.trainer.seed, cfg.trainer.seed + 1]
+
+    server = [*separate, "rollout.engine=vllm_server", "rollout.vllm_server.url=http://10.0.0.5:8000"]
+    problem = engine_problem(load_config(None, server))
+    assert problem is not None and "distributed.rollout_placement=colocated" in problem
+    with pytest.raises(ValueError, match=r"vllm_server with distributed\.rollout_placement=separate"):
+        build_training_engine(load_config(None, server), char_tokenizer())

@@ -136,12 +136,27 @@ class VLLMReplicas:
 
 def replicas_on_ranks(config: RLConfig) -> bool:
     """Whether the Trainer will host the rollout engine on its ranks: several ranks, `rollout_on_ranks`."""
-    return config.distributed.num_ranks > 1 and config.distributed.rollout_on_ranks
+    dcfg = config.distributed
+    return dcfg.rollout_placement == "colocated" and dcfg.num_ranks > 1 and dcfg.rollout_on_ranks
+
+
+def replicas_apart(config: RLConfig) -> bool:
+    """Whether each replica starts in a process of the Trainer's choosing (a rank, or a generator actor of
+    `distributed.rollout_placement=separate`), so the engine must be a factory that travels there, not an engine."""
+    return replicas_on_ranks(config) or config.distributed.rollout_placement == "separate"
 
 
 def check_on_ranks(config: RLConfig) -> None:
-    """Refuse, in one line, the engines that cannot be replicated onto the ranks."""
-    if not replicas_on_ranks(config):
+    """Refuse, in one line, the engines that cannot be replicated onto the ranks or the generator actors."""
+    if not replicas_apart(config):
+        return
+    if config.distributed.rollout_placement == "separate":
+        if config.rollout.engine == "vllm_server":
+            raise ValueError(
+                "rollout.engine=vllm_server with distributed.rollout_placement=separate: a server started apart "
+                "already is its own generator; set distributed.rollout_placement=colocated (the server samples, "
+                "synced through the driver) or rollout.engine=vllm (a vLLM replica on each generator actor)"
+            )
         return
     ranks = config.distributed.num_ranks
     if config.rollout.engine == "vllm_server":
@@ -260,13 +275,16 @@ def build_training_engine(
     if config.rollout.engine == "vllm":
         check_training_engine(config, vllm_options)
         engine_config = vllm_engine_config(config, vllm_options)
-        if replicas_on_ranks(config):
-            share = replica_memory_share(config)
+        if replicas_apart(config):
+            share = replica_memory_share(config) if replicas_on_ranks(config) else engine_config.gpu_memory_utilization
             replicas = VLLMReplicas(engine_config.model_copy(update={"gpu_memory_utilization": share}), multi_turn)
+            if replicas_on_ranks(config):
+                where = f"each of the {config.distributed.num_ranks} ranks, loaded from its rank's shards"
+            else:
+                where = f"each of {config.distributed.rollout_replicas} generator actors, loaded from the driver's copy"
             logger.info(
-                "rollouts on a vLLM replica on each of the %d ranks, from %s in %s, each loaded from its rank's "
-                "shards after every update",
-                config.distributed.num_ranks,
+                "rollouts on a vLLM replica on %s after every update, from %s in %s",
+                where,
                 config.model.path,
                 config.model.dtype,
             )
@@ -307,6 +325,7 @@ __all__ = [
     "engine_problem",
     "logprobs_mode",
     "replica_memory_share",
+    "replicas_apart",
     "replicas_on_ranks",
     "vllm_engine_config",
     "vllm_server_engine",
