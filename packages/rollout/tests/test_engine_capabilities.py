@@ -45,8 +45,15 @@ VLLM_CAPABILITIES = {SleepMode, WeightSyncLifecycle, WeightSyncCount, HasContext
 EXPECTED: dict[str, set[type]] = {
     "HFEngine": {HasContextWindow, HasEosTokens, HasTokenizer, Closable, InflightWeightUpdate},
     "OpenAIEngine": {HasContextWindow, HasEosTokens, AsyncClosable},
-    "VLLMServerEngine": {HasContextWindow, HasEosTokens, AsyncClosable, WeightSyncLifecycle, WeightSyncCount},
-    "RolloutPool": {HasContextWindow, HasEosTokens, Closable},
+    "VLLMServerEngine": {
+        HasContextWindow,
+        HasEosTokens,
+        AsyncClosable,
+        WeightSyncLifecycle,
+        WeightSyncCount,
+        InflightWeightUpdate,  # vLLM's dev-mode /pause and /resume (issue 42)
+    },
+    "RolloutPool": {HasContextWindow, HasEosTokens, Closable, InflightWeightUpdate},  # its HF replicas have it
     "VLLMEngine": VLLM_CAPABILITIES,
     "VLLMAsyncEngine": VLLM_CAPABILITIES | {InflightWeightUpdate},
 }
