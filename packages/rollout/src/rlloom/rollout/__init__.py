@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from rlloom.rollout.hf.engine import HFEngineConfig as HFEngineConfig
     from rlloom.rollout.openai.engine import OpenAIEngine as OpenAIEngine
     from rlloom.rollout.openai.engine import OpenAIEngineConfig as OpenAIEngineConfig
+    from rlloom.rollout.openai.inflight import InflightOpenAIEngine as InflightOpenAIEngine
     from rlloom.rollout.policy_spec import PolicySpec as PolicySpec
     from rlloom.rollout.policy_spec import build_engine as build_engine
     from rlloom.rollout.policy_spec import close_engine as close_engine
     from rlloom.rollout.policy_spec import eval_sampling as eval_sampling
+    from rlloom.rollout.pool import InflightRolloutPool as InflightRolloutPool
     from rlloom.rollout.pool import RolloutPool as RolloutPool
     from rlloom.rollout.training_engine import build_training_engine as build_training_engine
     from rlloom.rollout.training_engine import engine_problem as engine_problem
@@ -39,12 +41,14 @@ _EXPORTS = {
     "HFEngine": "hf.engine",
     "HFEngineConfig": "hf.engine",
     "OpenAIEngine": "openai.engine",
+    "InflightOpenAIEngine": "openai.inflight",
     "OpenAIEngineConfig": "openai.engine",
     "PolicySpec": "policy_spec",
     "build_engine": "policy_spec",
     "close_engine": "policy_spec",
     "eval_sampling": "policy_spec",
     "RolloutPool": "pool",
+    "InflightRolloutPool": "pool",
     "build_training_engine": "training_engine",
     "engine_problem": "training_engine",
     "VLLMAsyncEngine": "vllm.async_engine",
