@@ -5,8 +5,9 @@ prepare-data -> `rlloom-retrieval build-index` (BM25 over the questions' own pas
 format reward) -> greedy `search-agent eval` on 100 held-out dev questions at three points (untrained, warmed up,
 after RL): EM, F1, searches per episode and the valid-format rate, with a paired bootstrap interval for RL minus
 the warmed-up model. Data: apps/search_agent/recipes/hotpotqa/ (400 train and 100 dev questions, disjoint, and
-their 4,858 passages; see SOURCE.md there). Defaults aim at about an hour on two idle cores
-(not timed on one: docs/recipes.md).
+their 4,858 passages; see SOURCE.md there). At these defaults (50 warm-up steps, 8 GRPO steps of 8 x 4) the chain
+took 77 minutes on two cores with some interference, about 64 undisturbed (docs/recipes.md); a GRPO step is ~3
+minutes here, so each extra 20 steps adds an hour.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ INFORMATION = re.compile(r"\n\n<information>(.*?)</information>\n\n", re.DOTALL)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = chain_parser(__doc__, "search-agent", "recipe-search", steps=30, lr=5e-6)
+    p = chain_parser(__doc__, "search-agent", "recipe-search", steps=8, lr=5e-6)
     p.add_argument("--corpus", type=Path, default=DATA / "corpus.jsonl.gz", help="passages (default: %(default)s)")
     p.add_argument("--warmup-steps", type=int, default=50, help="supervised steps (default: %(default)s)")
     p.add_argument("--max-turns", type=int, default=3, help="model turns per conversation (default: %(default)s)")
