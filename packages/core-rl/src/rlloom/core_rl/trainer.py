@@ -37,7 +37,7 @@ from rlloom.core_rl.run.checkpoint import load_trainer_state, rng_state, save_ch
 from rlloom.core_rl.run.folder import record_config, resume_checkpoint
 from rlloom.core_rl.run.sharded_checkpoint import ShardedWorker, load_worker_state, shards_path, worker_state
 from rlloom.core_rl.run.state import RunState
-from rlloom.core_rl.streaming.rollouts import background_rollouts, validation_rng
+from rlloom.core_rl.streaming.rollouts import background_rollouts, validation_rng, validation_seed
 from rlloom.core_rl.workers.actor import PolicyActor, ReferencePolicy
 from rlloom.core_rl.workers.ema import WeightEMA
 from rlloom.core_rl.workers.optim import single_optimizer_step
@@ -288,10 +288,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
-        """Score the validation prompts (greedy by default) without disturbing the training RNG streams; sampled
-        validation is seeded by trainer.seed (the same draws every time, whatever the generator thread does)."""
-        rollout, seed = self.cfg.rollout, self.cfg.trainer.seed
-        update: dict[str, Any] = {"n": rollout.val_n, "temperature": rollout.val_temperature, "seed": seed}
+        """Score the validation prompts (greedy by default) without disturbing the training RNG streams; beside the
+        async generator thread, sampled validation is seeded by trainer.seed instead (`validation_rng`)."""
+        rollout = self.cfg.rollout
+        update: dict[str, Any] = {"n": rollout.val_n, "temperature": rollout.val_temperature}
+        update |= validation_seed(self.rollouts, self.cfg.trainer.seed)
         if rollout.val_top_p is not None:
             update["top_p"] = rollout.val_top_p
         sampling = self.sampling.model_copy(update=update)

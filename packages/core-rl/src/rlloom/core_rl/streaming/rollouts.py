@@ -206,14 +206,24 @@ class AsyncRollouts:
         self.generator.stop()
 
 
+def generator_beside(rollouts: OffPolicyRollouts | AsyncRollouts | None) -> bool:
+    """Whether the async generator thread samples while validation runs (max_staleness > 0)."""
+    return isinstance(rollouts, AsyncRollouts) and not rollouts.on_policy
+
+
+def validation_seed(rollouts: OffPolicyRollouts | AsyncRollouts | None, seed: int) -> dict[str, int]:
+    """The sampling seed validation adds beside the generator thread (`{"seed": trainer.seed}`), else none: sync,
+    one-step-off and eta 0 keep their unseeded draws from the restored RNG, so their validation figures stay as they
+    were."""
+    return {"seed": seed} if generator_beside(rollouts) else {}
+
+
 def validation_rng(rollouts: OffPolicyRollouts | AsyncRollouts | None) -> AbstractContextManager[Any]:
     """What validation runs under: `preserved_rng` (the training streams stay where they were), except while the
     async generator thread samples beside it (max_staleness > 0). Restoring the global RNG state there would rewind
     the generator's own draws, and the state validation starts from depends on thread timing; validation relies on
     its seeded sampling parameters instead (an engine that ignores `SamplingParams.seed` is not repeatable there)."""
-    if isinstance(rollouts, AsyncRollouts) and not rollouts.on_policy:
-        return nullcontext()
-    return preserved_rng()
+    return nullcontext() if generator_beside(rollouts) else preserved_rng()
 
 
 def background_rollouts(
@@ -246,4 +256,4 @@ def background_rollouts(
     return None
 
 
-__all__ = ["AsyncRollouts", "background_rollouts", "validation_rng"]
+__all__ = ["AsyncRollouts", "background_rollouts", "generator_beside", "validation_rng", "validation_seed"]
