@@ -61,13 +61,9 @@ from typing import Any
 
 import torch
 
-MODES: dict[str, list[str]] = {
-    "sync": ["trainer.mode=sync"],
-    "one_step_off": ["trainer.mode=one_step_off"],
-    "async eta=1": ["trainer.mode=async", "trainer.streaming.max_staleness=1"],
-    "async eta=2": ["trainer.mode=async", "trainer.streaming.max_staleness=2"],
-    "async eta=4": ["trainer.mode=async", "trainer.streaming.max_staleness=4"],
-}
+sys.path.insert(0, str(Path(__file__).parent))  # bench/ is not a package
+from _modes import MODES
+
 MODE_IDS = {"sync": "sync", "one_step_off": "one_step_off", "async1": "async eta=1", "async2": "async eta=2",
             "async4": "async eta=4"}  # fmt: skip
 Z99 = 2.326  # the standard normal's 99th percentile

@@ -36,16 +36,10 @@ from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.rollout.hf.engine import HFEngine
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/ is not a package
+from _modes import MODES
 from _rl_runs import save_tiny_model, timed_fit
 
 MAX_TOKENS = 96
-MODES: dict[str, list[str]] = {
-    "sync": ["trainer.mode=sync"],
-    "one_step_off": ["trainer.mode=one_step_off"],
-    "async eta=1": ["trainer.mode=async", "trainer.streaming.max_staleness=1"],
-    "async eta=2": ["trainer.mode=async", "trainer.streaming.max_staleness=2"],
-    "async eta=4": ["trainer.mode=async", "trainer.streaming.max_staleness=4"],
-}
 
 
 class LongTail:
