@@ -79,8 +79,29 @@ def missing_paths(paths: Mapping[str, str | None]) -> list[str]:
     ]
 
 
+def check_node(
+    who: str, node: str, paths: Mapping[str, str | None], *, use_gpu: bool, needs: str, gpu_key: str
+) -> None:
+    """Fail with the node and the fix, before loading, when this node lacks a path or a GPU the driver counted on
+    (a rank's or a generator actor's start: without it, a missing model folder sent transformers to the hub)."""
+    import torch
+
+    missing = missing_paths(paths)
+    if missing:
+        raise FileNotFoundError(
+            f"{who} on node {node}: {', '.join(missing)} not found on this node. Every node needs {needs} at the same "
+            "path as the driver: a shared filesystem, or a copy there"
+        )
+    if use_gpu and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{who} on node {node} was given a GPU by Ray but torch sees none (torch.version.cuda="
+            f"{torch.version.cuda}); install a CUDA build of torch on that node or set {gpu_key}=0"
+        )
+
+
 __all__ = [
     "DRIVER_CWD_ENV",
+    "check_node",
     "enter_driver_folder",
     "gpus_per_rank",
     "local_path",

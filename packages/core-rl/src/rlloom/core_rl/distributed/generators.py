@@ -22,10 +22,10 @@ import torch
 from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.contracts.engines import EngineFactory, ReplicaFactory
 from rlloom.core_rl.distributed.cluster import (
+    check_node,
     enter_driver_folder,
     gpus_per_rank,
     local_path,
-    missing_paths,
     rank_runtime_env,
     with_absolute_paths,
 )
@@ -56,17 +56,9 @@ class GeneratorWorker:
 
         cfg = RLConfig.model_validate_json(config_json)
         node = ray.util.get_node_ip_address()
-        missing = missing_paths({"weights": weights_path, "model.path": cfg.model.path})
-        if missing:
-            raise FileNotFoundError(
-                f"generator {index} on node {node}: {', '.join(missing)} not found on this node; every node needs the "
-                "model at the same path as the driver (a shared filesystem, or a copy there)"
-            )
-        if use_gpu and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"generator {index} on node {node} was given a GPU by Ray but torch sees none; install a CUDA build "
-                "of torch there or set distributed.rollout_gpus_per_replica=0"
-            )
+        paths = {"weights": weights_path, "model.path": cfg.model.path}
+        gpu_key = "distributed.rollout_gpus_per_replica"
+        check_node(f"generator {index}", node, paths, use_gpu=use_gpu, needs="the model", gpu_key=gpu_key)
         torch.set_num_threads(max(1, int(cfg.distributed.rollout_cpus_per_replica)))
         torch.manual_seed(cfg.trainer.seed + index)
         device = torch.device("cuda", 0) if use_gpu else torch.device("cpu")  # Ray sets CUDA_VISIBLE_DEVICES

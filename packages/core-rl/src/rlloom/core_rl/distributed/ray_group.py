@@ -25,10 +25,10 @@ import torch
 from rlloom.core_rl.config.schema import RLConfig
 from rlloom.core_rl.contracts.batch import TrajectoryBatch, scatter_rows
 from rlloom.core_rl.distributed.cluster import (
+    check_node,
     enter_driver_folder,
     gpus_per_rank,
     local_path,
-    missing_paths,
     rank_runtime_env,
     with_absolute_paths,
 )
@@ -148,17 +148,8 @@ class RankWorker:
         ray = _import_ray()
         node = ray.util.get_node_ip_address()
         paths = {"weights": weights, "model.path": cfg.model.path, "critic": critic, "resume": resume}
-        missing = missing_paths(paths)
-        if missing:
-            raise FileNotFoundError(
-                f"rank {rank} on node {node}: {', '.join(missing)} not found on this node. Every node needs the "
-                "model and the run folder at the same path as the driver: a shared filesystem, or a copy there"
-            )
-        if use_gpu and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"rank {rank} on node {node} was given a GPU by Ray but torch sees none (torch.version.cuda="
-                f"{torch.version.cuda}); install a CUDA build of torch on that node or set distributed.gpus_per_rank=0"
-            )
+        needs = "the model and the run folder"
+        check_node(f"rank {rank}", node, paths, use_gpu=bool(use_gpu), needs=needs, gpu_key="distributed.gpus_per_rank")
 
     def start_engine(self, factory: Any, config_json: str, weights_path: str) -> dict[str, Any]:
         """Build this rank's rollout engine replica beside its shard (`rank_engines`): the "engine" role."""
