@@ -155,8 +155,13 @@ def test_trainer_mode_keys_and_refusals() -> None:
     assert cfg.trainer.streaming is not None and cfg.trainer.streaming.max_staleness == 4
     refusals = {
         "trainer.streaming: is set but trainer.mode=sync": ["trainer.streaming.max_staleness=2"],
-        "trainer.mode: async cannot run with algorithm.dynamic_sampling": [
+        "trainer.streaming.max_staleness: is 0 with algorithm.dynamic_sampling": [
             "trainer.mode=async",
+            "trainer.streaming.max_staleness=0",
+            "algorithm.dynamic_sampling=true",
+        ],
+        "trainer.one_step_off_policy: cannot run with algorithm.dynamic_sampling": [
+            "trainer.mode=one_step_off",
             "algorithm.dynamic_sampling=true",
         ],
         "trainer.mode: async cannot run with data.filter_solved": ["trainer.mode=async", "data.filter_solved=true"],
@@ -169,6 +174,8 @@ def test_trainer_mode_keys_and_refusals() -> None:
             "trainer.one_step_off_policy=true",
         ],
     }
+    dynamic = load_config(None, [*base, "trainer.mode=async", "algorithm.dynamic_sampling.max_rounds=4"])
+    assert dynamic.algorithm.dynamic_sampling is not None  # async filters each group as it finishes (eta >= 1)
     for message, overrides in refusals.items():
         with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
             load_config(None, [*base, *overrides])

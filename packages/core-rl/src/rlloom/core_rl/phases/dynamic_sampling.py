@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlloom.core_rl.algorithms import filter_groups_by_mean, filter_zero_variance_groups
-from rlloom.core_rl.config.schema import AlgorithmConfig, ConfigError
+from rlloom.core_rl.config.schema import AlgorithmConfig, ConfigError, DynamicSamplingConfig
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.observe.metrics import PhaseTimer
@@ -63,13 +63,7 @@ def collect_step_batch(
         if dynamic is None:
             reward_errors.report(errors, step=step)
             return StepBatch(scored.trajectories, metrics)
-        scores = torch.tensor([filter_score(t, dynamic.filter_key) for t in scored.trajectories], dtype=torch.float32)
-        group_ids = [t.group_id for t in scored.trajectories]
-        if dynamic.filter_band is not None:
-            low, high = dynamic.filter_band
-            keep = filter_groups_by_mean(scores, group_ids, low=low, high=high).tolist()
-        else:
-            keep = filter_zero_variance_groups(scores, group_ids).tolist()
+        keep = kept_samples(scored.trajectories, dynamic)
         seen_groups += len(rows)
         for traj, ok in zip(scored.trajectories, keep, strict=True):
             if ok:
@@ -89,6 +83,19 @@ def collect_step_batch(
         return StepBatch(scored.trajectories, metrics)
     wanted = set(groups[:batch_size])
     return StepBatch([t for t in kept if t.group_id in wanted], metrics)
+
+
+def kept_samples(trajectories: list[Trajectory], dynamic: DynamicSamplingConfig) -> list[bool]:
+    """Per sample: whether its group carries signal by `dynamic`'s rule (rewards that differ, or a mean inside
+    `filter_band`). The async generator asks it of one group at a time."""
+    if not trajectories:
+        return []
+    scores = torch.tensor([filter_score(t, dynamic.filter_key) for t in trajectories], dtype=torch.float32)
+    group_ids = [t.group_id for t in trajectories]
+    if dynamic.filter_band is not None:
+        low, high = dynamic.filter_band
+        return [bool(k) for k in filter_groups_by_mean(scores, group_ids, low=low, high=high).tolist()]
+    return [bool(k) for k in filter_zero_variance_groups(scores, group_ids).tolist()]
 
 
 def filter_score(traj: Trajectory, filter_key: str | None) -> float:

@@ -48,6 +48,7 @@ class GroupBuffer:
         self._cond = threading.Condition()
         self._in_flight: dict[int, Group] = {}
         self._finished: list[Group] = []
+        self._dropped: list[Group] = []  # finished without signal (dynamic sampling), not yet seen by the trainer
         self._error: BaseException | None = None
 
     def started(self, group: Group) -> None:
@@ -59,6 +60,30 @@ class GroupBuffer:
             self._in_flight.pop(group.index, None)
             self._finished.append(group)
             self._cond.notify_all()
+
+    def dropped(self, group: Group) -> None:
+        """A finished group dynamic sampling does not train (its rewards carry no signal): it leaves the deadlines
+        and waits only for the trainer's bookkeeping (`take_dropped`)."""
+        with self._cond:
+            self._in_flight.pop(group.index, None)
+            self._dropped.append(group)
+            self._cond.notify_all()
+
+    def dropped_count(self) -> int:
+        """Groups dropped since the trainer last took them."""
+        with self._cond:
+            return len(self._dropped)
+
+    def take_dropped(self) -> list[Group]:
+        """The dropped groups, once each, in admission order."""
+        with self._cond:
+            dropped, self._dropped = self._dropped, []
+        return sorted(dropped, key=lambda g: g.index)
+
+    def dropped_waiting(self) -> list[Group]:
+        """The dropped groups not yet taken (a checkpoint marks their rows as used)."""
+        with self._cond:
+            return list(self._dropped)
 
     def failed(self, error: BaseException) -> None:
         with self._cond:

@@ -19,9 +19,11 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlloom.core_rl.config.schema import DynamicSamplingConfig
 from rlloom.core_rl.config.streaming import StreamingConfig
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.observe.metrics import PhaseTimer
+from rlloom.core_rl.phases.dynamic_sampling import kept_samples
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.streaming.buffer import Group, GroupBuffer, admits
@@ -60,7 +62,10 @@ class StreamingGenerator:
         self.batch_size = batch_size
         self.version = version
         self.total_groups = total_groups
-        self.started = started  # groups started since the run began (trained ones included)
+        # groups started since the run began (trained ones included, dropped ones not: a dropped group frees its
+        # admission slot, as AReaL's rejected rollouts do)
+        self.started = started
+        self.next_index = started  # admission order of the next group (dropped ones keep theirs)
         # batches the trainer has taken: AReaL's version in the admission rule (the weights' version stands still
         # through critic warm-up steps, which still consume batches)
         self.consumed = started // batch_size
@@ -75,6 +80,10 @@ class StreamingGenerator:
         self.idle_s = 0.0
         self.metrics: dict[str, float] = {}
         self.on_loop: LoopGenerate | None = None  # engine calls served on this generator's loop
+        # DAPO's dynamic sampling per finished group: groups without signal are dropped while fewer than
+        # `drop_budget` wait since the trainer's last batch, kept afterwards
+        self.dynamic: DynamicSamplingConfig | None = None
+        self.drop_budget = 0
         self._stop = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -146,8 +155,9 @@ class StreamingGenerator:
             self.draws.popleft()
         unit = []
         for position in taken:
-            group = Group(self.started, draw.number, position, draw.row_ids[position], self.consumed)
+            group = Group(self.next_index, draw.number, position, draw.row_ids[position], self.consumed)
             self.started += 1
+            self.next_index += 1
             self.buffer.started(group)
             unit.append(group)
         return unit
@@ -175,7 +185,18 @@ class StreamingGenerator:
             self.buffer.failed(exc)
             return
         for group in unit:
-            self.buffer.finished(group)
+            if self._drops(group):
+                self.started -= 1  # another group may start in its place
+                self.buffer.dropped(group)
+            else:
+                self.buffer.finished(group)
+
+    def _drops(self, group: Group) -> bool:
+        """Whether dynamic sampling drops this finished group: its rewards carry no signal and the budget of
+        drops for the coming batch is not spent (then it is trained as it is, as sync's last round would)."""
+        if self.dynamic is None or self.buffer.dropped_count() >= self.drop_budget:
+            return False
+        return not all(kept_samples(group.trajectories, self.dynamic))
 
     def _generate_unit(self, unit: list[Group]) -> None:
         """Generate and score `unit`'s rows in one collect call; label tokens the engine left unlabelled with the

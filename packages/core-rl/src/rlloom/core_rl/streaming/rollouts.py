@@ -20,7 +20,7 @@ from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.observe.metrics import PhaseTimer
 from rlloom.core_rl.phases.collection import RewardErrorReport
-from rlloom.core_rl.phases.dynamic_sampling import StepBatch
+from rlloom.core_rl.phases.dynamic_sampling import StepBatch, kept_samples
 from rlloom.core_rl.phases.off_policy import OffPolicyRollouts
 from rlloom.core_rl.phases.prompt_source import PromptSource
 from rlloom.core_rl.phases.reward_shaping import overlong_metrics
@@ -107,6 +107,10 @@ class AsyncRollouts:
             **({"generating": generating} if generating is not None else {}),
         )
         self.generator.max_tokens_at = cfg.rollout.max_tokens_at
+        self.dynamic = cfg.algorithm.dynamic_sampling
+        if self.dynamic is not None:  # the same budget per batch as sync's max_rounds rounds of a batch each
+            self.generator.dynamic = self.dynamic
+            self.generator.drop_budget = (self.dynamic.max_rounds - 1) * self.batch_size
         self.generator.on_loop = streamed
         self.trained: dict[int, set[int]] = {}  # draw → positions trained, for draws the checkpoint may resume in
         weights.guard = push_guard(engine, self.gate, lambda: weights.actor_step, self.generator.wake)
@@ -128,11 +132,14 @@ class AsyncRollouts:
             # or it would train at a staleness above eta later
             groups, ready = self.buffer.take(self.batch_size, oldest_version=step - self.max_staleness)
         waited = time.monotonic() - started
+        dropped = self.buffer.take_dropped()
         trajectories = [t for g in groups for t in g.trajectories]
-        self.reward_errors.report([e for g in groups for e in g.errors], step=step)
-        self._record(step, groups)
+        self.reward_errors.report([e for g in [*groups, *dropped] for e in g.errors], step=step)
+        self._record(step, [*groups, *dropped])
         metrics = dict(self.generator.metrics)
         self.generator.metrics.clear()
+        if self.dynamic is not None:
+            metrics.update(self._dynamic_metrics(groups, dropped))
         penalties = [p for g in groups for p in g.penalties]
         if penalties:
             metrics.update(overlong_metrics(penalties))
@@ -151,9 +158,20 @@ class AsyncRollouts:
         self._idle_seen = idle
         return StepBatch(trajectories, metrics)
 
+    def _dynamic_metrics(self, groups: list[Group], dropped: list[Group]) -> dict[str, float]:
+        """Sync's `dynamic_sampling/kept_group_frac` (groups with signal / groups finished for this batch), the
+        groups dropped, and those trained without signal because the drop budget was spent."""
+        assert self.dynamic is not None
+        signal = sum(all(kept_samples(g.trajectories, self.dynamic)) for g in groups)
+        return {
+            "dynamic_sampling/kept_group_frac": signal / max(len(groups) + len(dropped), 1),
+            "dynamic_sampling/dropped_groups": float(len(dropped)),
+            "dynamic_sampling/unfiltered_groups": float(len(groups) - signal),
+        }
+
     def _record(self, step: int, groups: list[Group]) -> None:
         """Feed the rewards to the prompt source (curriculum samplers), one call per collect call; note what was
-        trained for the checkpoint."""
+        trained (or dropped by dynamic sampling) for the checkpoint."""
         calls: dict[str, tuple[list[int], list[Trajectory]]] = {}
         for group in groups:
             calls.setdefault(group.record_prefix, (group.record_rows, []))[1].extend(group.trajectories)
@@ -177,7 +195,10 @@ class AsyncRollouts:
             else:
                 first = min(self.generator.draw_log)
                 loader = self.generator.draw_log[first].loader_state
-                trained = {str(d): sorted(p) for d, p in self.trained.items() if d >= first}
+                used = {d: set(p) for d, p in self.trained.items()}
+                for group in self.buffer.dropped_waiting():  # their rows are spent, as a trained group's
+                    used.setdefault(group.draw, set()).add(group.position)
+                trained = {str(d): sorted(p) for d, p in used.items() if d >= first}
         return {"loader": loader, "async_draw": first, "trained": trained, "finished": finished}
 
     def load_loader_state(self, state: dict[str, Any]) -> None:
@@ -190,13 +211,14 @@ class AsyncRollouts:
         self.generator.next_draw = int(state["async_draw"])
         self.trained = {int(d): set(p) for d, p in state.get("trained", {}).items()}
         skips = {d: set(p) for d, p in self.trained.items()}
-        first = self.generator.started  # groups trained before the save; the saved ones were admitted next
+        first = self.generator.next_index  # groups trained before the save; the saved ones were admitted next
         restored = [restored_group(g, first + i) for i, g in enumerate(state.get("finished", []))]
         for group in restored:
             skips.setdefault(group.draw, set()).add(group.position)
             self.buffer.finished(group)
         self.generator.skips = skips
         self.generator.started += len(restored)
+        self.generator.next_index += len(restored)
         self.generator.metrics["async/groups_restored"] = float(len(restored))
 
     def drain(self) -> None:
