@@ -160,3 +160,17 @@ def test_in_flight_update_continues_requests_under_the_new_weights(engine: Any) 
     assert completion.token_ids[k:] == fresh.token_ids and fresh.policy_versions == [5] * (900 - k)
     assert completion.token_ids[k:] != reference[0].token_ids[k:]  # the new weights do change the text
     assert completion.logprobs is not None and len(completion.logprobs) == 900
+
+
+def test_batch_size_and_stats_are_the_offline_engines(engine: Any) -> None:
+    """vLLM sizes AsyncLLM's batch for serving (128 sequences a step); the engine asks for the offline `LLM`'s sizes,
+    as VLLMEngine gets them (vllm/engine/arg_utils.py: 256 on CPU; 1024 on an H100-class GPU, 256 on smaller
+    ones), and no per-step stats."""
+    from vllm.platforms import current_platform
+
+    scheduler = engine.llm.vllm_config.scheduler_config
+    if current_platform.is_cpu():
+        assert scheduler.max_num_seqs == 256
+    else:
+        assert scheduler.max_num_seqs in (256, 1024)
+    assert not engine.llm.log_stats

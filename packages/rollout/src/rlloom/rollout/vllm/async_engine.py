@@ -1,6 +1,7 @@
 """`VLLMAsyncEngine`: vLLM's `AsyncLLM` for agent turns, so a conversation joins the running batch the moment
-its tool call returns instead of waiting for the batch before it to finish (`VLLMEngine.agenerate` batches
-step-wise on the offline `LLM`).
+its tool call returns instead of waiting for the batch before it to finish. `VLLMEngine.agenerate` streams the same
+way in this process (`vllm.stream`), at about the same throughput on CPU (bench/agent_vllm.py); this engine adds
+in-flight weight updates, and vLLM's engine core runs in a process of its own.
 
 `AsyncLLM` binds itself to the event loop it is created in, while agents and trainers call from loops of their
 own (each `asyncio.run` is a new one), so the engine owns a loop on a background thread and every call is handed
@@ -81,6 +82,7 @@ class VLLMAsyncEngine:
 
     async def _start(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         c = self.config
@@ -95,12 +97,19 @@ class VLLMAsyncEngine:
             enable_sleep_mode=self.supports_sleep,
             seed=c.seed,
             logprobs_mode=c.logprobs_mode,
+            **({} if c.max_num_seqs is None else {"max_num_seqs": c.max_num_seqs}),
             worker_extension_cls="rlloom.rollout.vllm.worker.WeightLoaderExtension",
             **scheduler_kwargs(c, on_cpu=self.on_cpu),
             **platform_kwargs(c, on_cpu=self.on_cpu),
             **multimodal_kwargs(c, self.image_layout),
+            # no per-step stats in the output handler (nobody reads them here; the offline `LLM` turns them off too)
+            disable_log_stats=True,
         )
-        return AsyncLLM.from_engine_args(args)
+        # vLLM sizes the batch by usage context: AsyncLLM's own (ENGINE_CONTEXT) falls back to 128 sequences a step
+        # where the offline `LLM` (VLLMEngine) gets 256 on CPU and up to 1024 on large GPUs; rollouts are batch
+        # generation either way, so both engines start with the offline defaults (an agent's 256 conversations
+        # ran half at a time otherwise). VLLMEngineConfig.max_num_seqs still wins.
+        return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
