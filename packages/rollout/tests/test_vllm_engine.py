@@ -410,6 +410,87 @@ def test_agenerate_batches_concurrent_callers(vllm_engine: Any) -> None:
     assert asyncio.run(run()) == expected
 
 
+def _started(engine: Any) -> Any:
+    """A coroutine that returns once vLLM holds a request (agenerate's stream has taken it)."""
+
+    async def wait() -> None:
+        while not engine.llm.llm_engine.has_unfinished_requests():
+            await asyncio.sleep(0.001)
+
+    return wait()
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_agenerate_streams_a_late_request_into_the_running_batch(vllm_engine: Any) -> None:
+    """A request submitted while a long one decodes is answered before the long one ends (no per-batch barrier),
+    and both get the tokens the batch path (`generate`) gives them."""
+    greedy = {"temperature": 0.0, "ignore_eos": True}
+    long_req = GenerationRequest(prompt_ids=_ids("hello"), sampling=SamplingParams(max_tokens=240, **greedy))
+    short_req = GenerationRequest(prompt_ids=_ids("abc"), sampling=SamplingParams(max_tokens=4, **greedy))
+    expected = [r[0].token_ids for r in vllm_engine.generate([long_req, short_req])]
+
+    async def run() -> tuple[bool, list[int], list[int]]:
+        long_task = asyncio.create_task(vllm_engine.agenerate(long_req))
+        await _started(vllm_engine)
+        [short] = await vllm_engine.agenerate(short_req)
+        long_still_running = not long_task.done()
+        [long] = await long_task
+        return long_still_running, long.token_ids, short.token_ids
+
+    assert asyncio.run(run()) == (True, *expected)
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_agenerate_aborts_a_cancelled_request_and_keeps_serving(vllm_engine: Any) -> None:
+    long_req = GenerationRequest(prompt_ids=_ids("hi"), sampling=SamplingParams(max_tokens=240, ignore_eos=True))
+    short_req = GenerationRequest(prompt_ids=_ids("hi"), sampling=SamplingParams(max_tokens=3, ignore_eos=True))
+
+    async def run() -> int:
+        task = asyncio.create_task(vllm_engine.agenerate(long_req))
+        await _started(vllm_engine)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        [c] = await vllm_engine.agenerate(short_req)
+        return len(c.token_ids)
+
+    assert asyncio.run(run()) == 3
+    assert not vllm_engine.llm.llm_engine.has_unfinished_requests()  # the cancelled one was aborted in vLLM
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_waiting_weight_sync_stops_the_streams_intake(vllm_engine: Any) -> None:
+    """A sync called while a request decodes runs once that request ends; a request submitted while the sync waits
+    is not taken into the running stream (it would finish first: 3 tokens against 240) but generated after the
+    sync, so a stream of new requests cannot starve a sync."""
+    long_req = GenerationRequest(prompt_ids=_ids("hi"), sampling=SamplingParams(max_tokens=240, ignore_eos=True))
+    short_req = GenerationRequest(prompt_ids=_ids("abc"), sampling=SamplingParams(max_tokens=3, ignore_eos=True))
+    events: list[str] = []
+
+    def sync() -> None:
+        vllm_engine.finish_weight_sync()  # takes the engine's lock, as every sync call does
+        events.append("sync")
+
+    async def run() -> None:
+        long_task = asyncio.create_task(vllm_engine.agenerate(long_req))
+        await _started(vllm_engine)
+        syncing = threading.Thread(target=sync)
+        syncing.start()
+        while not vllm_engine.sync_waiting:
+            await asyncio.sleep(0.001)
+        short_task = asyncio.create_task(vllm_engine.agenerate(short_req))
+        for name, task in (("long", long_task), ("short", short_task)):
+            task.add_done_callback(lambda _, name=name: events.append(name))
+        await asyncio.gather(long_task, short_task)
+        await asyncio.to_thread(syncing.join)
+
+    asyncio.run(run())
+    assert events.index("long") < events.index("short") and "sync" in events
+
+
 @pytest.mark.vllm
 @needs_vllm
 def test_sleep_is_a_logged_no_op_without_sleep_mode(vllm_engine: Any, caplog: pytest.LogCaptureFixture) -> None:

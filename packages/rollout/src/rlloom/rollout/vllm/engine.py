@@ -28,7 +28,7 @@ from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
 from rlloom.core_rl.contracts.generation import Completion, FinishReason, GenerationRequest, SamplingParams
 from rlloom.core_rl.observe import progress
 from rlloom.rollout.arguments import VLLM_CPU_INSTALL
-from rlloom.rollout.batching import AsyncBatcher
+from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
 from rlloom.rollout.vllm.images import (
     ImagePatchLayout,
     check_expanded,
@@ -125,7 +125,9 @@ class VLLMEngineConfig(BaseModel):
         "batch's memory, as veRL's rollout.max_num_seqs. On CPU, 32 instead of 256 for a 32-row batch changed "
         "nothing measurable.",
     )
-    max_batch_rows: int = Field(default=256, ge=1, description="Samples per `agenerate` batch at most.")
+    max_batch_rows: int = Field(
+        default=256, ge=1, description="`agenerate`: samples in vLLM at once at most (more wait for room)."
+    )
     mm_processor_kwargs: dict[str, Any] | None = Field(
         default=None,
         description="VLMs: vLLM's image processor settings, e.g. {min_pixels, max_pixels} as the vision collector's "
@@ -346,7 +348,9 @@ class VLLMEngine:
         self._sync = WeightSync(
             session, bucket_bytes=config.weight_bucket_bytes, lock=self._lock, on_finish=self._drop_weight_caches
         )
-        self._batcher = AsyncBatcher(self._run_batch, config.max_batch_rows)
+        self._waiting = 0  # weight-sync and sleep calls waiting for the lock: agenerate's stream takes no more
+        self._waiting_lock = threading.Lock()
+        self._batcher = ContinuousBatcher(self._serve, config.max_batch_rows)
 
     def _start(self, config: VLLMEngineConfig, extra: Mapping[str, Any]) -> Any:
         return self._vllm.LLM(
@@ -380,8 +384,41 @@ class VLLMEngine:
         return results
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
-        """Batched with other concurrent callers, like `HFEngine.agenerate`."""
+        """Continuous batching with other concurrent callers (`vllm.stream`): the request joins vLLM's running
+        batch at its next step."""
         return await self._batcher.submit(request)
+
+    def _serve(self, take: TakeTickets) -> None:
+        """One stream of `agenerate` requests (the batcher's thread), under the lock and one weight version."""
+        from rlloom.rollout.vllm.stream import stream
+
+        while self.sync_waiting:  # let a waiting sync take the lock first (a lock is not fair)
+            time.sleep(0.001)
+        first = take(self.config.max_batch_rows)
+        if not first:
+            return
+        with self._lock:
+            if self.asleep:
+                raise RuntimeError("VLLMEngine is asleep: call wake_up() before generating")
+            self._sync.ready()
+            with self._generate_threads():
+                stream(self, first, take, self._sync.policy_version)
+
+    @property
+    def sync_waiting(self) -> bool:
+        """A weight sync (or sleep/wake-up) waits for the engine: `agenerate`'s stream stops taking requests."""
+        return self._waiting > 0
+
+    @contextlib.contextmanager
+    def _outside(self) -> Iterator[None]:
+        """Around a call that takes the lock from outside generation: counted in `sync_waiting` until it is done."""
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            yield
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
 
     def _run_batch(self, requests: list[GenerationRequest], deliver: Any) -> None:
         from vllm.inputs import TokensPrompt
@@ -430,15 +467,18 @@ class VLLMEngine:
         The sync stays open across calls, so a trainer may send its weights a bucket at a time; it is closed
         (pending layers processed, prefix cache dropped) by `finish_weight_sync`, which the next generation calls.
         Raises `WeightSyncError` naming the bucket and step on failure or timeout."""
-        self._sync.load(named_tensors)
+        with self._outside():
+            self._sync.load(named_tensors)
 
     def begin_weight_sync(self, step: int) -> None:
         """Label the coming sync with the training step, so an error names it."""
-        self._sync.begin(step)
+        with self._outside():
+            self._sync.begin(step)
 
     def finish_weight_sync(self) -> None:
         """Close an open sync: process the layers still pending, then `_drop_weight_caches`."""
-        self._sync.finish()
+        with self._outside():
+            self._sync.finish()
 
     def _drop_weight_caches(self) -> None:
         """Drop prefix-cache entries of old weights, and a VLM's cached vision-tower outputs (vLLM reuses them for an
@@ -460,7 +500,7 @@ class VLLMEngine:
         if not self.supports_sleep:
             self._log_no_sleep()
             return
-        with self._lock:
+        with self._outside(), self._lock:
             self.finish_weight_sync()
             self.llm.sleep(level=level)
             self.asleep = True
@@ -470,7 +510,7 @@ class VLLMEngine:
         if not self.supports_sleep:
             self._log_no_sleep()
             return
-        with self._lock:
+        with self._outside(), self._lock:
             self.llm.wake_up(tags=tags)
             self.asleep = tags is not None and "kv_cache" not in tags
 
