@@ -19,7 +19,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rlloom.core_rl.contracts import GenerationRequest, Trajectory, render_prompt
-from rlloom.core_rl.workers import supervised_train
+from rlloom.core_rl.workers import DEFAULT_MICRO_BATCH_TOKENS, supervised_train
 
 
 def warmup_trajectories(
@@ -48,6 +48,8 @@ def supervised_warmup(
     stop: Callable[[], bool] | None = None,
     check_every: int = 20,
     progress: bool = True,
+    max_tokens_per_micro_batch: int | None = DEFAULT_MICRO_BATCH_TOKENS,
+    gradient_checkpointing: bool = False,
 ) -> list[float]:
     """Train `model` in place for up to `steps` AdamW steps on random batches of `examples`; returns the losses.
 
@@ -68,6 +70,8 @@ def supervised_warmup(
         stop=(lambda _step: stop()) if stop is not None else None,
         check_every=check_every,
         progress=progress,
+        max_tokens_per_micro_batch=max_tokens_per_micro_batch,
+        gradient_checkpointing=gradient_checkpointing,
     )
 
 
@@ -97,7 +101,15 @@ def warm_up_rows(
     before = heldout_loss(model, tokenizer, val) if val else None
     steps = settings.steps(len(train))
     losses = supervised_warmup(
-        model, tokenizer, train, steps=steps, batch_size=settings.batch_size, lr=settings.lr, seed=settings.seed
+        model,
+        tokenizer,
+        train,
+        steps=steps,
+        batch_size=settings.batch_size,
+        lr=settings.lr,
+        seed=settings.seed,
+        max_tokens_per_micro_batch=settings.max_tokens_per_micro_batch,
+        gradient_checkpointing=settings.gradient_checkpointing,
     )
     after = heldout_loss(model, tokenizer, val) if val else None
     return WarmupResult(len(train), steps, losses, before, after)

@@ -181,6 +181,8 @@ def warm_up(
         lr=settings.lr,
         seed=settings.seed,
         progress=settings.progress,
+        max_tokens_per_micro_batch=settings.max_tokens_per_micro_batch,
+        gradient_checkpointing=settings.gradient_checkpointing,
     )
     model.eval()
     after = format_score(model, tokenizer, val_rows, retriever, settings) if val_rows else None

@@ -19,6 +19,15 @@ class WarmupSettings(BaseModel):
     steps: int = Field(default=100, ge=0, description="AdamW steps on random batches of demonstrations.")
     lr: float = Field(default=1e-5, gt=0, description="Learning rate (a fine-tuning rate for a pretrained model).")
     batch_size: int = Field(default=8, ge=1, description="Demonstrations per step.")
+    max_tokens_per_micro_batch: int = Field(
+        default=1024,
+        ge=1,
+        description="Tokens per forward/backward: a step's rows run in micro-batches of this many tokens (the "
+        "loss is the same; memory grows with it: SmolLM2-135M float32 keeps ~1.5 MB of activations per token).",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in backward: less memory, about a third more compute."
+    )
     max_rows: int | None = Field(default=None, ge=1, description="Demonstrate the first N training rows only.")
     top_k: int = Field(default=3, ge=1, description="Passages per search (Search-R1: 3).")
     max_turns: int = Field(default=5, ge=2, description="Model turns per measured conversation.")

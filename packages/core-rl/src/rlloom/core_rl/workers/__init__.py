@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rlloom.core_rl.facade import lazy_attribute
 
 if TYPE_CHECKING:
+    from rlloom.core_rl.workers.supervised import DEFAULT_MICRO_BATCH_TOKENS as DEFAULT_MICRO_BATCH_TOKENS
     from rlloom.core_rl.workers.supervised import supervised_train as supervised_train
     from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer as load_pretrained_tokenizer
     from rlloom.core_rl.workers.warmup_command import add_settings_arguments as add_settings_arguments
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from rlloom.core_rl.workers.warmup_command import run_warmup as run_warmup
 
 _EXPORTS = {
+    "DEFAULT_MICRO_BATCH_TOKENS": "supervised",
     "supervised_train": "supervised",
     "load_pretrained_tokenizer": "tokenizer_loading",
     "add_settings_arguments": "warmup_command",

@@ -38,14 +38,21 @@ def add_warmup_arguments(parser: argparse.ArgumentParser, *, train_help: str, va
 def add_settings_arguments(
     parser: argparse.ArgumentParser, settings: type[BaseModel], *, skip: Collection[str] = ()
 ) -> None:
-    """One flag per numeric field of `settings` (`batch_size` -> --batch-size), its default and description shown;
-    the fields in `skip` are not flags."""
+    """One flag per field of `settings` (`batch_size` -> --batch-size), its default and description shown: a number
+    takes a value, a bool is an on/off pair (--gradient-checkpointing / --no-gradient-checkpointing); the fields in
+    `skip` are not flags."""
     group = parser.add_argument_group("warm-up settings (defaults shown per flag)")
     for name, field in settings.model_fields.items():
         if name in skip:
             continue
+        flag = f"--{name.replace('_', '-')}"
+        if field.annotation is bool:
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=field.default, help=field.description
+            )
+            continue
         kind = float if field.annotation is float else int
-        group.add_argument(f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.description)
+        group.add_argument(flag, type=kind, default=field.default, help=field.description)
 
 
 def check_warmup_flags(
