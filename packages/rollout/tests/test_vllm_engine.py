@@ -551,3 +551,20 @@ def test_seeded_requests_past_one_step_budget_keep_the_engine_alive(vllm_engine:
     first = vllm_engine.generate(requests)
     assert [len(r[0].token_ids) for r in first] == [4] * 72
     assert [r[0].token_ids for r in vllm_engine.generate(requests)] == [r[0].token_ids for r in first]  # seeded
+
+
+def test_async_engine_worker_threads_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLMAsyncEngine's worker gets cpu_generate_threads unpinned OMP threads on CPU, else vLLM's own choice; the
+    variables are set for the start only."""
+    from rlloom.rollout.vllm.async_engine import _scoped_env, cpu_worker_env
+
+    config = VLLMEngineConfig(model=str(tmp_path))
+    assert cpu_worker_env(config, on_cpu=True) == {}
+    three = config.model_copy(update={"cpu_generate_threads": 3})
+    assert cpu_worker_env(three, on_cpu=False) == {}
+    assert cpu_worker_env(three, on_cpu=True) == {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "3"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    with _scoped_env(cpu_worker_env(three, on_cpu=True)):
+        assert (os.environ["OMP_NUM_THREADS"], os.environ["VLLM_CPU_OMP_THREADS_BIND"]) == ("3", "nobind")
+    assert os.environ["OMP_NUM_THREADS"] == "2" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ

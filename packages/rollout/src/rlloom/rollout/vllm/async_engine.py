@@ -20,11 +20,13 @@ in a request's output the pause fell.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
+import os
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -109,7 +111,8 @@ class VLLMAsyncEngine:
         # where the offline `LLM` (VLLMEngine) gets 256 on CPU and up to 1024 on large GPUs; rollouts are batch
         # generation either way, so both engines start with the offline defaults (an agent's 256 conversations
         # ran half at a time otherwise). VLLMEngineConfig.max_num_seqs still wins.
-        return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
+        with _scoped_env(cpu_worker_env(c, on_cpu=self.on_cpu)):  # vLLM's processes read it when they start
+            return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -270,6 +273,33 @@ class VLLMAsyncEngine:
         self.llm.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+def cpu_worker_env(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, str]:
+    """On CPU with `cpu_generate_threads` set: vLLM's worker process runs that many OMP threads, unpinned
+    (`VLLM_CPU_OMP_THREADS_BIND=nobind` leaves `OMP_NUM_THREADS` to us), as `VLLMEngine` generates in process.
+    vLLM's auto binding pins its threads to cores it picks (on a 2-core host: one thread on core 0, the other
+    core reserved), which on a shared machine cannot move off a busy core. Opt-in: on this loaded host unpinned
+    was within noise of pinned (bench/agent_vllm.py, fixed 50 ms, streaming/barrier paired 0.96x and 0.83x
+    unpinned against 0.90x pinned, 2-3 repeats each)."""
+    if not on_cpu or config.cpu_generate_threads is None:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(config.cpu_generate_threads)}
+
+
+@contextlib.contextmanager
+def _scoped_env(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ for the block, the previous values (or none) afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 async def _new_event() -> asyncio.Event:

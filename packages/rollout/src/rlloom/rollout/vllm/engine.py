@@ -94,7 +94,8 @@ class VLLMEngineConfig(BaseModel):
         description="CPU, in-process only: torch threads while vLLM generates (then the calling thread's again). "
         "None: the count the engine was started with, as TRL colocate and a bare vllm.LLM run (idle 2 cores, "
         "SmolLM2, 8 prompts x 4: 7.0 s against 12.1 s with 1). 1 on a heavily loaded machine, where OMP threads "
-        "spin-waiting after each small op steal the step's serial work (at load 20, 1 thread was 5x faster).",
+        "spin-waiting after each small op steal the step's serial work (at load 20, 1 thread was 5x faster). "
+        "VLLMAsyncEngine: its worker process's OMP threads, unpinned (None: vLLM's auto binding, pinned).",
     )
     weight_bucket_bytes: int = Field(
         default=512 << 20, ge=MIN_WEIGHT_BUCKET_BYTES, description="Bytes per weight-update RPC."
