@@ -287,9 +287,11 @@ def start_engine(setup: Setup, args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------------- runs
 def mode_overrides(args: argparse.Namespace, mode: str) -> list[str]:
-    """`trainer.mode` and its staleness, and dynamic sampling on (--dynamic-sampling N) or off."""
+    """`trainer.mode` and its staleness, dynamic sampling on (--dynamic-sampling N) or off, and the off-policy
+    correction of the modes that train on older samples (--correction; sync has nothing to correct)."""
     dynamic = f"algorithm.dynamic_sampling.max_rounds={args.dynamic_sampling}" if args.dynamic_sampling else None
-    return [*MODES[mode], dynamic or "algorithm.dynamic_sampling=null"]
+    correction = [] if mode == "sync" else [f"algorithm.off_policy_correction.method={args.correction}"]
+    return [*MODES[mode], dynamic or "algorithm.dynamic_sampling=null", *correction]
 
 
 def refusal(setup: Setup, args: argparse.Namespace, mode: str) -> str | None:
@@ -480,6 +482,12 @@ def main() -> None:
     ap.add_argument("--modes", type=comma_modes, default=list(MODE_IDS), help=f"comma list of {','.join(MODE_IDS)}")
     ap.add_argument("--dynamic-sampling", type=int, default=0, metavar="N",
                     help="algorithm.dynamic_sampling.max_rounds=N in every mode that accepts it (0: off)")  # fmt: skip
+    ap.add_argument(
+        "--correction",
+        choices=["none", "tis", "decoupled"],
+        default="none",
+        help="algorithm.off_policy_correction.method of every mode but sync (decoupled: AReaL's)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 steps, sync and async eta=2")
     ap.add_argument("--batch-size", type=int, default=32, help="prompts per step (data.train_batch_size)")
     ap.add_argument("--n", type=int, default=8, help="samples (conversations) per prompt (rollout.n)")
