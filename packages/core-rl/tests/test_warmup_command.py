@@ -90,3 +90,16 @@ def test_the_run_saves_what_train_changed_with_warmup_json(tmp_path: Path) -> No
     reloaded = AutoModelForCausalLM.from_pretrained(str(out))
     assert torch.all(reloaded.lm_head.weight == 0.25)
     assert (out / "tokenizer_config.json").is_file()
+
+
+def test_a_bool_setting_is_an_on_off_flag_pair() -> None:
+    class Switches(BaseModel):
+        gradient_checkpointing: bool = Field(default=False, description="Recompute activations.")
+        max_tokens_per_micro_batch: int = Field(default=1024, ge=1, description="Tokens per forward.")
+
+    p = argparse.ArgumentParser(prog="app warmup")
+    add_settings_arguments(p, Switches)
+    assert vars(p.parse_args([])) == {"gradient_checkpointing": False, "max_tokens_per_micro_batch": 1024}
+    on = p.parse_args(["--gradient-checkpointing", "--max-tokens-per-micro-batch", "512"])
+    assert (on.gradient_checkpointing, on.max_tokens_per_micro_batch) == (True, 512)
+    assert p.parse_args(["--no-gradient-checkpointing"]).gradient_checkpointing is False
