@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from test_async_rl import ASYNC, distinct_rows, metric_lines, trained_rows, trainer_for
 
 from rlloom.core_rl.contracts.protocols import RewardOutput
@@ -53,7 +54,9 @@ def dumped_truths(dump: Path) -> list[int]:
     ]
 
 
-def test_groups_without_signal_are_dropped_and_replaced(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_groups_without_signal_are_dropped_and_replaced(
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     rows, reward = distinct_rows(8), SignalOnEvenSums()  # 5 even sums, 3 odd
     run = tmp_path / "run"
     overrides = [*DYNAMIC, "trainer.total_steps=3", "trainer.streaming.max_staleness=1",
@@ -61,6 +64,9 @@ def test_groups_without_signal_are_dropped_and_replaced(tiny_model_dir: Path, tm
     trainer_for(tiny_model_dir, run, overrides, reward_fn=reward, train_data=rows).fit()
     lines = metric_lines(run)
     assert len(lines) == 3
+    # eta 1 without an off-policy correction: the run says so once, naming the key that corrects it
+    hints = [r for r in caplog.records if "off_policy_correction.method=decoupled" in r.getMessage()]
+    assert len(hints) == 1 and "max_staleness=1" in hints[0].getMessage()
     trained = trained_rows(run / "dump")
     assert sum(trained.values()) == 12  # every batch full: 3 steps x 4 groups
     truths = dumped_truths(run / "dump")

@@ -9,6 +9,7 @@ flight at the save are generated again, none lost, none trained twice.
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -34,6 +35,8 @@ from rlloom.core_rl.streaming.generator import StreamingGenerator
 from rlloom.core_rl.streaming.persist import group_state, restored_group
 from rlloom.core_rl.streaming.staleness import staleness_metrics
 from rlloom.core_rl.workers.weight_sync import EngineWeights
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncRollouts:
@@ -67,6 +70,13 @@ class AsyncRollouts:
                 "trainer.streaming.partial_rollout: keep_kv needs an engine that keeps its KV cache across an "
                 f"in-flight weight update (InflightWeightUpdate with keeps_kv_cache); {type(engine).__name__} has "
                 "none: use partial_rollout=reprefill (any engine) or off"
+            )
+        if self.max_staleness > 0 and cfg.algorithm.off_policy_correction is None:
+            logger.warning(
+                "trainer.mode=async with max_staleness=%d trains samples up to that many updates old without a "
+                "correction; algorithm.off_policy_correction.method=decoupled (AReaL's) kept the learning per sample "
+                "within noise of sync in bench/async_agent_vllm.py, and none fell behind (docs/async_rl.md)",
+                self.max_staleness,
             )
         self.gate = UpdateGate()
         streamed = LoopGenerate(engine)
