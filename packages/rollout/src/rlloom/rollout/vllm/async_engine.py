@@ -35,14 +35,13 @@ import torch
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.core_rl.observe import progress
+from rlloom.rollout.vllm.conversions import completion_of, vllm_sampling_kwargs
 from rlloom.rollout.vllm.engine import (
     VLLMEngineConfig,
-    _completion,
     multimodal_kwargs,
     platform_kwargs,
     prepare_platform,
     scheduler_kwargs,
-    vllm_sampling_kwargs,
 )
 from rlloom.rollout.vllm.images import ImagePatchLayout, check_expanded, engine_prompt
 from rlloom.rollout.vllm.weights import WeightSync, WeightSyncSession
@@ -175,7 +174,7 @@ class VLLMAsyncEngine:
         prompt_ids = list(final.prompt_token_ids or [])
         if request.multimodal:
             check_expanded(request.request_id, part.prompt_ids or [], prompt_ids)
-        return [(_completion(request, prompt_ids, c, latency, version), pauses) for c in final.outputs]
+        return [(completion_of(request, prompt_ids, c, latency, version), pauses) for c in final.outputs]
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """One request, scheduled by vLLM alongside every other in flight (continuous batching)."""

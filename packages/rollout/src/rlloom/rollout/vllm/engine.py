@@ -25,10 +25,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlloom.core_rl.config.distributed import MIN_WEIGHT_BUCKET_BYTES
-from rlloom.core_rl.contracts.generation import Completion, FinishReason, GenerationRequest, SamplingParams
+from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.observe import progress
 from rlloom.rollout.arguments import VLLM_CPU_INSTALL
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
+from rlloom.rollout.vllm.conversions import completion_of, vllm_sampling_kwargs
 from rlloom.rollout.vllm.images import (
     ImagePatchLayout,
     check_expanded,
@@ -266,30 +267,6 @@ def _cpu_head_sizes() -> Sequence[int]:
         return CPU_HEAD_SIZES
 
 
-def vllm_sampling_kwargs(
-    p: SamplingParams, *, skip_special_tokens: bool = True, logit_bias: dict[int, float] | None = None
-) -> dict[str, Any]:
-    """Our `SamplingParams` as keyword arguments of `vllm.SamplingParams` (same names, vLLM's conventions);
-    `logit_bias`: a VLM's banned vision tokens (`ImagePatchLayout.logit_bias`)."""
-    return {
-        "n": p.n,
-        "temperature": p.temperature,
-        "top_p": p.top_p,
-        "top_k": p.top_k if p.top_k > 0 else -1,  # vLLM: -1 disables
-        "min_p": p.min_p,
-        "max_tokens": p.max_tokens,
-        "stop": list(p.stop) or None,
-        "stop_token_ids": list(p.stop_token_ids) or None,
-        "include_stop_str_in_output": p.include_stop_str_in_output,
-        "ignore_eos": p.ignore_eos,
-        "seed": p.seed,
-        "logprobs": 0 if p.logprobs else None,  # 0: only the sampled token's logprob
-        "detokenize": True,
-        "skip_special_tokens": skip_special_tokens,
-        "logit_bias": logit_bias,
-    }
-
-
 def _progress_bar(samples: int) -> Any:
     """A tqdm class for `LLM.generate` that draws nothing and reports each finished request's samples (of
     `samples`) to core-rl's progress line, which writes one line every few seconds during a long rollout."""
@@ -442,7 +419,7 @@ class VLLMEngine:
         for i, (request, out) in enumerate(zip(requests, outputs, strict=True)):
             if request.multimodal:
                 check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
-            deliver(i, [_completion(request, out.prompt_token_ids, c, latency, version) for c in out.outputs])
+            deliver(i, [completion_of(request, out.prompt_token_ids, c, latency, version) for c in out.outputs])
         progress.advance(0, tokens=sum(len(c.token_ids) for out in outputs for c in out.outputs), unit="samples")
 
     @contextlib.contextmanager
@@ -533,30 +510,6 @@ class VLLMEngine:
         if self.in_process:
             del self.llm, self._sync
             release()
-
-
-def _completion(
-    request: GenerationRequest, prompt_ids: list[int], out: Any, latency: float, version: int = 0
-) -> Completion:
-    """One vLLM `CompletionOutput` as a `Completion`, every token labelled policy `version`; the sampled token's
-    logprob is picked from each step."""
-    token_ids = [int(t) for t in out.token_ids]
-    logprobs = None
-    if request.sampling.logprobs and out.logprobs is not None:
-        logprobs = [float(step[t].logprob) for step, t in zip(out.logprobs, token_ids, strict=True)]
-    reason: FinishReason = out.finish_reason if out.finish_reason in ("stop", "length") else "abort"
-    return Completion(
-        request_id=request.request_id,
-        prompt_ids=list(prompt_ids),
-        token_ids=token_ids,
-        text=out.text,
-        finish_reason=reason,
-        logprobs=logprobs,
-        stop_reason=out.stop_reason,
-        sample_index=int(out.index),
-        timing={"latency_s": latency},
-        policy_versions=[version] * len(token_ids),
-    )
 
 
 __all__ = [

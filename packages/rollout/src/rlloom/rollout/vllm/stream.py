@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rlloom.core_rl.contracts.generation import Completion
 from rlloom.core_rl.observe import progress
 from rlloom.rollout.batching import TakeTickets, Ticket
+from rlloom.rollout.vllm.conversions import completion_of, vllm_sampling_kwargs
 from rlloom.rollout.vllm.images import check_expanded
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ def stream(engine: VLLMEngine, first: list[Ticket], take: TakeTickets, version: 
     """Step vLLM until no request is left: `first`, then new tickets (up to `max_batch_rows` samples in flight)
     taken before every step unless a weight sync waits; answer each ticket the step its request finishes. Call
     with the engine's lock held and its weights ready; `version` labels every token."""
-    from rlloom.rollout.vllm.engine import _completion
-
     core = engine.llm.llm_engine
     live: dict[str, _Live] = {}
     rows = 0
@@ -65,7 +64,7 @@ def stream(engine: VLLMEngine, first: list[Ticket], take: TakeTickets, version: 
                     check_expanded(request.request_id, request.prompt_ids or [], out.prompt_token_ids)
                 latency = time.perf_counter() - entry.started
                 done: list[Completion] = [
-                    _completion(request, out.prompt_token_ids, c, latency, version) for c in out.outputs
+                    completion_of(request, out.prompt_token_ids, c, latency, version) for c in out.outputs
                 ]
                 progress.advance(len(done), tokens=sum(len(c.token_ids) for c in done), unit="samples")
                 entry.ticket.deliver(done)
@@ -83,7 +82,6 @@ def _add(engine: VLLMEngine, ticket: Ticket) -> str | None:
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    from rlloom.rollout.vllm.engine import vllm_sampling_kwargs
     from rlloom.rollout.vllm.images import engine_prompt
 
     request = ticket.request
