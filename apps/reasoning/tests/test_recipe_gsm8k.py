@@ -53,6 +53,22 @@ def test_row_scores_follow_dev_order(tmp_path: Path) -> None:
     assert gsm8k.row_scores(tmp_path) == [1.0, 0.0]
 
 
+def test_row_scores_average_a_rows_samples(tmp_path: Path) -> None:
+    records = [{"problem": p, "sample": k, "score": float(s)} for p, k, s in
+               [(1, 0, 1), (0, 0, 0), (1, 1, 0), (0, 1, 0), (1, 2, 1), (0, 2, 1), (1, 3, 1), (0, 3, 0)]]  # fmt: skip
+    (tmp_path / "samples_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert gsm8k.row_scores(tmp_path) == [0.25, 0.75]
+
+
+def test_eval_flags_parse_as_the_app_reads_them() -> None:
+    from rlloom_apps.reasoning.cli import build_parser
+
+    for flags, expected in (([], (0.6, 4)), (["--eval-samples", "1", "--eval-temperature", "0"], (0.0, 1))):
+        command = ["eval", "--data", "x.jsonl", *map(str, gsm8k.eval_flags(gsm8k.parse(flags)))]
+        parsed = build_parser().parse_args(command)
+        assert (parsed.temperature, parsed.n, parsed.max_tokens) == (*expected, 256)
+
+
 def test_evals_start_vllm_eager_and_parse_as_the_app_reads_them(tmp_path: Path) -> None:
     """The eval command the recipe runs is one `reasoning eval` accepts, with --enforce-eager on vLLM only."""
     from rlloom_apps.reasoning.cli import build_parser
