@@ -19,6 +19,7 @@ from rlloom_apps.reasoning.cli import main
 from rlloom.core_rl.data import read_jsonl
 
 FIXTURE = Path(__file__).parent / "data" / "gsm8k_test_head24.jsonl"
+README = Path(__file__).parents[1] / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +102,22 @@ def test_bad_settings_name_the_flag(rows: dict[str, Path], tmp_path: Path, capsy
         main(["warmup", "--model", str(rows["model"]), "--train-data", str(rows["train"]), "--out", str(tmp_path),
               "--epochs", "0"])  # fmt: skip
     assert "epochs" in capsys.readouterr().err
+
+
+def test_the_warmup_flags_and_defaults_are_the_documented_ones() -> None:
+    """The README's defaults (--epochs 2, --lr 1e-5, --batch-size 8, 1,024 tokens per micro-batch, checkpointing
+    off), the shared ones from core-rl's base, and the README's warm-up section names every settings flag."""
+    from rlloom_apps.reasoning.cli import build_parser
+    from rlloom_apps.reasoning.warmup_settings import WarmupSettings
+
+    from rlloom.core_rl.workers import WarmupSettingsBase
+
+    args = build_parser().parse_args(["warmup", "--model", "m", "--train-data", "t", "--out", "o"])
+    assert {k: getattr(args, k) for k in WarmupSettings.model_fields} == {
+        "lr": 1e-5, "batch_size": 8, "max_tokens_per_micro_batch": 1024, "gradient_checkpointing": False,
+        "max_rows": None, "seed": 0, "epochs": 2.0,
+    }  # fmt: skip
+    assert issubclass(WarmupSettings, WarmupSettingsBase)
+    section = README.read_text().split("## `reasoning warmup`")[1].split("\n## ")[0]
+    missing = [name for name in WarmupSettings.model_fields if f"`--{name.replace('_', '-')}`" not in section]
+    assert missing == []

@@ -20,6 +20,7 @@ from rlloom.core_rl.tiny import WORD_PIECES, save_tiny_model, tiny_qwen2, word_t
 from rlloom.retrieval import build_index, load_index
 from rlloom.rewards.format import search_r1_sequence
 
+README = Path(__file__).parents[1] / "README.md"
 FACTS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Peru", "Lima"),
     ("Chile", "Santiago"), ("Japan", "Tokyo"), ("Egypt", "Cairo"), ("Kenya", "Nairobi"), ("Cuba", "Havana"),
@@ -108,3 +109,25 @@ def test_command_refuses_a_missing_train_file_before_loading(world: dict[str, An
     with pytest.raises(SystemExit):
         main(["warmup", "--model", str(tmp_path), "--train-data", str(tmp_path / "none.jsonl"),
               "--index", str(world["index"]), "--out", str(tmp_path / "o")])  # fmt: skip
+
+
+def test_the_warmup_flags_and_defaults_are_the_documented_ones() -> None:
+    """--help's defaults as the README and Search-R1 give them (100 steps at 1e-5, batches of 8, 1,024 tokens per
+    micro-batch, top-3 passages, 5 turns of 500 tokens), the shared ones from core-rl's base, progress not a
+    flag, and the README's warm-up section names every settings flag."""
+    from rlloom_apps.search_agent.cli import build_parser
+
+    from rlloom.core_rl.workers import WarmupSettingsBase
+
+    given = ["warmup", "--model", "m", "--train-data", "t", "--out", "o", "--index", "i"]
+    args = vars(build_parser().parse_args(given))
+    flags = [name for name in WarmupSettings.model_fields if name != "progress"]
+    assert "progress" not in args
+    assert {k: args[k] for k in flags} == {
+        "lr": 1e-5, "batch_size": 8, "max_tokens_per_micro_batch": 1024, "gradient_checkpointing": False,
+        "max_rows": None, "seed": 0, "steps": 100, "top_k": 3, "max_turns": 5, "max_tokens_per_turn": 500,
+        "max_obs_tokens": 500, "max_total_tokens": 4096,
+    }  # fmt: skip
+    assert issubclass(WarmupSettings, WarmupSettingsBase)
+    section = README.read_text().split("## `search-agent warmup`")[1].split("\n## ")[0]
+    assert [name for name in flags if f"`--{name.replace('_', '-')}`" not in section] == []

@@ -1,12 +1,16 @@
-"""The warm-up command's shared part: settings flags from a pydantic model (a bad value refused by its flag, an
---out that is a file refused before anything loads), and a run that saves what `train` changed together with
-warmup.json (the settings and the result), reloadable as a transformers checkpoint."""
+"""The warm-up command's shared part: the settings every app takes (torch-free, with `supervised_train`'s defaults),
+settings flags from a pydantic model (a bad value refused by its flag, an --out that is a file refused before
+anything loads), and a run that saves what `train` changed together with warmup.json (the settings and the
+result), reloadable as a transformers checkpoint."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,14 @@ import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from rlloom.core_rl.tiny import save_tiny_model
-from rlloom.core_rl.workers import add_settings_arguments, add_warmup_arguments, check_warmup_flags, run_warmup
+from rlloom.core_rl.workers import (
+    WarmupSettingsBase,
+    add_settings_arguments,
+    add_warmup_arguments,
+    check_warmup_flags,
+    run_warmup,
+    supervised_train,
+)
 
 
 class Settings(BaseModel):
@@ -103,3 +114,27 @@ def test_a_bool_setting_is_an_on_off_flag_pair() -> None:
     on = p.parse_args(["--gradient-checkpointing", "--max-tokens-per-micro-batch", "512"])
     assert (on.gradient_checkpointing, on.max_tokens_per_micro_batch) == (True, 512)
     assert p.parse_args(["--no-gradient-checkpointing"]).gradient_checkpointing is False
+
+
+def test_the_shared_settings_default_as_supervised_train_does_and_refuse_a_typo_by_name() -> None:
+    shared = {"lr": 1e-5, "batch_size": 8, "max_tokens_per_micro_batch": 1024, "gradient_checkpointing": False,
+              "max_rows": None, "seed": 0}  # fmt: skip
+    assert WarmupSettingsBase().model_dump() == shared
+    defaults = inspect.signature(supervised_train).parameters
+    for name in ("max_tokens_per_micro_batch", "gradient_checkpointing", "seed"):  # the loop's own defaults
+        assert shared[name] == defaults[name].default, name
+    for bad, field in (({"max_tokens_per_micro_batch": 0}, "max_tokens_per_micro_batch"), ({"epoch": 2}, "epoch")):
+        with pytest.raises(ValidationError, match=field):
+            WarmupSettingsBase(**bad)  # type: ignore[arg-type]
+
+
+def test_the_shared_settings_and_their_flags_import_no_torch() -> None:
+    code = (
+        "import argparse, sys\n"
+        "from rlloom.core_rl.workers import WarmupSettingsBase, add_settings_arguments\n"
+        "p = argparse.ArgumentParser()\n"
+        "add_settings_arguments(p, WarmupSettingsBase)\n"
+        "print(WarmupSettingsBase(**vars(p.parse_args(['--max-rows', '3']))).max_rows, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["3", "False"]

@@ -1,5 +1,6 @@
 """The models a run trains and queries: actor, critic, reward model, their forward passes, precision, optimizer,
-attention kernels and weight sync; and the supervised warm-up's command (flags, checks, load, train, save).
+attention kernels and weight sync; and the supervised warm-up's command (shared settings, flags, checks, load,
+train, save).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from rlloom.core_rl.workers.supervised import DEFAULT_MICRO_BATCH_TOKENS as DEFAULT_MICRO_BATCH_TOKENS
     from rlloom.core_rl.workers.supervised import supervised_train as supervised_train
     from rlloom.core_rl.workers.tokenizer_loading import load_pretrained_tokenizer as load_pretrained_tokenizer
+    from rlloom.core_rl.workers.warmup_command import WarmupSettingsBase as WarmupSettingsBase
     from rlloom.core_rl.workers.warmup_command import add_settings_arguments as add_settings_arguments
     from rlloom.core_rl.workers.warmup_command import add_warmup_arguments as add_warmup_arguments
     from rlloom.core_rl.workers.warmup_command import check_warmup_flags as check_warmup_flags
@@ -25,6 +27,7 @@ _EXPORTS = {
     "add_warmup_arguments": "warmup_command",
     "check_warmup_flags": "warmup_command",
     "run_warmup": "warmup_command",
+    "WarmupSettingsBase": "warmup_command",
 }
 
 

@@ -1,5 +1,5 @@
-"""The supervised warm-up as an app's `warmup` command: the flags every app shares, their checks, and the run that
-loads the instruct model, trains it on the app's demonstrations and saves it with warmup.json.
+"""The supervised warm-up as an app's `warmup` command: the settings and flags every app shares, their checks, and
+the run that loads the instruct model, trains it on the app's demonstrations and saves it with warmup.json.
 
 The apps differ only in how they build demonstrations (a row's worked solution, a conversation through the
 retriever) and what they print; the rest is here once, so `reasoning warmup` and `search-agent warmup` take the
@@ -16,10 +16,35 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 R = TypeVar("R")  # the app's result: a dataclass
 S = TypeVar("S", bound=BaseModel)
+
+
+class WarmupSettingsBase(BaseModel):
+    """The supervised step's settings every app's warm-up takes (`supervised_train`'s knobs, and which rows); an app's
+    `WarmupSettings` extends it with how long to train (epochs or steps) and what it measures. Its fields come first
+    among the app's flags."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(
+        default=1e-5, gt=0, description="AdamW learning rate (a fine-tuning rate for a pretrained model)."
+    )
+    batch_size: int = Field(default=8, ge=1, description="Demonstrations per step.")
+    # = supervised.DEFAULT_MICRO_BATCH_TOKENS (a test holds them equal); that module imports torch, this one must not
+    max_tokens_per_micro_batch: int = Field(
+        default=1024,
+        ge=1,
+        description="Tokens per forward/backward: a step's rows run in micro-batches of this many tokens (the "
+        "loss is the same; memory grows with it: SmolLM2-135M float32 keeps ~1.5 MB of activations per token).",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in backward: less memory, about a third more compute."
+    )
+    max_rows: int | None = Field(default=None, ge=1, description="Demonstrate the first N training rows only.")
+    seed: int = Field(default=0, description="Batch order seed.")
 
 
 def add_warmup_arguments(parser: argparse.ArgumentParser, *, train_help: str, val_help: str) -> None:
