@@ -23,6 +23,7 @@ from rlloom_apps.search_agent.evaluate import (
     RowResult,
     evaluate,
     markdown_table,
+    problems_report,
     row_question,
     source_scores,
 )
@@ -291,6 +292,15 @@ def test_infer_command_prints_each_conversation(
             ],
             "--chat-template-kwargs {'tokenize': True}: tokenize cannot be set there",
         ),
+        (
+            ["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--n", "2"],
+            "--n 2 needs --temperature > 0 (greedy decoding, --temperature 0, gives 2 identical",
+        ),
+        (
+            ["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--n", "0", "--temperature", "1"],
+            "--n 0: input should be greater than or equal to 1",
+        ),
+        (["infer", "q", "--model", "{root}", "--index", "{root}", "--n", "2"], "unrecognized arguments: --n 2"),
         (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
         (["infer", "q", " ", "--model", "{root}", "--index", "{root}/index"], "question 2 of 2 is empty"),
     ],
@@ -390,3 +400,99 @@ def test_rows_without_a_prompt_are_refused_before_the_model_loads(
     with pytest.raises(SystemExit):
         main(["eval", "--data", str(legacy), "--method", "direct", "--model", str(tmp_path / "no_model")])
     assert f"--data {legacy} row 0: row has no question" in capsys.readouterr().err
+
+
+class SeededAgent:
+    """A sampling policy whose answer is its request's seed read aloud: Paris when seed % 3 == 0, else Lyon, so
+    which conversations score follows from the seeds alone."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        self.eos_token_ids = {int(tokenizer.eos_token_id)}
+        self.seeds: list[int] = []
+
+    async def agenerate(self, request: GenerationRequest) -> list[Completion]:
+        assert request.prompt_ids is not None and request.sampling.seed is not None
+        self.seeds.append(request.sampling.seed)
+        text = "<answer> Paris </answer>" if request.sampling.seed % 3 == 0 else "<answer> Lyon </answer>"
+        ids = [*self.tok(text, add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
+        return [Completion(request.request_id, list(request.prompt_ids), ids, text, "stop", [0.0] * len(ids))]
+
+    def generate(self, requests: Any) -> Any:
+        raise NotImplementedError("the agent loop only calls agenerate")
+
+    def update_weights(self, named_tensors: Any) -> None:
+        return None
+
+
+def test_n_samples_per_question_are_seeded_records_and_the_means_cover_all(corpus: dict[str, Path]) -> None:
+    from rlloom_apps.search_agent.data import to_row
+
+    tok = char_tokenizer()
+    long_question = "what is the capital of italy " + "and of nowhere " * 150  # does not fit 1,500 tokens
+    rows = [*rows_of(corpus["nq"]), to_row("hotpotqa", {"question": long_question, "answer": "Rome"}, 7, "test")]
+    settings = EvalSettings(progress=False, n=3, temperature=0.7, seed=5, max_total_tokens=1500)
+    engine = SeededAgent(tok)
+    found = asyncio.run(evaluate(engine, tok, rows, "direct", settings))  # type: ignore[arg-type]
+    # conversation c (question i's sample k: c = 3i + k) samples its one turn with seed 5 + 1,000,003 c; the two
+    # nq questions run, the overlong one never reaches the engine
+    assert sorted(engine.seeds) == [5 + 1_000_003 * c for c in range(6)]
+    assert [(r.question[:30], r.sample) for r in found] == [
+        ("what is the capital of france", 0), ("what is the capital of france", 1),
+        ("what is the capital of france", 2), ("what is the capital of germany", 0),
+        ("what is the capital of germany", 1), ("what is the capital of germany", 2),
+        (long_question[:30], 0), (long_question[:30], 1), (long_question[:30], 2),
+    ]  # fmt: skip
+    # 1,000,003 = 1 (mod 3), so seed 5 + 1,000,003 c = 2 + c (mod 3) is 0 for c = 1 and 4: France's sample 1
+    # answers Paris (right), Germany's sample 1 answers Paris too (wrong); every other answer is Lyon
+    assert [r.prediction for r in found[:6]] == ["Lyon", "Paris", "Lyon", "Lyon", "Paris", "Lyon"]
+    assert [r.em for r in found] == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [r.finish_reason for r in found[6:]] == ["overlong_prompt"] * 3
+    scores = source_scores(found)
+    assert scores["nq"] == {
+        "em": pytest.approx(1 / 6), "f1": pytest.approx(1 / 6), "sub_em": pytest.approx(1 / 6), "searches": 0.0,
+        "n": 2.0, "samples": 3.0, "overlong": 0.0, "scoring_errors": 0.0,
+    }  # fmt: skip
+    assert (scores["hotpotqa"]["n"], scores["hotpotqa"]["overlong"]) == (1.0, 3.0)
+    assert markdown_table({"direct": scores}).splitlines() == [
+        "| Method (avg@3) | NQ | HotpotQA | Avg. |",
+        "|---|---|---|---|",
+        "| direct | 0.167 | 0.000 | 0.083 |",
+    ]
+    (warning,) = problems_report("direct", found, 1500)
+    assert "1 of 3 prompts do not fit" in warning  # questions, not conversations
+
+
+def _eval_direct(corpus: dict[str, Path], model: dict[str, Path], out: Path, *extra: str) -> list[dict[str, Any]]:
+    main(
+        [
+            "eval", "--data", str(corpus["nq"]), str(corpus["hotpotqa"]), "--model", str(model["model"]),
+            "--tokenizer", str(model["tokenizer"]), "--device", "cpu", "--method", "direct", "--limit", "1",
+            "--max-tokens-per-turn", "8", "--out", str(out), *extra,
+        ]
+    )  # fmt: skip
+    return [json.loads(line) for line in (out / "predictions_direct.jsonl").read_text().splitlines()]
+
+
+def test_eval_command_n_samples_each_question_through_one_engine(
+    corpus: dict[str, Path], tiny_model: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    greedy = _eval_direct(corpus, tiny_model, tmp_path / "default")
+    assert _eval_direct(corpus, tiny_model, tmp_path / "n1", "--n", "1") == greedy  # --n 1 is the default
+    assert [p["sample"] for p in greedy] == [0, 0]
+    sampled = ["--n", "3", "--temperature", "1.0", "--seed", "11"]
+    preds = _eval_direct(corpus, tiny_model, tmp_path / "n3", *sampled)
+    capsys.readouterr()
+    assert [(p["data_source"], p["sample"]) for p in preds] == [("nq", k) for k in range(3)] + [
+        ("hotpotqa", k) for k in range(3)
+    ]
+    for source in ("nq", "hotpotqa"):  # a randomly initialised model at temperature 1: distinct seeds, distinct texts
+        assert len({p["response"] for p in preds if p["data_source"] == source}) > 1
+    scores = json.loads((tmp_path / "n3" / "results.json").read_text())["direct"]
+    for source in ("nq", "hotpotqa"):
+        mine = [p for p in preds if p["data_source"] == source]
+        assert scores[source]["em"] == pytest.approx(sum(p["em"] for p in mine) / 3)
+        assert scores[source]["f1"] == pytest.approx(sum(p["f1"] for p in mine) / 3)
+        assert (scores[source]["n"], scores[source]["samples"]) == (1.0, 3.0)
+    assert (tmp_path / "n3" / "table.md").read_text().startswith("| Method (avg@3) | NQ | HotpotQA | Avg. |")
+    assert _eval_direct(corpus, tiny_model, tmp_path / "again", *sampled) == preds  # seeded: the run repeats

@@ -147,7 +147,7 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     )
     limits = parser.add_argument_group("limits (Search-R1's defaults, shown per flag)")
     for name, field in EvalSettings.model_fields.items():
-        if name == "progress":
+        if name in ("progress", "n"):  # --n is eval's alone (_eval_parser): infer asks each question once
             continue
         if field.annotation is bool:
             limits.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=field.description)
@@ -162,10 +162,13 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _eval_parser(commands: Any) -> None:
+    from rlloom_apps.search_agent.eval_settings import EvalSettings
+
     ev = commands.add_parser(
         "eval",
         help="exact match per data source, laid out like Search-R1's results table",
-        description="Greedy evaluation of prepared rows (one file per data source, or mixed). Methods: search "
+        description="Greedy evaluation of prepared rows (one file per data source, or mixed; --n N --temperature T "
+        "> 0: N sampled conversations per question, figures averaged over all). Methods: search "
         "(the agent), rag (top-k passages in the prompt, one answer), direct (no retrieval). Prints one table row "
         "per method; --out also writes results.json, table.md and predictions_<method>.jsonl (each method's as it "
         "finishes).",
@@ -182,6 +185,8 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each data source (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and predictions")
     _policy_args(ev)
+    samples = EvalSettings.model_fields["n"]
+    ev.add_argument("--n", type=int, default=samples.default, help=samples.description)
 
 
 def _infer_parser(commands: Any) -> None:
@@ -432,7 +437,8 @@ def _with_policy(parser: argparse.ArgumentParser, args: argparse.Namespace, run:
     spec = PolicySpec.from_args(args)
     try:
         spec.check()
-        settings = EvalSettings(**{k: getattr(args, k) for k in EvalSettings.model_fields if k != "progress"})
+        given = {k: getattr(args, k) for k in EvalSettings.model_fields if k != "progress" and hasattr(args, k)}
+        settings = EvalSettings(**given)
         if retrieval:  # before the model loads: a wrong --index or a dead server should not cost that wait
             check_retrieval(args.index, args.retrieval_url, api=args.retrieval_api)
     except ValidationError as err:

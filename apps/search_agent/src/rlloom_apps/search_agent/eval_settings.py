@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlloom.core_rl.contracts import SamplingParams, template_arguments_clash
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 class EvalSettings(BaseModel):
     """Search-R1's evaluation limits (top-3, 4 search turns + a final one, 500 tokens a turn and an observation),
-    greedy."""
+    greedy; `n` sampled conversations per question (avg@n) when a narrower per-question mean is worth n times the
+    decoding."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -31,7 +32,17 @@ class EvalSettings(BaseModel):
     max_total_tokens: int = Field(default=4096, ge=2, description="Prompt + response tokens per conversation.")
     max_concurrency: int = Field(default=256, ge=1, description="Conversations in flight at once.")
     temperature: float = Field(default=0.0, ge=0.0, description="0: greedy, as Search-R1 validates.")
-    seed: int | None = Field(default=None, description="Sampling seed when temperature > 0.")
+    seed: int | None = Field(
+        default=None,
+        description="Sampling seed when temperature > 0: conversation c (question i's sample k is c = i * n + k) "
+        "samples turn t with seed + 1000003 * c + t, the agent loop's scheme.",
+    )
+    n: int = Field(
+        default=1,
+        ge=1,
+        description="Conversations per question (eval only); the figures average all of them (avg@n). Needs "
+        "--temperature > 0.",
+    )
     fallback_to_text: bool = Field(
         default=False,
         description="Score the whole reply when it has no <answer> tag (lenient; for models not trained on the tags).",
@@ -51,6 +62,16 @@ class EvalSettings(BaseModel):
         if problem:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _sampled_when_several(self) -> EvalSettings:
+        """n greedy conversations of one question are one conversation n times: the mean would be no narrower."""
+        if self.n > 1 and self.temperature == 0:
+            raise ValueError(
+                f"--n {self.n} needs --temperature > 0 (greedy decoding, --temperature 0, gives {self.n} identical "
+                "conversations per question); pass e.g. --temperature 0.6, or --n 1 for the greedy figure"
+            )
+        return self
 
     def loop_config(self, *, max_turns: int | None = None, compute_reward: bool = True) -> AgentLoopConfig:
         """The agent loop's limits and sampling (`max_turns` overrides the setting: 1 for one-turn methods)."""

@@ -1,6 +1,8 @@
 """`search-agent eval`: exact match per data source, laid out like Search-R1's results table (paper v5, Table 2).
 
-Three methods, each a row of the table, all greedy by default (Search-R1 validates with `do_sample=False`):
+Three methods, each a row of the table, all greedy by default (Search-R1 validates with `do_sample=False`); with
+`n` > 1 (sampled) each question runs n conversations in the same agent-loop run, each its own record, and every
+figure is the mean over all of them (avg@n), which narrows a per-question mean's noise n-fold in variance:
 - `search`: the agent itself, Search-R1's prompt and protocol through `AgentLoop` + `SearchEnv` (top-k passages
   per `<search>`, up to `max_turns` model turns);
 - `rag`: retrieve top-k passages for the question once, put them in the prompt, one answer turn (the paper's RAG
@@ -82,6 +84,7 @@ class RowResult:
     response: str
     error: str | None = None  # the scorer's error, when scoring failed (the row then scores 0)
     token_budget: int | None = None  # the conversation's tokens: --max-total-tokens capped by the model's context
+    sample: int = 0  # which of the question's --n conversations (0 .. n-1)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,7 +117,8 @@ async def evaluate(
     *,
     retriever: Any = None,
 ) -> list[RowResult]:
-    """Run `method` over `rows` (prepared rows: prompt, reward_model.ground_truth, data_source) and score each."""
+    """Run `method` over `rows` (prepared rows: prompt, reward_model.ground_truth, data_source) and score each
+    conversation: `settings.n` per row, in row order, seeded by the agent loop (conversation c = i * n + k)."""
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     if method != "direct" and retriever is None:
@@ -149,13 +153,15 @@ async def evaluate(
         ]
         loop = AgentLoop(engine, tokenizer, lambda: SingleTurnEnv(rubric, stop=["</answer>"]), loop_config)
     fits = [_prompt_tokens(loop, s) < loop.max_total_tokens for s in samples]
-    trajectories = iter(await loop.arun([s for s, ok in zip(samples, fits, strict=True) if ok]))
+    n = settings.n
+    trajectories = iter(await loop.arun([s for s, ok in zip(samples, fits, strict=True) if ok], n=n))
     budget = loop.max_total_tokens
     return [
-        _row_result(next(trajectories), q, tokenizer, settings.fallback_to_text, budget)
+        _row_result(next(trajectories), q, tokenizer, settings.fallback_to_text, budget, sample=k)
         if ok
-        else _overlong(s, q, budget)
+        else _overlong(s, q, budget, k=k)
         for s, q, ok in zip(samples, questions, fits, strict=True)
+        for k in range(n)
     ]
 
 
@@ -165,8 +171,9 @@ def _prompt_tokens(loop: AgentLoop, sample: Sample) -> int:
     return len(loop.template.prompt_ids(loop.make_env().reset(sample)))
 
 
-def _overlong(sample: Sample, question: str, budget: int) -> RowResult:
-    """A row whose prompt does not fit the conversation: scored 0 and reported, never dropped."""
+def _overlong(sample: Sample, question: str, budget: int, *, k: int) -> RowResult:
+    """A row whose prompt does not fit the conversation: scored 0 and reported, never dropped (each of its n
+    records, so every question weighs the same in the means)."""
     return RowResult(
         data_source=sample.data_source,
         index=sample.extra_info.get("index"),
@@ -181,10 +188,13 @@ def _overlong(sample: Sample, question: str, budget: int) -> RowResult:
         finish_reason=OVERLONG,
         response="",
         token_budget=budget,
+        sample=k,
     )
 
 
-def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool, budget: int) -> RowResult:
+def _row_result(
+    traj: Trajectory, question: str, tokenizer: Any, fallback_to_text: bool, budget: int, *, sample: int
+) -> RowResult:
     components = traj.reward_components
     written = model_text(traj, tokenizer)
     prediction = extract_tagged_answer(written)
@@ -205,6 +215,7 @@ def _row_result(traj: Trajectory, question: str, tokenizer: Any, fallback_to_tex
         response=traj.response_text,
         error=traj.reward_error,
         token_budget=budget,
+        sample=sample,
     )
 
 
@@ -223,7 +234,9 @@ def model_text(traj: Trajectory, tokenizer: Any) -> str:
 
 # --------------------------------------------------------------------------------------------- the table
 def source_scores(results: Sequence[RowResult]) -> dict[str, dict[str, float]]:
-    """Per data source: mean EM, F1, cover-EM, searches and the row count, in the table's column order."""
+    """Per data source, in the table's column order: mean EM, F1, cover-EM and searches over every conversation,
+    the question count `n`, conversations per question `samples`, and the conversations that did not run
+    (`overlong`) or failed scoring."""
     by_source: dict[str, list[RowResult]] = {}
     for r in results:
         by_source.setdefault(r.data_source, []).append(r)
@@ -235,7 +248,8 @@ def source_scores(results: Sequence[RowResult]) -> dict[str, dict[str, float]]:
             "f1": statistics.fmean(r.f1 for r in group),
             "sub_em": statistics.fmean(r.sub_em for r in group),
             "searches": statistics.fmean(r.searches for r in group),
-            "n": float(len(group)),
+            "n": float(sum(r.sample == 0 for r in group)),
+            "samples": float(max(r.sample for r in group) + 1),
             "overlong": float(sum(r.finish_reason == OVERLONG for r in group)),
             "scoring_errors": float(sum(r.error is not None for r in group)),
         }
@@ -245,7 +259,8 @@ def source_scores(results: Sequence[RowResult]) -> dict[str, dict[str, float]]:
 def problems_report(method: str, results: Sequence[RowResult], max_total_tokens: int) -> list[str]:
     """Warning lines for rows that scored 0 without a real answer: prompts too long to run, scoring errors."""
     lines = []
-    overlong = [r for r in results if r.finish_reason == OVERLONG]
+    questions = [r for r in results if r.sample == 0]  # a prompt's fit is the same for each of its samples
+    overlong = [r for r in questions if r.finish_reason == OVERLONG]
     if overlong:
         # the budget the rows really ran under: a model with a shorter context caps --max-total-tokens
         budget = min((r.token_budget for r in overlong if r.token_budget is not None), default=max_total_tokens)
@@ -255,14 +270,16 @@ def problems_report(method: str, results: Sequence[RowResult], max_total_tokens:
             else f"the model's context; --max-total-tokens {max_total_tokens} cannot raise it"
         )
         lines.append(
-            f"WARNING: --method {method}: {len(overlong)} of {len(results)} prompts do not fit a conversation "
+            f"WARNING: --method {method}: {len(overlong)} of {len(questions)} prompts do not fit a conversation "
             f"({budget} tokens: {cause}); they scored 0 with finish_reason '{OVERLONG}'. Lower --top-k or use a "
             "model with a longer context."
         )
     errors = [r.error for r in results if r.error is not None]
     if errors:
         shown = "; ".join(repr(e[:200]) for e in list(dict.fromkeys(errors))[:3])
-        lines.append(f"WARNING: --method {method}: {len(errors)} of {len(results)} rows had scoring errors: {shown}")
+        lines.append(
+            f"WARNING: --method {method}: {len(errors)} of {len(results)} conversations had scoring errors: {shown}"
+        )
     return lines
 
 
@@ -272,9 +289,11 @@ def ordered_sources(sources: Sequence[str] | Mapping[str, Any]) -> list[str]:
 
 
 def markdown_table(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str = "em") -> str:
-    """One row per method, one column per data source, then Avg. (unweighted over sources, as in the paper)."""
+    """One row per method, one column per data source, then Avg. (unweighted over sources, as in the paper); the
+    header says avg@n when the figures are means over n sampled conversations per question."""
     sources = ordered_sources({s: None for per in scores.values() for s in per})
-    header = ["Method", *(TABLE_COLUMNS.get(s, s) for s in sources), "Avg."]
+    n = max((int(cell.get("samples", 1)) for per in scores.values() for cell in per.values()), default=1)
+    header = ["Method" if n == 1 else f"Method (avg@{n})", *(TABLE_COLUMNS.get(s, s) for s in sources), "Avg."]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method, per in scores.items():
         cells = [f"{per[s][metric]:.3f}" if s in per else "-" for s in sources]
