@@ -2,10 +2,13 @@
 
 prepare-data -> `rlloom-retrieval build-index` (BM25 over the questions' own passages) -> `search-agent warmup`
 (demonstrations through the retriever) -> `search-agent train --config grpo --engine vllm` (Search-R1's v0.3
-format reward) -> greedy `search-agent eval` on 100 held-out dev questions at three points (untrained, warmed up,
-after RL): EM, F1, searches per episode and the valid-format rate, with a paired bootstrap interval for RL minus
-the warmed-up model. Data: apps/search_agent/recipes/hotpotqa/ (400 train and 100 dev questions, disjoint, and
-their 4,858 passages; see SOURCE.md there). At these defaults (50 warm-up steps, 8 GRPO steps of 8 x 4) the chain
+format reward) -> `search-agent eval` on 100 held-out dev questions at three points (untrained, warmed up, after
+RL): EM, F1, searches per episode and the valid-format rate, with a paired bootstrap interval for RL minus the
+warmed-up model. A question's score is the mean over --eval-samples seeded conversations at --eval-temperature
+(default 4 at 0.6, as recipe-gsm8k): one greedy answer per question left RL - warm-up at F1 +0.017 with a 95%
+interval of [-0.023, +0.060]; `--eval-samples 1 --eval-temperature 0` gives that greedy figure.
+Data: apps/search_agent/recipes/hotpotqa/ (400 train and 100 dev questions, disjoint, and their 4,858 passages;
+see SOURCE.md there). At these defaults (50 warm-up steps, 8 GRPO steps of 8 x 4) the chain
 took 77 minutes on two cores with some interference, about 64 undisturbed (docs/recipes.md); a GRPO step is ~3
 minutes here, so each extra 20 steps adds an hour.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=50, help="supervised steps (default: %(default)s)")
     p.add_argument("--max-turns", type=int, default=3, help="model turns per conversation (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per model turn (default: %(default)s)")
+    p.add_argument("--eval-samples", type=int, default=4, help="conversations per dev question (default: %(default)s)")
+    p.add_argument("--eval-temperature", type=float, default=0.6, help="0: greedy (default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -41,6 +47,24 @@ def limits(args: argparse.Namespace) -> list[str]:
     """The measuring limits eval and warm-up share with training's `search.*`."""
     return ["--max-turns", str(args.max_turns), "--max-tokens-per-turn", str(args.max_tokens),
             "--max-obs-tokens", "256", "--max-total-tokens", "2048"]  # fmt: skip
+
+
+def eval_flags(args: argparse.Namespace) -> list[str]:
+    """`search-agent eval`'s sampling: --eval-samples conversations per question at --eval-temperature, seeded."""
+    if args.eval_samples < 1:
+        raise SystemExit(f"--eval-samples must be at least 1, got {args.eval_samples}")
+    if args.eval_samples > 1 and args.eval_temperature <= 0:
+        raise SystemExit(
+            f"--eval-samples {args.eval_samples} needs --eval-temperature > 0 (greedy samples are all alike); "
+            "pass --eval-samples 1 for the greedy figure"
+        )
+    return ["--n", str(args.eval_samples), "--temperature", str(args.eval_temperature), "--seed", "0"]
+
+
+def title(args: argparse.Namespace) -> str:
+    """The report's title, saying how each question was scored."""
+    how = "greedy" if args.eval_temperature == 0 else f"avg@{args.eval_samples} at T {args.eval_temperature}"
+    return f"HotpotQA search agent, SmolLM2-135M-Instruct, BM25, held-out ({how})"
 
 
 def train_overrides(args: argparse.Namespace, start: Path, run: Path) -> list[str]:
@@ -76,20 +100,35 @@ def format_valid(response: str) -> float:
 
 
 def row_scores(folder: Path) -> dict[str, list[float]]:
-    """Per-question EM, F1, searches and valid format, in dev-row order."""
+    """Per-question EM, F1, searches and valid format, in dev-row order: each the mean over the question's
+    sampled conversations (its records share data_source and index; questions in order of first appearance,
+    which is the dev rows' order)."""
     records: list[dict[str, Any]] = read_jsonl(folder / "predictions_search.jsonl")
+    by_question: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("index") is None:
+            raise SystemExit(f"{folder}/predictions_search.jsonl: a record has no index; make rows with prepare-data")
+        by_question.setdefault((str(r["data_source"]), r["index"]), []).append(r)
+    samples = {len(group) for group in by_question.values()}
+    if len(samples) > 1:
+        raise SystemExit(f"{folder}/predictions_search.jsonl: questions have {sorted(samples)} samples, not one count")
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
+    groups = list(by_question.values())
     return {
-        "em": [float(r["em"]) for r in records],
-        "f1": [float(r["f1"]) for r in records],
-        "searches": [float(r["searches"]) for r in records],
-        "format_valid": [format_valid(str(r["response"])) for r in records],
+        "em": [mean([float(r["em"]) for r in g]) for g in groups],
+        "f1": [mean([float(r["f1"]) for r in g]) for g in groups],
+        "searches": [mean([float(r["searches"]) for r in g]) for g in groups],
+        "format_valid": [mean([format_valid(str(r["response"])) for r in g]) for g in groups],
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     index = args.out.resolve() / "index"
-    chain = Chain(args, "search-agent", ["--index", index, *limits(args)], row_scores)
+    chain = Chain(args, "search-agent", ["--index", index, *limits(args), *eval_flags(args)], row_scores)
     chain.prepare(DATA, ["--data-source", "hotpotqa"])
     chain.run("build-index", [tool("rlloom-retrieval"), "build-index", "--corpus", args.corpus, "--out", index])
     chain.measure("untrained", args.model)
@@ -102,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         "rl - warmup (em)": ("em", "warmup", "rl"),
         "rl - untrained (f1)": ("f1", "untrained", "rl"),
     }
-    chain.report("HotpotQA search agent, SmolLM2-135M-Instruct, BM25, greedy held-out", comparisons)
+    chain.report(title(args), comparisons)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ def test_format_valid_reads_the_model_turns_only() -> None:
 
 def test_row_scores_in_dev_order(tmp_path: Path) -> None:
     rows = [
-        {"em": 1.0, "f1": 1.0, "searches": 1.0, "response": VALID},
-        {"em": 0.0, "f1": 0.5, "searches": 2.0, "response": HINTED},
+        {"data_source": "hotpotqa", "index": 0, "em": 1.0, "f1": 1.0, "searches": 1.0, "response": VALID},
+        {"data_source": "hotpotqa", "index": 1, "em": 0.0, "f1": 0.5, "searches": 2.0, "response": HINTED},
     ]
     (tmp_path / "predictions_search.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert search.row_scores(tmp_path) == {
@@ -44,6 +44,59 @@ def test_row_scores_in_dev_order(tmp_path: Path) -> None:
         "searches": [1.0, 2.0],
         "format_valid": [1.0, 0.0],
     }
+
+
+def test_row_scores_average_each_questions_samples(tmp_path: Path) -> None:
+    """Two samples per question, written question by question as eval writes them; dev rows 5 then 2."""
+
+    keys = ("index", "sample", "em", "f1", "searches", "response")
+    records = [
+        {"data_source": "hotpotqa", **dict(zip(keys, values, strict=True))}
+        for values in (
+            (5, 0, 1.0, 1.0, 1.0, VALID),
+            (5, 1, 0.0, 0.4, 3.0, HINTED),
+            (2, 0, 0.0, 0.0, 0.0, "Paris."),
+            (2, 1, 0.0, 0.3, 2.0, VALID),
+        )
+    ]
+    (tmp_path / "predictions_search.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    scores = search.row_scores(tmp_path)
+    assert scores["em"] == [0.5, 0.0]
+    assert scores["f1"] == [pytest.approx(0.7), pytest.approx(0.15)]
+    assert scores["searches"] == [2.0, 1.0]
+    assert scores["format_valid"] == [0.5, 0.5]  # VALID counts, HINTED and a bare reply do not
+    (tmp_path / "predictions_search.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:3]))
+    with pytest.raises(SystemExit, match=r"questions have \[1, 2\] samples"):
+        search.row_scores(tmp_path)
+
+
+def test_eval_flags_parse_with_the_apps_parser() -> None:
+    from rlloom_apps.search_agent.cli import build_parser
+    from rlloom_apps.search_agent.eval_settings import EvalSettings
+
+    args = search.parse([])
+    assert (args.eval_samples, args.eval_temperature) == (4, 0.6)
+    given = [
+        "eval",
+        "--data",
+        "d.jsonl",
+        "--model",
+        "m",
+        "--index",
+        "i",
+        *search.limits(args),
+        *search.eval_flags(args),
+    ]
+    parsed = build_parser().parse_args(given)
+    assert (parsed.n, parsed.temperature, parsed.seed, parsed.max_turns) == (4, 0.6, 0, 3)
+    settings = EvalSettings(**{k: getattr(parsed, k) for k in EvalSettings.model_fields if k != "progress"})
+    assert settings.loop_config().sampling.seed == 0  # accepted as eval accepts it: sampled, seeded
+    assert "avg@4 at T 0.6" in search.title(args)
+    greedy = search.parse(["--eval-samples", "1", "--eval-temperature", "0"])
+    parsed = build_parser().parse_args(["eval", "--data", "d", "--model", "m", *search.eval_flags(greedy)])
+    assert (parsed.n, parsed.temperature) == (1, 0.0) and "greedy" in search.title(greedy)
+    with pytest.raises(SystemExit, match="--eval-samples 4 needs --eval-temperature > 0"):
+        search.eval_flags(search.parse(["--eval-temperature", "0"]))
 
 
 def test_report_means_and_interval(tmp_path: Path) -> None:
