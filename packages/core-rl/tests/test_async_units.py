@@ -160,9 +160,9 @@ def test_trainer_mode_keys_and_refusals() -> None:
             "trainer.streaming.max_staleness=0",
             "algorithm.dynamic_sampling=true",
         ],
-        "trainer.one_step_off_policy: cannot run with algorithm.dynamic_sampling": [
+        "trainer.one_step_off_policy: cannot run with data.filter_solved": [
             "trainer.mode=one_step_off",
-            "algorithm.dynamic_sampling=true",
+            "data.filter_solved=true",
         ],
         "trainer.mode: async cannot run with data.filter_solved": ["trainer.mode=async", "data.filter_solved=true"],
         "algorithm.off_policy_correction: method=tis and algorithm.tis": [
@@ -176,6 +176,9 @@ def test_trainer_mode_keys_and_refusals() -> None:
     }
     dynamic = load_config(None, [*base, "trainer.mode=async", "algorithm.dynamic_sampling.max_rounds=4"])
     assert dynamic.algorithm.dynamic_sampling is not None  # async filters each group as it finishes (eta >= 1)
+    # one-step-off runs sync's rounds on its rollout worker
+    dynamic = load_config(None, [*base, "trainer.mode=one_step_off", "algorithm.dynamic_sampling.max_rounds=4"])
+    assert dynamic.algorithm.dynamic_sampling is not None
     for message, overrides in refusals.items():
         with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
             load_config(None, [*base, *overrides])

@@ -108,8 +108,8 @@ def test_off_policy_refusals(tiny_model_dir: Path, tmp_path: Path) -> None:
             reward_fn=digit_reward,
             train_data=sum_rows(8),
         )
-    with pytest.raises(ConfigError, match="trainer.one_step_off_policy: cannot run with algorithm.dynamic_sampling"):
-        load_config(None, ["model.path=/m", *OFF_POLICY, "algorithm.dynamic_sampling=true"])
+    with pytest.raises(ConfigError, match="trainer.one_step_off_policy: cannot run with data.filter_solved"):
+        load_config(None, ["model.path=/m", *OFF_POLICY, "data.filter_solved=true"])
 
 
 def test_a_resume_trains_on_the_prompts_that_were_in_flight(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ def check_modes(cfg: RLConfig) -> None:
             f"is set but trainer.mode={trainer.mode}; its settings (max_staleness, partial_rollout ...) apply only to "
             "trainer.mode=async: set trainer.mode=async or trainer.streaming=null",
         )
+    # algorithm.dynamic_sampling runs in every mode but async at max_staleness 0: it needs only the rewards of the
+    # batch being sampled, and the one-step-off worker and the async generator score what they sample
     if trainer.mode != "sync" and (cfg.data.filter_solved or cfg.data.filter_unsolved):
         name = "trainer.one_step_off_policy" if trainer.mode == "one_step_off" else "trainer.mode"
         raise KeyedValueError(
@@ -77,18 +79,12 @@ def check_modes(cfg: RLConfig) -> None:
             "the next prompts from this step's rewards, which the batches generated in the background have not "
             "seen; switch one of them off",
         )
-    if trainer.mode == "one_step_off" and algo.dynamic_sampling is not None:
-        raise KeyedValueError(
-            "trainer.one_step_off_policy",
-            "cannot run with algorithm.dynamic_sampling: the next batch is drawn, in one piece, before this step's "
-            "rewards are known; use trainer.mode=async (it filters each group as it finishes) or trainer.mode=sync",
-        )
     if trainer.mode == "async" and algo.dynamic_sampling is not None and streaming_settings(cfg).max_staleness == 0:
         raise KeyedValueError(
             "trainer.streaming.max_staleness",
             "is 0 with algorithm.dynamic_sampling: at 0 a whole batch of prompts is one generation call, as the "
             "synchronous trainer makes it, and a dropped group cannot be replaced without breaking the bound; use "
-            "trainer.mode=sync (the same run) or max_staleness >= 1",
+            "trainer.mode=sync (the same run), trainer.mode=one_step_off or max_staleness >= 1",
         )
     correction = algo.off_policy_correction
     if correction is not None and correction.method != "none" and algo.tis is not None:

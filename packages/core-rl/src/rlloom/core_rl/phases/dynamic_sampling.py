@@ -1,5 +1,6 @@
-"""A step's scored batch on-policy: one rollout round, or with DAPO's dynamic sampling (Yu et al. 2025) as many
-rounds as it takes to fill the batch with groups whose rewards differ (EasyR1: whose mean lies in a band)."""
+"""A step's scored batch: one rollout round, or with DAPO's dynamic sampling (Yu et al. 2025) as many rounds as it
+takes to fill the batch with groups whose rewards differ (EasyR1: whose mean lies in a band). The synchronous
+trainer runs the rounds in its step; one-step off-policy on its rollout worker, with the weights it started under."""
 
 from __future__ import annotations
 
@@ -30,6 +31,24 @@ class StepBatch:
         return bool(self.metrics.get("dynamic_sampling/skipped_update"))
 
 
+@dataclass(slots=True)
+class SampledRound:
+    """One round's rows and scored trajectories, as `PromptSource.record` takes them."""
+
+    row_ids: list[int]
+    prefix: str
+    trajectories: list[Trajectory]
+
+
+@dataclass(slots=True)
+class SampledStep:
+    """A step's batch with every round's scoring errors, and its rounds (for a caller that records them later)."""
+
+    batch: StepBatch
+    errors: list[str | None]
+    rounds: list[SampledRound]
+
+
 def collect_step_batch(
     prompts: PromptSource,
     rounds: RoundRunner,
@@ -43,28 +62,54 @@ def collect_step_batch(
 ) -> StepBatch:
     """Rollout + reward; with dynamic sampling, more rounds until `batch_size` groups are useful or
     `algorithm.dynamic_sampling.max_rounds` is reached. No useful group at all: the step skips its update."""
+    sampled = sample_rounds(
+        prompts, rounds, algorithm, step=step, sampling=sampling, batch_size=batch_size, timer=timer
+    )
+    reward_errors.report(sampled.errors, step=step)
+    return sampled.batch
+
+
+def sample_rounds(
+    prompts: PromptSource,
+    rounds: RoundRunner,
+    algorithm: AlgorithmConfig,
+    *,
+    step: int,
+    sampling: SamplingParams,
+    batch_size: int,
+    timer: PhaseTimer,
+    first_ids: list[int] | None = None,
+    metrics: dict[str, float] | None = None,
+    record: bool = True,
+) -> SampledStep:
+    """`collect_step_batch`'s rounds, shared with one-step off-policy, whose worker thread runs them: there the
+    first round's rows are drawn beforehand on the main thread (`first_ids`, with their `metrics`), and with
+    `record=False` the rounds are returned for the main thread to `record_rounds` once the batch is taken, so the
+    prompt source's sampler is only ever updated there (later rounds of the same batch are then drawn without the
+    earlier rounds' feedback, as the async generator draws)."""
     kept: list[Trajectory] = []
     groups: list[str] = []
-    metrics: dict[str, float] = {}
+    metrics = metrics if metrics is not None else {}
     errors: list[str | None] = []
     penalties: list[float] = []  # every round's, so the overlong metrics describe the whole step's sampling
+    done: list[SampledRound] = []
     seen_groups = 0
     dynamic = algorithm.dynamic_sampling
     for round_index in range(1, (dynamic.max_rounds if dynamic is not None else 1) + 1):
         prefix = f"s{step}r{round_index}"
-        row_ids = prompts.next_ids(metrics)
-        rows = prompts.rows(row_ids)
-        scored = rounds.run(rows, sampling, prefix, timer)
+        row_ids = first_ids if round_index == 1 and first_ids is not None else prompts.next_ids(metrics)
+        scored = rounds.run(prompts.rows(row_ids), sampling, prefix, timer)
         errors += scored.errors
         if algorithm.overlong is not None:
             penalties += scored.penalties
             metrics.update(overlong_metrics(penalties))
-        prompts.record(step, scored.trajectories, row_ids, prefix)
+        done.append(SampledRound(row_ids, prefix, scored.trajectories))
+        if record:
+            prompts.record(step, scored.trajectories, row_ids, prefix)
         if dynamic is None:
-            reward_errors.report(errors, step=step)
-            return StepBatch(scored.trajectories, metrics)
+            return SampledStep(StepBatch(scored.trajectories, metrics), errors, done)
         keep = kept_samples(scored.trajectories, dynamic)
-        seen_groups += len(rows)
+        seen_groups += len(row_ids)
         for traj, ok in zip(scored.trajectories, keep, strict=True):
             if ok:
                 if traj.group_id not in groups:
@@ -72,17 +117,23 @@ def collect_step_batch(
                 kept.append(traj)
         if len(groups) >= batch_size:
             break
-    reward_errors.report(errors, step=step)
     metrics["dynamic_sampling/rounds"] = float(round_index)
     metrics["dynamic_sampling/kept_group_frac"] = len(groups) / max(seen_groups, 1)
+    metrics["dynamic_sampling/dropped_groups"] = float(seen_groups - len(groups))  # groups without signal
     if not kept:
         # No group had signal: DAPO trains on none of them. An update on all-zero advantages would still move the
         # weights (AdamW's momentum and weight decay) and cost a full forward/backward, so the step only logs its
         # rollouts.
         metrics["dynamic_sampling/skipped_update"] = 1.0
-        return StepBatch(scored.trajectories, metrics)
+        return SampledStep(StepBatch(scored.trajectories, metrics), errors, done)
     wanted = set(groups[:batch_size])
-    return StepBatch([t for t in kept if t.group_id in wanted], metrics)
+    return SampledStep(StepBatch([t for t in kept if t.group_id in wanted], metrics), errors, done)
+
+
+def record_rounds(prompts: PromptSource, step: int, rounds: list[SampledRound]) -> None:
+    """Give the prompt source each round's rewards, in the order they were drawn."""
+    for sampled in rounds:
+        prompts.record(step, sampled.trajectories, sampled.row_ids, sampled.prefix)
 
 
 def kept_samples(trajectories: list[Trajectory], dynamic: DynamicSamplingConfig) -> list[bool]:

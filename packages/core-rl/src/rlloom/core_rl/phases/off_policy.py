@@ -5,7 +5,12 @@ Synchronous RL leaves the generator idle during the update and the trainer idle 
 sampled with the weights of step t − 2 while step t − 1 trained, so each step costs about max(generation,
 update) instead of their sum, at the price of a policy lag of one step (the PPO ratio and TIS correct for it).
 `BackgroundRollouts` holds that one batch in flight on a worker thread; the trainer decides what it generates
-and when the engine's weights may change (only between batches).
+and when the engine's weights may change (only between batches). With DAPO's dynamic sampling the worker runs the
+synchronous trainer's rounds itself (`dynamic_sampling.sample_rounds`): it scores each round, keeps the groups with
+signal and draws more rows until the batch is full or `max_rounds` is reached, every round under the weights the
+batch started with. The loader is then advanced on the worker, while the main thread only trains; a checkpoint
+saves its position before the batch in flight, so a resume draws and generates that batch again, and the rows of
+dropped groups of batches already taken lie behind that position: used, as a trained row's.
 """
 
 from __future__ import annotations
@@ -17,28 +22,24 @@ from typing import Any
 
 from rlloom.core_rl.config.schema import RolloutConfig
 from rlloom.core_rl.contracts.generation import SamplingParams
-from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.observe.metrics import PhaseTimer
 from rlloom.core_rl.phases.collection import RewardErrorReport
-from rlloom.core_rl.phases.dynamic_sampling import StepBatch
+from rlloom.core_rl.phases.dynamic_sampling import SampledRound, StepBatch, record_rounds, sample_rounds
 from rlloom.core_rl.phases.prompt_source import PromptSource
-from rlloom.core_rl.phases.reward_shaping import overlong_metrics
 from rlloom.core_rl.phases.rollout_round import RoundRunner
 from rlloom.core_rl.workers.weight_sync import EngineWeights
 
 
 @dataclass(slots=True)
 class RolloutRound:
-    """A generated and scored batch, with what the main thread logs and reports about it."""
+    """A generated and scored batch (all its dynamic-sampling rounds), with what the main thread logs and reports
+    about it."""
 
-    trajectories: list[Trajectory]
+    batch: StepBatch  # the trajectories to train on and the sampling metrics (dynamic sampling, overlong)
     errors: list[str | None]
-    penalties: list[float]
+    rounds: list[SampledRound]  # every round's rows and trajectories, for the prompt source, in draw order
     seconds: dict[str, float] = field(default_factory=dict)  # time the worker spent per phase
-    metrics: dict[str, float] = field(default_factory=dict)
     weights_step: int = 0  # the training step whose weights the engine sampled with
-    row_ids: list[int] = field(default_factory=list)  # the data rows the batch was drawn from, in request order
-    prefix: str = ""  # its group ids' prefix (`f"{prefix}-{i}"` for row_ids[i])
 
 
 class BackgroundRollouts:
@@ -122,42 +123,42 @@ class OffPolicyRollouts:
         self.loader_state_in_flight = None
         self.reward_errors.report(done.errors, step=step)
         # before the next batch is drawn: its prompts then know this batch's rewards, as on-policy
-        self.prompts.record(step, done.trajectories, done.row_ids, done.prefix)
-        metrics = dict(done.metrics)
-        if done.penalties:
-            metrics.update(overlong_metrics(done.penalties))
+        record_rounds(self.prompts, step, done.rounds)
+        metrics = dict(done.batch.metrics)
         metrics.update({f"timing/background_{phase}_s": s for phase, s in done.seconds.items()})
         # updates between the weights that sampled the batch and those it trains from (critic warm-up makes none)
         metrics["rollout/policy_lag"] = float(self.weights.actor_step - done.weights_step)
         self.weights.refresh()
         if step < total_steps:
             self.background.start(self._round_job(step + 1, sampling))
-        return StepBatch(done.trajectories, metrics)
+        return StepBatch(done.batch.trajectories, metrics)
 
     def _round_job(self, step: int, sampling: SamplingParams) -> Callable[[], RolloutRound]:
-        """Step `step`'s rollout: its prompts and sampling decided here, on the main thread (the loader's order
-        stays the run's), generated and scored by the returned function on the worker."""
+        """Step `step`'s rollout: its first round's prompts and its sampling decided here, on the main thread (the
+        loader's order stays the run's), generated and scored by the returned function on the worker, which also
+        draws and runs dynamic sampling's further rounds (the main thread leaves the loader alone meanwhile)."""
         metrics: dict[str, float] = {}
         self.loader_state_in_flight = self.prompts.loader.state_dict()
-        row_ids = self.prompts.next_ids(metrics)
-        rows = self.prompts.rows(row_ids)
+        first_ids = self.prompts.next_ids(metrics)
         sampling = sampling.model_copy(update={"max_tokens": self.rollout.max_tokens_at(step)})
         weights_step = self.weights.engine_step
-        prefix = f"s{step}r1"
+        algorithm, batch_size = self.rounds.algorithm, self.prompts.loader.batch_size
 
         def job() -> RolloutRound:
             timer = PhaseTimer()
-            scored = self.rounds.run(rows, sampling, prefix, timer)
-            return RolloutRound(
-                scored.trajectories,
-                scored.errors,
-                scored.penalties,
-                timer.seconds,
-                metrics,
-                weights_step,
-                row_ids=row_ids,
-                prefix=prefix,
+            sampled = sample_rounds(
+                self.prompts,
+                self.rounds,
+                algorithm,
+                step=step,
+                sampling=sampling,
+                batch_size=batch_size,
+                timer=timer,
+                first_ids=first_ids,
+                metrics=metrics,
+                record=False,
             )
+            return RolloutRound(sampled.batch, sampled.errors, sampled.rounds, timer.seconds, weights_step)
 
         return job
 
