@@ -41,9 +41,12 @@ class WarmupSettingsBase(BaseModel):
         "loss is the same; memory grows with it: SmolLM2-135M float32 keeps ~1.5 MB of activations per token).",
     )
     gradient_checkpointing: bool = Field(
-        default=False, description="Recompute activations in backward: less memory, about a third more compute."
+        default=False,
+        description="Recompute activations in backward: less memory, about a third more compute (off unless given).",
     )
-    max_rows: int | None = Field(default=None, ge=1, description="Demonstrate the first N training rows only.")
+    max_rows: int | None = Field(
+        default=None, ge=1, description="Demonstrate the first N training rows only (all unless given)."
+    )
     seed: int = Field(default=0, description="Batch order seed.")
 
 
