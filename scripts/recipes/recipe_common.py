@@ -165,8 +165,9 @@ def warmup_command(args: argparse.Namespace, app: str, rows: Path, out: Path, ow
 
 @dataclass
 class Chain:
-    """One recipe run: prepare-data, greedy eval at each point, warm-up and GRPO through the app `app`, each step
-    logged and timed by one `Runner` in the run folder, and the per-row scores gathered for the report."""
+    """One recipe run: prepare-data, an eval at each point (with the recipe's sampling flags), warm-up and GRPO
+    through the app `app`, each step logged and timed by one `Runner` in the run folder, and the per-row scores
+    gathered for the report."""
 
     args: argparse.Namespace
     app: str  # the console script the chain drives: reasoning, search-agent
@@ -211,7 +212,7 @@ class Chain:
                      data / f"{split}.jsonl", "--out", rows, "--split", split, "--limit", limit])  # fmt: skip
 
     def measure(self, point: str, model: Path) -> None:
-        """Greedy `APP eval` of `point`'s model on the dev rows, run right after the point exists (a failure shows
+        """`APP eval` of `point`'s model on the dev rows, run right after the point exists (a failure shows
         early); a rerun keeps a point whose table.md is there."""
         folder = self.out / "eval" / point
         self.run(f"eval {point}", self.eval_command(point, model), done=folder / "table.md")
