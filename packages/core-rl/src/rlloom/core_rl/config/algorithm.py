@@ -49,7 +49,8 @@ class DynamicSamplingConfig(Section):
         default=3,
         ge=1,
         description="Cap on rollout rounds per step (veRL's max_num_gen_batches), then train on the groups kept so "
-        "far (none kept: the step skips its update and logs dynamic_sampling/skipped_update). Under "
+        "far (none kept: the step skips its update and logs dynamic_sampling/skipped_update); one_step_off runs the "
+        "same rounds on its rollout worker. Under "
         "trainer.mode=async each group is judged as it finishes and a dropped one frees its admission slot; at most "
         "(max_rounds - 1) x data.train_batch_size groups are dropped per batch, after which groups train as they "
         "are (logged as dynamic_sampling/unfiltered_groups), so the batch stays full.",
