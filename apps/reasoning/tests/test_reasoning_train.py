@@ -105,7 +105,7 @@ def test_config_errors_are_named(tiny: dict[str, Path], tmp_path: Path) -> None:
 def test_data_and_flag_errors_are_one_line(
     tiny: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Bad data and flags end in one `reasoning: error:` line naming the file:line or the key, not a traceback."""
+    """Bad data and flags end in one `reasoning train: error:` line naming the file:line or the key, not a traceback."""
     argv = ["train", "--config", "grpo", "--train-data", str(tiny["rows"]), *small(tiny, tmp_path / "run", "grpo")]
     with pytest.raises(SystemExit):  # the tiny chat template alone is longer than 5 tokens
         main([*argv, "--score-workers", "1", "data.max_prompt_length=5"])

@@ -15,6 +15,7 @@ from rlloom.core_rl.cli import (
     add_demo_command,
     check_file_arguments,
     check_yaml,
+    command_parser,
     parse,
     quiet_interrupt,
     run_interruptible,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    parser = command_parser(parser, args)  # errors show `<app> <command>`'s usage line
     if args.command == "plot":
         run_plot_command(parser, args)
         return

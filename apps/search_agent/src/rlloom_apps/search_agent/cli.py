@@ -17,6 +17,7 @@ from rlloom.core_rl.cli import (
     HelpFormatter,
     check_file_arguments,
     check_yaml,
+    command_parser,
     parse,
     quiet_interrupt,
     run_interruptible,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    parser = command_parser(parser, args)  # errors show `<app> <command>`'s usage line
     if args.command == "plot":
         run_plot_command(parser, args)
         return

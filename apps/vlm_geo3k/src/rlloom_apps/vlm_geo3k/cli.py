@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlloom.core_rl.cli import HelpFormatter, add_demo_command, check_yaml, parse, quiet_interrupt, run_interruptible
+from rlloom.core_rl.cli import (
+    HelpFormatter,
+    add_demo_command,
+    check_yaml,
+    command_parser,
+    parse,
+    quiet_interrupt,
+    run_interruptible,
+)
 from rlloom.core_rl.observe import add_plot_command, run_plot_command
 
 
@@ -64,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parse(parser, argv)
+    parser = command_parser(parser, args)  # errors show `<app> <command>`'s usage line
     if args.command == "plot":
         run_plot_command(parser, args)
         return

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from rlloom.core_rl.cli.app_args import HelpFormatter as HelpFormatter
     from rlloom.core_rl.cli.app_args import check_file_arguments as check_file_arguments
     from rlloom.core_rl.cli.app_args import check_yaml as check_yaml
+    from rlloom.core_rl.cli.app_args import command_parser as command_parser
     from rlloom.core_rl.cli.app_args import parse as parse
     from rlloom.core_rl.cli.app_args import quiet_interrupt as quiet_interrupt
     from rlloom.core_rl.cli.app_args import run_interruptible as run_interruptible
@@ -20,6 +21,7 @@ _EXPORTS = {
     "HelpFormatter": "app_args",
     "check_file_arguments": "app_args",
     "check_yaml": "app_args",
+    "command_parser": "app_args",
     "parse": "app_args",
     "quiet_interrupt": "app_args",
     "run_interruptible": "app_args",

@@ -4,6 +4,7 @@ the options, and a YAML --config checked before anything reads it."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import json
 import re
@@ -34,14 +35,55 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Parse, taking `key=value` overrides anywhere among the options (argparse ends a positional list at the first
-    option, so `train a=1 --train-data x b=2` would otherwise refuse `b=2`)."""
+    option, so `train a=1 --train-data x b=2` would otherwise refuse `b=2`).
+
+    Flags must be spelled out: argparse's prefix matching is turned off on every (sub)parser, since `--epoch 1`
+    quietly meaning `--epochs` would change meaning once another flag shares the prefix. Anything left over is
+    refused by the chosen subcommand's parser (its usage line), with the closest flags it knows as a suggestion."""
+    _no_abbreviations(parser)
     args, extra = parser.parse_known_args(argv)
     if hasattr(args, "overrides"):
         args.overrides = [*args.overrides, *(e for e in extra if OVERRIDE.match(e))]
         extra = [e for e in extra if not OVERRIDE.match(e)]
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        command = command_parser(parser, args)
+        command.error(f"unrecognized arguments: {' '.join(extra)}{suggestion(extra, command)}")
     return args
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the subcommand `args` chose (`reasoning warmup`'s, not `reasoning`'s), so that an error
+    shows that subcommand's usage line; `parser` itself when it has no subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return command_parser(chosen, args)
+    return parser
+
+
+def suggestion(extra: list[str], parser: argparse.ArgumentParser) -> str:
+    """`; did you mean --x?` for an unknown flag among `extra` that starts or nearly spells some of `parser`'s
+    flags (at most three; each hint names its flag when several flags are unknown); "" for garbage: no guess."""
+    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    unknown = [f for f in (item.split("=", 1)[0] for item in extra) if f.startswith("--") and f not in ("--", *known)]
+    hints = []
+    for flag in unknown:
+        longer = [k for k in known if k.startswith(flag)]  # what argparse's prefix matching would have taken
+        close = [*longer, *(k for k in difflib.get_close_matches(flag, known, n=3, cutoff=0.75) if k not in longer)]
+        if close:
+            named = f"{flag}: " if len(unknown) > 1 else ""
+            hints.append(f"{named}did you mean {' or '.join(close[:3])}?")
+    return f"; {'; '.join(hints)}" if hints else ""
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """`allow_abbrev=False` on `parser` and every subcommand parser under it."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _no_abbreviations(sub)
 
 
 def check_yaml(parser: argparse.ArgumentParser, config: str) -> None:
