@@ -27,15 +27,17 @@ def test_a_typo_names_the_flag_under_the_warmup_usage(capsys: pytest.CaptureFixt
     usage, error = refusal([*WARMUP, "--max-token-per-micro-batch", "512"], capsys)
     assert usage.startswith("usage: reasoning warmup [-h] --model MODEL")
     assert error == (
-        "reasoning warmup: error: unrecognized arguments: --max-token-per-micro-batch 512; "
+        "reasoning warmup: error: unrecognized arguments: --max-token-per-micro-batch; "
         "did you mean --max-tokens-per-micro-batch?"
     )
-    assert refusal([*WARMUP, "--xyzzy", "3"], capsys)[1] == "reasoning warmup: error: unrecognized arguments: --xyzzy 3"
+    without_out = ["warmup", "--model", "x", "--train-data", "y", "--max-token-per-micro-batch", "1"]
+    assert refusal(without_out, capsys)[1] == error  # the typo before the missing --out
+    assert refusal([*WARMUP, "--xyzzy", "3"], capsys)[1] == "reasoning warmup: error: unrecognized arguments: --xyzzy"
 
 
 def test_a_prefix_is_refused_not_taken_for_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert refusal([*WARMUP, "--epoch", "1"], capsys)[1] == (
-        "reasoning warmup: error: unrecognized arguments: --epoch 1; did you mean --epochs?"
+        "reasoning warmup: error: unrecognized arguments: --epoch; did you mean --epochs?"
     )
 
 

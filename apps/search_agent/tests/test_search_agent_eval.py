@@ -300,7 +300,7 @@ def test_infer_command_prints_each_conversation(
             ["eval", "--data", "{nq}", "--method", "direct", "--model", "{root}", "--n", "0", "--temperature", "1"],
             "--n 0: input should be greater than or equal to 1",
         ),
-        (["infer", "q", "--model", "{root}", "--index", "{root}", "--n", "2"], "unrecognized arguments: --n 2"),
+        (["infer", "q", "--model", "{root}", "--index", "{root}", "--n", "2"], "unrecognized arguments: --n"),
         (["infer", "q", "--model", "{root}"], "infer needs --index DIR or --retrieval-url URL"),
         (["infer", "q", " ", "--model", "{root}", "--index", "{root}/index"], "question 2 of 2 is empty"),
     ],

@@ -22,7 +22,7 @@ def test_warmup_typos_and_values_show_the_warmup_usage(tmp_path: Path, capsys: p
     usage, error = refusal([*warmup, "--max-token-per-micro-batch", "512"], capsys)
     assert usage.startswith("usage: search-agent warmup [-h] --model MODEL")
     assert error == (
-        "search-agent warmup: error: unrecognized arguments: --max-token-per-micro-batch 512; "
+        "search-agent warmup: error: unrecognized arguments: --max-token-per-micro-batch; "
         "did you mean --max-tokens-per-micro-batch?"
     )
     usage, error = refusal([*warmup, "--max-tokens-per-micro-batch", "0"], capsys)

@@ -46,9 +46,10 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 2  # usage + one error line
-    return err.strip().splitlines()[-1]
+    lines = capsys.readouterr().err.strip().splitlines()  # prepare-data's usage (wrapped) + one error line
+    assert lines[0].startswith("usage: vlm-geo3k prepare-data ") and all(line.startswith(" ") for line in lines[1:-1])
+    assert lines[-1].startswith("vlm-geo3k prepare-data: error: ")
+    return lines[-1]
 
 
 def test_prepare_data_mistakes_are_one_line_errors_naming_the_file(

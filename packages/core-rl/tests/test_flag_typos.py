@@ -19,6 +19,7 @@ def app() -> argparse.ArgumentParser:
     warm.add_argument("--epochs", type=float, default=2.0)
     warm.add_argument("--val-data", default=None)
     warm.add_argument("--lr", type=float, default=1e-5)
+    warm.add_argument("--out", required=True)
     train = commands.add_parser("train")
     train.add_argument("--config", default="grpo")
     train.add_argument("overrides", nargs="*")
@@ -34,23 +35,23 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
 
 
 def test_a_typo_gets_the_subcommand_usage_and_the_close_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    lines = refusal(["warmup", "--max-token-per-micro-batch", "512"], capsys)
+    lines = refusal(["warmup", "--out", "o", "--max-token-per-micro-batch", "512"], capsys)
     assert lines[0].startswith("usage: app warmup [-h]")
     assert lines[-1] == (
-        "app warmup: error: unrecognized arguments: --max-token-per-micro-batch 512; "
+        "app warmup: error: unrecognized arguments: --max-token-per-micro-batch; "
         "did you mean --max-tokens-per-micro-batch?"
     )
 
 
 def test_garbage_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
     lines = refusal(["warmup", "--xyzzy", "3"], capsys)
-    assert lines[-1] == "app warmup: error: unrecognized arguments: --xyzzy 3"
+    assert lines[-1] == "app warmup: error: unrecognized arguments: --xyzzy"
 
 
 def test_a_prefix_is_refused_not_taken(capsys: pytest.CaptureFixture[str]) -> None:
     """argparse would take `--epoch 1` as `--epochs 1`; here it is refused, naming the flag it would have been."""
     assert refusal(["warmup", "--epoch", "1"], capsys)[-1] == (
-        "app warmup: error: unrecognized arguments: --epoch 1; did you mean --epochs?"
+        "app warmup: error: unrecognized arguments: --epoch; did you mean --epochs?"
     )
     assert refusal(["warmup", "--val=x"], capsys)[-1] == (
         "app warmup: error: unrecognized arguments: --val=x; did you mean --val-data?"
@@ -59,13 +60,34 @@ def test_a_prefix_is_refused_not_taken(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_several_typos_each_name_their_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert refusal(["warmup", "--epoch", "1", "--lrr", "2", "--xyzzy"], capsys)[-1] == (
-        "app warmup: error: unrecognized arguments: --epoch 1 --lrr 2 --xyzzy; "
+        "app warmup: error: unrecognized arguments: --epoch --lrr --xyzzy; "
         "--epoch: did you mean --epochs?; --lrr: did you mean --lr?"
     )
 
 
+def test_a_typo_is_named_before_a_missing_required_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse alone reports the missing --out and hides the typo; the typo comes first here."""
+    assert refusal(["warmup", "--epoch", "1"], capsys)[-1] == (
+        "app warmup: error: unrecognized arguments: --epoch; did you mean --epochs?"
+    )
+    assert refusal(["warmup", "--epochs", "1"], capsys)[-1] == (
+        "app warmup: error: the following arguments are required: --out"
+    )
+
+
+def test_a_leftover_value_is_refused_by_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refusal(["warmup", "--out", "o", "stray"], capsys)[-1] == "app warmup: error: unrecognized arguments: stray"
+
+
+def test_help_still_wins_over_a_typo(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse(app(), ["warmup", "--epoch", "1", "-h"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: app warmup [-h]")
+
+
 def test_spelled_out_flags_and_overrides_still_parse() -> None:
-    args = parse(app(), ["warmup", "--epochs=3", "--max-tokens-per-micro-batch", "8"])
+    args = parse(app(), ["warmup", "--epochs=3", "--max-tokens-per-micro-batch", "8", "--out", "o"])
     assert (args.epochs, args.max_tokens_per_micro_batch) == (3.0, 8)
     args = parse(app(), ["train", "a.b=1", "--config", "x", "actor.learning_rate=2"])
     assert (args.config, args.overrides) == ("x", ["a.b=1", "actor.learning_rate=2"])

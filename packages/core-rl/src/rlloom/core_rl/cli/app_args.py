@@ -38,10 +38,16 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     option, so `train a=1 --train-data x b=2` would otherwise refuse `b=2`).
 
     Flags must be spelled out: argparse's prefix matching is turned off on every (sub)parser, since `--epoch 1`
-    quietly meaning `--epochs` would change meaning once another flag shares the prefix. Anything left over is
-    refused by the chosen subcommand's parser (its usage line), with the closest flags it knows as a suggestion."""
+    quietly meaning `--epochs` would change meaning once another flag shares the prefix. A flag the chosen
+    subcommand does not know is refused first (before a missing required flag, which argparse would report
+    instead) by that subcommand's parser, so the usage line is its own, with the flags it meant as a suggestion;
+    any other leftover argument is refused the same way after parsing."""
     _no_abbreviations(parser)
-    args, extra = parser.parse_known_args(argv)
+    tokens = sys.argv[1:] if argv is None else list(argv)
+    command, unknown = unknown_flags(parser, tokens)
+    if unknown and not {"-h", "--help"} & set(tokens):  # before argparse's "required" error, which would hide them
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{suggestion(unknown, command)}")
+    args, extra = parser.parse_known_args(tokens)
     if hasattr(args, "overrides"):
         args.overrides = [*args.overrides, *(e for e in extra if OVERRIDE.match(e))]
         extra = [e for e in extra if not OVERRIDE.match(e)]
@@ -62,10 +68,23 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     return parser
 
 
+def unknown_flags(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The subcommand parser `tokens` choose (its first plain token, level by level) and the `--flags` among the
+    tokens after it that this parser does not know (`--flag=value` by its flag; nothing after a bare `--`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            first = next((i for i, token in enumerate(tokens) if not token.startswith("-")), None)
+            chosen = action.choices.get(tokens[first]) if first is not None else None
+            return unknown_flags(chosen, tokens[first + 1 :]) if chosen and first is not None else (parser, [])
+    known = _long_flags(parser)
+    given = tokens[: tokens.index("--")] if "--" in tokens else tokens
+    return parser, [t for t in given if t.startswith("--") and t.split("=", 1)[0] not in known]
+
+
 def suggestion(extra: list[str], parser: argparse.ArgumentParser) -> str:
     """`; did you mean --x?` for an unknown flag among `extra` that starts or nearly spells some of `parser`'s
     flags (at most three; each hint names its flag when several flags are unknown); "" for garbage: no guess."""
-    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    known = _long_flags(parser)
     unknown = [f for f in (item.split("=", 1)[0] for item in extra) if f.startswith("--") and f not in ("--", *known)]
     hints = []
     for flag in unknown:
@@ -75,6 +94,10 @@ def suggestion(extra: list[str], parser: argparse.ArgumentParser) -> str:
             named = f"{flag}: " if len(unknown) > 1 else ""
             hints.append(f"{named}did you mean {' or '.join(close[:3])}?")
     return f"; {'; '.join(hints)}" if hints else ""
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
 
 
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
