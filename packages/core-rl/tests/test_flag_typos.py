@@ -98,3 +98,15 @@ def test_the_command_parser_is_the_chosen_subcommand() -> None:
     assert command_parser(parser, parse(parser, ["train"])).prog == "app train"
     flat = argparse.ArgumentParser(prog="flat")
     assert command_parser(flat, parse(flat, [])) is flat
+
+
+def test_rlloom_core_rl_takes_no_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    """`rlloom-core-rl export-hf ... --dt float32` was taken as --dtype; now it is refused naming --dtype."""
+    from rlloom.core_rl.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["export-hf", "ckpt", "out", "--dt", "float32"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("usage: rlloom-core-rl export-hf [-h]")
+    assert lines[-1] == "rlloom-core-rl export-hf: error: unrecognized arguments: --dt; did you mean --dtype?"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlloom.core_rl.cli.app_args import HelpFormatter
+from rlloom.core_rl.cli.app_args import HelpFormatter, parse
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     export.add_argument("checkpoint", help="the checkpoint folder, e.g. runs/x/checkpoints/step_100")
     export.add_argument("out", help="the folder to write the Hugging Face model into")
     export.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="cast weights (default: as saved)")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)  # spelled-out flags; a typo gets the export-hf usage and the flag it meant
     if args.command == "export-hf":
         from rlloom.core_rl.run.export_hf import export_hf
 
