@@ -249,3 +249,13 @@ def test_every_flag_has_a_help_text_and_shows_its_default(capsys: pytest.Capture
             if action.default not in (None, False) and not action.required:
                 shown = "none" if action.default == [] else str(action.default)
                 assert f"(default: {shown})" in action.help % {"default": action.default}, (name, action.dest)
+
+
+def test_a_shortened_flag_is_refused_not_taken_as_the_flag_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse would read `--ap native` as `--api native`; a prefix must be refused (exit 2), naming what was given."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["search", "q", "--index", str(tmp_path), "--ap", "native"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --ap native" in capsys.readouterr().err

@@ -116,3 +116,15 @@ def test_an_unknown_scorer_fails_before_scoring(tmp_path: Path, capsys: pytest.C
         main(["score", str(src), "--scorer", spec, "--out", str(out), "--workers", "0", "--quiet"])
     assert exit_info.value.code == 2 and not out.exists()
     assert "--scorer: " in capsys.readouterr().err
+
+
+def test_a_shortened_flag_is_refused_not_taken_as_the_flag_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse would read `--work 1` as `--workers 1`; a prefix must be refused (exit 2)."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "4", "ground_truth": "4", "data_source": "gsm8k"}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["score", str(src), "--out", str(tmp_path / "out.jsonl"), "--work", "1"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --work" in capsys.readouterr().err

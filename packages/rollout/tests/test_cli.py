@@ -55,6 +55,21 @@ def test_bad_flags_are_refused_before_loading(
     assert line.startswith("rlloom-rollout serve: error: ") and says in line
 
 
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        # a prefix of one flag: argparse would take it as --max-batch-rows; refused, naming the flag meant
+        ("--max-batch", "unrecognized arguments: --max-batch; did you mean --max-batch-rows?"),
+        ("--prot", "unrecognized arguments: --prot; did you mean --port?"),  # a typo
+    ],
+)
+def test_misspelled_and_shortened_flags_are_refused_with_a_suggestion(
+    saved: SavedTinyModel, flag: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _refused(["serve", "--model", str(saved.model), flag, "8"], capsys)
+    assert line == f"rlloom-rollout serve: error: {says}"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_device_without_cuda_is_refused(saved: SavedTinyModel, capsys: pytest.CaptureFixture[str]) -> None:
     line = _refused(

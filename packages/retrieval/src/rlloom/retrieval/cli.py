@@ -75,6 +75,7 @@ def _add_backend_arg(parser: argparse.ArgumentParser, help_prefix: str, default:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlloom-retrieval",
+        allow_abbrev=False,  # flags spelled out: `--k` must not quietly mean `--k1` (nor later flags' prefixes)
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser(
         "build-index",
+        allow_abbrev=False,
         help="build an index folder from a Search-R1 or BEIR JSONL(.gz) corpus",
         description="Build an index folder from a corpus. The new index is written beside --out and renamed into "
         "place when complete; --out may be a new path, an empty folder or an existing index (replaced).",
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import-faiss",
+        allow_abbrev=False,
         help="make a dense index folder from a prebuilt faiss index and its corpus (Search-R1's wiki-18 e5)",
         description="Adopt a prebuilt faiss index whose vector i embeds line i of --corpus (Search-R1's "
         "e5_Flat.index with wiki-18.jsonl) as a dense index folder, without re-encoding the corpus. Loading it "
@@ -136,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
 
     luc = sub.add_parser(
         "import-lucene",
+        allow_abbrev=False,
         help="make a lucene index folder from a prebuilt pyserini Lucene index and its corpus (Search-R1's "
         "wiki-18 BM25)",
         description="Adopt a Lucene index that pyserini/Anserini built from --corpus (Search-R1's "
@@ -155,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser(
         "serve",
+        allow_abbrev=False,
         help="serve an index or an online engine over HTTP (Search-R1 /retrieve, /search, /health, /stats)",
         description="Serve an index folder, or Google Custom Search / SerpAPI, over HTTP until interrupted: "
         "Search-R1's POST /retrieve, the native POST /search, GET /health and GET /stats. With --rerank-model, "
@@ -216,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
 
     search = sub.add_parser(
         "search",
+        allow_abbrev=False,
         help="search one query in an index folder or a running server and print the hits",
         description="Search one query and print the hits, best first: in a local index (--index) or through a "
         "running server (--url).",
@@ -234,6 +240,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser(
         "eval",
+        allow_abbrev=False,
         help="nDCG@10, Recall@{1,5,10,100}, MRR@10 (--qrels) or answer-hit@k (--answers)",
         description="Measure retrieval: against qrels (nDCG@10, Recall@1/5/10/100, MRR@10) or against the gold "
         "answers in a QA file (answer-hit@1/3/5/10/20).",

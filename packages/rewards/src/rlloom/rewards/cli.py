@@ -155,9 +155,15 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlloom-rewards", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="rlloom-rewards",
+        description=__doc__.split("\n\n")[0],
+        allow_abbrev=False,  # flags spelled out
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    score = commands.add_parser("score", help="score a JSONL file of responses", formatter_class=_HelpFormatter)
+    score = commands.add_parser(
+        "score", help="score a JSONL file of responses", formatter_class=_HelpFormatter, allow_abbrev=False
+    )
     score.add_argument("input", type=Path, help="JSONL file, one object per line")
     score.add_argument(
         "--scorer",

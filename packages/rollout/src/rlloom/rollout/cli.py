@@ -135,8 +135,10 @@ def served_name(model: Path, override: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from rlloom.core_rl.cli.app_args import parse  # stdlib only: a typo still answers before torch loads
+
     parser, serve = _parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)  # flags spelled out (no prefix matching), "did you mean" on a typo
     spec = _spec(args)
     try:
         spec.check()
