@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import DynamicCache
@@ -33,6 +33,7 @@ from rlloom.rollout.hf.kv_cache import (
 )
 from rlloom.rollout.hf.pause import PauseGate
 from rlloom.rollout.hf.prefix_cache import PrefixCache, PrefixHit
+from rlloom.rollout.hf.reprefill import prefill_sequences
 from rlloom.rollout.hf.sampling import RowSampling, sample_next
 from rlloom.rollout.hf.stopping import StopStringWatcher
 
@@ -50,7 +51,7 @@ class SampleRow:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)  # the policy version that sampled each token
-    kv_stale: bool = False  # its keys/values span a weight update (never stored in the prefix cache)
+    kv_stale: bool = False  # its keys/values span a weight update, kept (never stored in the prefix cache)
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     joined_at: float = 0.0  # perf_counter() when its prefill started; timings below are relative to it
@@ -74,6 +75,8 @@ class DecodeSettings:
     max_rows: int = 1 << 30  # admission never grows the batch beyond this many unfinished rows
     admit_every: int = 1  # poll `admit` every this many decode steps
     prefix_cache: PrefixCache | None = None  # reuse finished rows' keys/values for prompts extending them
+    # after an in-flight weight update: keep the rows' old-weight keys/values, or recompute them (reprefill.py)
+    inflight_kv: Literal["keep", "reprefill"] = "keep"
 
 
 @dataclass(slots=True)
@@ -86,6 +89,7 @@ class DecodeStats:
     prefill_tokens: int = 0  # prompt tokens run through the model (once per distinct request)
     reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache instead
     filled_in_place: int = 0  # joins written into finished rows' places (no rewrite of the whole cache)
+    reprefilled_tokens: int = 0  # prompt + generated tokens run again under new weights after in-flight updates
 
 
 AdmitRows = Callable[[int], list[SampleRow]]
@@ -269,6 +273,19 @@ class RunningBatch:
                 trim_left_cache(self.cache, first)
                 self.mask = self.mask[:, first:]
 
+    def reprefill(self, model: torch.nn.Module, settings: DecodeSettings, stats: DecodeStats) -> None:
+        """Recompute the rows' keys/values under the model's current weights (after an in-flight update).
+
+        Finished rows are dropped first. Each row's prompt and the tokens fed so far run through the model again;
+        the last sampled token (`tokens`) is fed by the next `advance` as usual. Sampling state (seeded streams'
+        counters), logprobs and versions are the rows' own and stay as they are.
+        """
+        self.compact()
+        fed = [row.prompt_ids + row.token_ids[:-1] for row in self.rows]
+        fresh = prefill_sequences(model, fed, settings.pad_token_id)
+        self.cache, self.mask, self.last_pos = fresh.cache, fresh.mask, fresh.last_pos
+        stats.reprefilled_tokens += sum(len(f) for f in fed)
+
     def advance(self, model: torch.nn.Module, settings: DecodeSettings) -> None:
         """Feed the sampled tokens through the model; `logits` become the next step's."""
         assert self.tokens is not None, "sample() before advance()"
@@ -360,9 +377,15 @@ def decode(
     `abandoned(row)`, asked of every unfinished row before each step, ends the rows whose caller has gone
     (finish 'abort', no `on_finish`), so a cancelled request stops taking a place others wait for.
     With a `gate`, every token is labelled its `version`, and the loop parks at `gate.checkpoint()` between
-    sampling a token and feeding it, so an in-flight weight update lands at a token boundary (see `PauseGate`).
+    sampling a token and feeding it, so an in-flight weight update lands at a token boundary (see `PauseGate`);
+    the rows then keep their keys/values or are re-prefilled, as `settings.inflight_kv` says.
     """
     stats = stats if stats is not None else DecodeStats()
+    if gate is not None and settings.inflight_kv == "reprefill" and _multimodal(settings):
+        raise ValueError(
+            "inflight_kv='reprefill' cannot re-prefill a multimodal decode (its image inputs and M-RoPE positions "
+            "cover the prompt alone); use HFEngineConfig(inflight_kv='keep') for multimodal requests"
+        )
     batch = RunningBatch.prefill(model, rows, settings, stats) if rows else None
     can_admit = admit is not None and settings.explicit_positions and (batch is None or mergeable(batch.cache))
     while True:
@@ -390,7 +413,7 @@ def decode(
         if finished >= settings.compact_every and not (admit_next and finished < batch.size):
             batch.compact()  # (when an admission comes next step, `absorb` drops them while joining)
         if gate is not None and gate.checkpoint():
-            _weights_changed(batch, settings)
+            _weights_changed(model, batch, settings, stats)
         batch.advance(model, settings)
         stats.steps += 1
 
@@ -423,13 +446,21 @@ def _admit(
     return batch
 
 
-def _weights_changed(batch: RunningBatch, settings: DecodeSettings) -> None:
-    """After an in-flight update: the running rows' keys/values are the old weights', and so is the prefix
-    cache's content, so neither may seed a later prompt."""
-    for row in batch.rows:
-        row.kv_stale = True
+def _weights_changed(model: torch.nn.Module, batch: RunningBatch, settings: DecodeSettings, stats: DecodeStats) -> None:
+    """After an in-flight update the prefix cache's content is the old weights', so it may not seed a later
+    prompt; the running rows' keys/values are recomputed ('reprefill') or kept and marked stale ('keep')."""
     if settings.prefix_cache is not None:
         settings.prefix_cache.clear()
+    if settings.inflight_kv == "reprefill":
+        batch.reprefill(model, settings, stats)
+        return
+    for row in batch.rows:
+        row.kv_stale = True
+
+
+def _multimodal(settings: DecodeSettings) -> bool:
+    """Whether the decode runs with per-prompt extra inputs or positions (a vision-language prompt)."""
+    return bool(settings.forward_kwargs) or settings.rope_positions is not None or not settings.explicit_positions
 
 
 def _prefill_isolated(

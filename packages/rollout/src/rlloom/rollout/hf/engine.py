@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,13 +56,21 @@ class HFEngineConfig(BaseModel):
         description="Keep finished sequences' keys/values, up to this many tokens in all, so a prompt that extends "
         "one (an agent's next turn) prefills only its new tokens. 0 turns prefix caching off.",
     )
+    inflight_kv: Literal["keep", "reprefill"] = Field(
+        default="keep",
+        description="Requests paused by an in-flight weight update (pause_generation / resume_generation). keep: "
+        "they feed on with the keys/values the old weights computed (no recompute; AReaL's practice; tokens "
+        "after the push read old-weight keys/values). reprefill: at the resume each one's prompt + tokens so far "
+        "is prefilled again under the new weights, so every later token is exactly the new policy's (one prefill "
+        "per request per push). Text models only: a vision-language model is refused with reprefill.",
+    )
 
 
 class HFEngine:
     """Samples a transformers causal LM in-process; implements core-rl's `RolloutEngine` and the capabilities
-    `InflightWeightUpdate` (keys/values kept), `HasContextWindow`, `HasEosTokens`, `HasTokenizer` and `Closable`
-    (its batcher thread). Every completion's tokens carry the policy version they were sampled under (0 until
-    the first `resume_generation`)."""
+    `InflightWeightUpdate` (keys/values kept or re-prefilled: `inflight_kv`), `HasContextWindow`, `HasEosTokens`,
+    `HasTokenizer` and `Closable` (its batcher thread). Every completion's tokens carry the policy version they
+    were sampled under (0 until the first `resume_generation`)."""
 
     tokenizer: Any
     eos_token_ids: set[int]  # the tokenizer's and the model's generation config's
@@ -72,6 +80,14 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or HFEngineConfig()
+        model_config = getattr(model, "config", None)
+        self._vision_token_ids = _vision_token_ids(model_config)
+        if self.config.inflight_kv == "reprefill" and self._vision_token_ids:
+            raise ValueError(
+                f"HFEngineConfig.inflight_kv='reprefill' is not supported for {type(model).__name__}, a vision-"
+                "language model: its multimodal decodes carry image inputs and M-RoPE positions for the prompt "
+                "alone, which a re-prefill would have to rebuild; use inflight_kv='keep'"
+            )
         self._lock = threading.Lock()  # one batch on the model at a time (sync callers and the batcher)
         self._gate = PauseGate()  # in-flight weight updates: decodes park at a token boundary while paused
         self.batches_run = 0  # decode runs so far (a continuous run may serve many waves of callers)
@@ -79,7 +95,6 @@ class HFEngine:
         self._batcher = ContinuousBatcher(self._serve, self.config.max_batch_rows, self.config.gather_s)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_token_ids), 0)
-        model_config = getattr(model, "config", None)
         self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens else None
         self._weights_version = self._parameter_versions()
         positions = getattr(model_config, "max_position_embeddings", None)
@@ -92,9 +107,9 @@ class HFEngine:
             max_rows=self.config.max_batch_rows,
             admit_every=self.config.admit_every,
             prefix_cache=self.prefix_cache,
+            inflight_kv=self.config.inflight_kv,
         )
         self._vocab_size = int(getattr(model_config, "vocab_size", None) or len(tokenizer))
-        self._vision_token_ids = _vision_token_ids(model_config)
         self._token_pieces = TokenPieces(tokenizer)  # lets stop-string watchers skip most tokens
 
     @classmethod
@@ -351,6 +366,8 @@ class HFEngine:
         load_named_tensors(self.model, named_tensors)
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
+        # the cache now holds nothing of the old weights, and what a decode (re-)prefills from here on may seed it
+        self._weights_version = self._parameter_versions()
 
     # -- in-flight weight updates (core-rl's InflightWeightUpdate) -----------------------------------------
     def pause_generation(self) -> None:
@@ -360,14 +377,15 @@ class HFEngine:
         self._gate.pause()
 
     def resume_generation(self, policy_version: int) -> None:
-        """Continue the paused requests under the current weights, with the keys/values computed so far kept;
-        every token sampled from now on is labelled `policy_version`."""
+        """Continue the paused requests under the current weights, with the keys/values computed so far kept or
+        recomputed (`inflight_kv`); every token sampled from now on is labelled `policy_version`."""
         self._gate.resume(policy_version)
 
     @property
     def keeps_kv_cache(self) -> bool:
-        """True: a paused request keeps its keys/values (computed under the old weights) and feeds on."""
-        return True
+        """Whether a paused request keeps its keys/values (computed under the old weights) and feeds on
+        (`inflight_kv="keep"`), rather than re-prefilling its prompt and tokens under the new ones."""
+        return self.config.inflight_kv == "keep"
 
     @property
     def policy_version(self) -> int:

@@ -4,8 +4,9 @@
 A decode registers while it runs (`decoding()`) and calls `checkpoint()` between two steps, after a token was
 sampled and before it is fed to the model. `pause()` returns once every running decode is parked there (or none
 runs), so the trainer may then change the weights: the tokens sampled so far came from the old ones, and the next
-forward (the first after `resume`) uses the new ones, with the keys/values computed so far kept. A decode that
-starts during the pause waits in `decoding()`, so requests submitted then wait too.
+forward (the first after `resume`) uses the new ones, with the keys/values computed so far kept or recomputed
+(`HFEngineConfig.inflight_kv`). A decode that starts during the pause waits in `decoding()`, so requests
+submitted then wait too.
 """
 
 from __future__ import annotations
