@@ -15,6 +15,7 @@ import pytest
 import torch
 from tiny_run import SamplingEngine, digit_reward, sum_rows, tiny_config
 
+from rlloom.core_rl.config.schema import ConfigError
 from rlloom.core_rl.contracts.generation import GenerationRequest
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.run.checkpoint import load_trainer_state
@@ -210,12 +211,18 @@ def test_critic_warm_up_steps_still_admit_the_next_groups(tiny_model_dir: Path, 
     assert all(line["async/staleness_max"] == 0.0 for line in lines)
 
 
-def test_on_the_hf_engine_tokens_carry_their_versions_and_the_bound_holds(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("inflight_kv", "partial_rollout"), [("keep", "off"), ("reprefill", "reprefill")])
+def test_on_the_hf_engine_tokens_carry_their_versions_and_the_bound_holds(
+    tiny_model_dir: Path, tmp_path: Path, inflight_kv: str, partial_rollout: str
+) -> None:
     """HFEngine updates in flight (pause, push, resume with the version) and labels every token: responses span
-    versions, and no trained token is more than max_staleness updates old."""
+    versions, and no trained token is more than max_staleness updates old; with inflight_kv=reprefill (what
+    partial_rollout=reprefill asks of it) a response that spans a push was re-prefilled."""
     hf = pytest.importorskip("rlloom.rollout.hf.engine")
-    engine = hf.HFEngine.from_pretrained(str(tiny_model_dir))
-    overrides = [*ASYNC, "trainer.total_steps=5", "trainer.streaming.max_staleness=1", "rollout.max_tokens=24"]
+    engine = hf.HFEngine.from_pretrained(str(tiny_model_dir), config=hf.HFEngineConfig(inflight_kv=inflight_kv))
+    # responses long enough (up to 160 tokens) that pushes land inside them
+    overrides = [*ASYNC, "trainer.total_steps=5", "trainer.streaming.max_staleness=1", "rollout.max_tokens=160"]
+    overrides.append(f"trainer.streaming.partial_rollout={partial_rollout}")
     try:
         trainer_for(tiny_model_dir, tmp_path / "run", overrides, engine=engine).fit()
     finally:
@@ -224,3 +231,32 @@ def test_on_the_hf_engine_tokens_carry_their_versions_and_the_bound_holds(tiny_m
     assert len(lines) == 5
     assert max(line["async/staleness_max"] for line in lines) == 1.0
     assert all(line["async/version_spread"] <= 2.0 for line in lines)
+    spanned = any(line["async/multi_version_frac"] > 0 for line in lines)
+    assert (engine.decode_stats.reprefilled_tokens > 0) == (spanned and inflight_kv == "reprefill")
+
+
+def test_partial_rollout_must_agree_with_the_engines_inflight_kv(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """An InflightWeightUpdate engine takes every push in flight; keep_kv and reprefill insist on what it does
+    with the paused requests' KV cache, and a refusal names the key and the engine's setting to change."""
+    hf = pytest.importorskip("rlloom.rollout.hf.engine")
+    keeping = hf.HFEngine.from_pretrained(str(tiny_model_dir))
+    reprefilling = hf.HFEngine.from_pretrained(str(tiny_model_dir), config=hf.HFEngineConfig(inflight_kv="reprefill"))
+
+    def trainer(partial_rollout: str, engine: Any) -> Trainer:
+        overrides = [*ASYNC, "trainer.total_steps=1", f"trainer.streaming.partial_rollout={partial_rollout}"]
+        return trainer_for(tiny_model_dir, tmp_path / partial_rollout, overrides, engine=engine)
+
+    try:
+        with pytest.raises(ConfigError) as refused:
+            trainer("reprefill", keeping)
+        message = str(refused.value)
+        assert "trainer.streaming.partial_rollout: reprefill" in message and "HFEngine keeps" in message
+        assert "inflight_kv" in message and "HFEngineConfig(inflight_kv='reprefill')" in message
+        with pytest.raises(ConfigError, match="trainer.streaming.partial_rollout: keep_kv needs an engine that keeps"):
+            trainer("keep_kv", reprefilling)
+        trainer("reprefill", reprefilling)  # accepted: the engine re-prefills
+        trainer("keep_kv", keeping)
+        trainer("off", reprefilling)  # off takes the engine's own choice
+    finally:
+        keeping.close()
+        reprefilling.close()

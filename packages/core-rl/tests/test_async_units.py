@@ -153,6 +153,8 @@ def test_trainer_mode_keys_and_refusals() -> None:
     assert cfg.trainer.mode == "one_step_off"  # the old switch, read as the new key with a hint
     cfg = load_config(None, [*base, "trainer.mode=async", "trainer.streaming.max_staleness=4"])
     assert cfg.trainer.streaming is not None and cfg.trainer.streaming.max_staleness == 4
+    off = load_config(None, [*base, "trainer.mode=async", "trainer.streaming.partial_rollout=off"]).trainer.streaming
+    assert off is not None and off.partial_rollout == "off"  # YAML's bare off (a boolean) read as the word
     refusals = {
         "trainer.streaming: is set but trainer.mode=sync": ["trainer.streaming.max_staleness=2"],
         "trainer.streaming.max_staleness: is 0 with algorithm.dynamic_sampling": [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlloom.core_rl.config.keys import KeyedValueError
 from rlloom.core_rl.config.section import Section
@@ -37,14 +37,22 @@ class StreamingConfig(Section):
     partial_rollout: Literal["off", "keep_kv", "reprefill"] = Field(
         default="off",
         description="Requests in progress across a weight update. An InflightWeightUpdate engine always pauses, "
-        "takes the weights and resumes them (keep_kv insists that it keeps its KV cache). On any other engine: off, "
+        "takes the weights and resumes them, keeping their KV cache or re-prefilling them as its own inflight_kv "
+        "setting says (HFEngineConfig / VLLMEngineConfig / VLLMServerConfig): off takes the engine's choice, "
+        "keep_kv insists that it keeps its KV cache, reprefill that it re-prefills. On any other engine: off, "
         "the update waits for the requests in progress; reprefill, each response is generated in chunks of "
         "chunk_tokens, each continued as a prompt under the weights current when it starts, and the update waits "
-        "only for the chunks in progress (single-turn collection).",
+        "only for the chunks in progress (single-turn collection); keep_kv is refused.",
     )
     chunk_tokens: int = Field(
         default=64, ge=1, description="Tokens per chunk with partial_rollout=reprefill (the update's longest wait)."
     )
+
+    @field_validator("partial_rollout", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        """YAML reads a bare `off` (`partial_rollout: off`, `...partial_rollout=off`) as the boolean False."""
+        return "off" if value is False else value
 
 
 class OffPolicyCorrectionConfig(Section):

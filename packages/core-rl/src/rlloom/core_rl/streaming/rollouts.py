@@ -63,13 +63,20 @@ class AsyncRollouts:
         self.on_policy = streaming.max_staleness == 0  # the batch is sampled by the weights it trains from
         self.max_staleness = streaming.max_staleness
         inflight = isinstance(engine, InflightWeightUpdate)
-        if streaming.partial_rollout == "keep_kv" and not (
-            isinstance(engine, InflightWeightUpdate) and engine.keeps_kv_cache
-        ):
+        keeps_kv = isinstance(engine, InflightWeightUpdate) and engine.keeps_kv_cache
+        if streaming.partial_rollout == "keep_kv" and not keeps_kv:
             raise ConfigError(
                 "trainer.streaming.partial_rollout: keep_kv needs an engine that keeps its KV cache across an "
                 f"in-flight weight update (InflightWeightUpdate with keeps_kv_cache); {type(engine).__name__} has "
                 "none: use partial_rollout=reprefill (any engine) or off"
+            )
+        if streaming.partial_rollout == "reprefill" and keeps_kv:
+            raise ConfigError(
+                "trainer.streaming.partial_rollout: reprefill asks that requests in progress be re-prefilled under "
+                f"the new weights, but {type(engine).__name__} keeps their KV cache across an in-flight update "
+                "(keeps_kv_cache); set the engine's inflight_kv setting (HFEngineConfig / VLLMEngineConfig / "
+                "VLLMServerConfig), e.g. HFEngineConfig(inflight_kv='reprefill'), or use partial_rollout=keep_kv "
+                "or off"
             )
         if self.max_staleness > 0 and cfg.algorithm.off_policy_correction is None:
             logger.warning(
