@@ -38,6 +38,29 @@ def test_hf_builds_on_the_actors_module_and_closes_what_it_built() -> None:
     assert built.built == []
 
 
+def test_the_hf_engine_takes_partial_rollout_as_its_inflight_kv_unless_told_otherwise() -> None:
+    """A YAML run cannot reach HFEngineConfig: an async run's keep_kv / reprefill sets its inflight_kv, so the
+    trainer's check (the engine must do what partial_rollout asks) passes; an explicit setting is left alone."""
+    tok, module = char_tokenizer(), tiny_qwen2(char_tokenizer())
+
+    def built_with(overrides: list[str], hf_config: HFEngineConfig | None = None) -> HFEngine:
+        cfg = load_config(None, ["model.path=/m", *overrides])
+        with build_training_engine(cfg, tok, hf_config=hf_config) as built:
+            assert callable(built.engine)
+            engine = built.engine(module)
+            assert isinstance(engine, HFEngine)
+            return engine
+
+    reprefill = ["trainer.mode=async", "trainer.streaming.partial_rollout=reprefill"]
+    engine = built_with(reprefill, HFEngineConfig(prefix_cache_tokens=64))
+    assert engine.config.inflight_kv == "reprefill" and not engine.keeps_kv_cache
+    assert engine.config.prefix_cache_tokens == 64  # the app's own settings kept
+    assert built_with(["trainer.mode=async", "trainer.streaming.partial_rollout=keep_kv"]).keeps_kv_cache
+    assert built_with(["trainer.mode=async"]).config.inflight_kv == "keep"  # off: the engine's default
+    assert built_with([]).config.inflight_kv == "keep"
+    assert built_with(reprefill, HFEngineConfig(inflight_kv="keep")).keeps_kv_cache  # explicit: the trainer refuses
+
+
 def test_vllm_config_is_the_runs_model_dtype_tokenizer_and_section() -> None:
     cfg = load_config(
         None,

@@ -310,11 +310,27 @@ def build_training_engine(
 
     built: list[Any] = []
 
+    settings = hf_engine_config(config, hf_config)
+
     def engine_on(module: nn.Module) -> RolloutEngine:
-        built.append(HFEngine(module, tokenizer, hf_config))
+        built.append(HFEngine(module, tokenizer, settings))
         return built[-1]  # type: ignore[no-any-return]
 
     return TrainingEngine(engine=engine_on, built=built)
+
+
+def hf_engine_config(config: RLConfig, hf_config: HFEngineConfig | None) -> HFEngineConfig:
+    """`hf_config` (the defaults when None) with `inflight_kv` as an async run's `trainer.streaming.partial_rollout`
+    asks (keep_kv: keep, reprefill: reprefill), so a YAML config reaches the engine's setting; one that `hf_config`
+    sets itself is left alone (the trainer then refuses a mismatch, naming both)."""
+    from rlloom.rollout.hf.engine import HFEngineConfig
+
+    settings = hf_config if hf_config is not None else HFEngineConfig()
+    streaming = config.trainer.streaming
+    if config.trainer.mode != "async" or streaming is None or "inflight_kv" in settings.model_fields_set:
+        return settings
+    wanted = {"keep_kv": "keep", "reprefill": "reprefill"}.get(streaming.partial_rollout)
+    return settings if wanted is None else settings.model_copy(update={"inflight_kv": wanted})
 
 
 __all__ = [
@@ -323,6 +339,7 @@ __all__ = [
     "build_training_engine",
     "check_training_engine",
     "engine_problem",
+    "hf_engine_config",
     "logprobs_mode",
     "replica_memory_share",
     "replicas_apart",
