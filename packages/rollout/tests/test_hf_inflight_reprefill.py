@@ -276,7 +276,9 @@ def test_the_engine_reprefills_a_paused_request_and_its_next_turn_reuses_those_k
     new_reference = _loaded(old, new_state)
     engine = HFEngine(old, tok, HFEngineConfig(gather_s=0.0, inflight_kv="reprefill", prefix_cache_tokens=10_000))
     assert isinstance(engine, InflightWeightUpdate) and not engine.keeps_kv_cache
-    assert HFEngine(old, tok).keeps_kv_cache  # "keep" is the default
+    default = HFEngine(old, tok)
+    assert default.keeps_kv_cache  # "keep" is the default
+    default.close()
     prompt = encode("the weights change")
 
     def greedy(prompt_ids: list[int], max_tokens: int) -> GenerationRequest:
