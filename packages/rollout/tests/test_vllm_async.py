@@ -146,8 +146,10 @@ def test_in_flight_update_continues_requests_under_the_new_weights(engine: Any) 
         await asyncio.to_thread(engine.resume_generation, 5)
         return (await task)[0], (await late)[0], late_waited
 
+    resubmitted = engine.continuations
     completion, late, late_waited = asyncio.run(run())
-    assert late_waited and late.policy_versions == [5] * 5
+    assert late_waited and late.policy_versions == [5] * 5 and not engine.keeps_kv_cache
+    assert engine.continuations == resubmitted + 1  # the interrupted sample went back to vLLM as a new request
     versions = completion.policy_versions
     k = versions.index(5)
     assert 0 < k < 900 and versions == [3] * k + [5] * (900 - k), "the pause should fall mid-generation"
@@ -160,6 +162,82 @@ def test_in_flight_update_continues_requests_under_the_new_weights(engine: Any) 
     assert completion.token_ids[k:] == fresh.token_ids and fresh.policy_versions == [5] * (900 - k)
     assert completion.token_ids[k:] != reference[0].token_ids[k:]  # the new weights do change the text
     assert completion.logprobs is not None and len(completion.logprobs) == 900
+
+
+LONG_PROMPT = "the quick brown fox jumps over the lazy dog. " * 3  # 135 tokens: a full 128-token KV block on CPU
+
+
+def _hf(state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _teacher_forced(model: torch.nn.Module, ids: list[int], cache: Any = None) -> tuple[list[int], Any]:
+    """`model`'s greedy choice after each of `ids` (on `cache`, the keys/values of what came before), and the
+    cache extended by `ids`."""
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return out.logits[0].argmax(-1).tolist(), out.past_key_values
+
+
+def test_keep_kv_continues_a_paused_request_on_the_old_weights_cache(engine: Any) -> None:
+    """inflight_kv='keep' (read at each pause, so the module's engine serves): a long greedy request paused mid-way
+    continues after a push of different weights without going back to vLLM; its labels split old/new at one index
+    k; the tokens before k are the old weights' greedy choices and those from k on the new weights' choices over
+    the old weights' keys/values of the prompt and the first k-1 tokens (transformers on the same two caches),
+    not what a re-prefill gives; a new request with the same long prompt gets the new weights' own greedy text,
+    so the prefix cache served it no block the old weights computed."""
+    old, new = _perturbed(6, 0.4), _perturbed(11, 0.4)
+    engine.config = engine.config.model_copy(update={"inflight_kv": "keep"})
+    try:
+        assert engine.keeps_kv_cache
+        engine.begin_weight_sync(3)
+        engine.update_weights(old)
+        engine.finish_weight_sync()
+        prompt, total = _ids(LONG_PROMPT), 800
+        greedy = SamplingParams(temperature=0.0, max_tokens=total, ignore_eos=True)
+        resubmitted = engine.continuations
+
+        async def run() -> Any:
+            task = asyncio.create_task(engine.agenerate(GenerationRequest(prompt_ids=prompt, sampling=greedy)))
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(engine.pause_generation)
+            await asyncio.to_thread(engine.update_weights, new)
+            await asyncio.to_thread(engine.resume_generation, 5)
+            return (await task)[0]
+
+        completion = asyncio.run(run())
+        short = greedy.model_copy(update={"max_tokens": 16})
+        [[fresh]] = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=short)])
+    finally:
+        engine.config = engine.config.model_copy(update={"inflight_kv": "reprefill"})
+    assert engine.continuations == resubmitted and len(completion.token_ids) == total
+    versions, tokens = completion.policy_versions, completion.token_ids
+    k = versions.index(5)
+    assert 0 < k < total - 8 and versions == [3] * k + [5] * (total - k), "the pause should fall mid-generation"
+    old_model, new_model = _hf(old), _hf(new)
+    before, kept = _teacher_forced(old_model, prompt + tokens[: k - 1])
+    m = min(k, 32)
+    assert before[len(prompt) - 1 :][k - m : k] == tokens[k - m : k]  # sampled by the old weights up to k
+    n = min(32, total - k)
+    after, _ = _teacher_forced(new_model, tokens[k - 1 : k - 1 + n], kept)
+    assert after == tokens[k : k + n]  # the new weights over the old weights' keys/values
+    reprefilled, _ = _teacher_forced(new_model, prompt + tokens[: k - 1 + n])
+    assert reprefilled[len(prompt) + k - 1 :] != tokens[k : k + n]  # a re-prefill would have given other tokens
+    hf_fresh = new_model.generate(torch.tensor([prompt]), max_new_tokens=16, min_new_tokens=16, do_sample=False)  # type: ignore[operator]
+    assert fresh.token_ids == hf_fresh[0, len(prompt) :].tolist() and fresh.policy_versions == [5] * 16
+
+
+def test_keep_kv_is_refused_for_an_image_model(tmp_path: Any) -> None:
+    """vLLM caches vision-tower outputs by image, not by weights: 'keep' is refused before vLLM starts."""
+    from transformers import Qwen2VLConfig
+
+    from rlloom.rollout.vllm.async_engine import VLLMAsyncEngine
+
+    Qwen2VLConfig().save_pretrained(tmp_path)  # a config is all the check reads
+    with pytest.raises(ValueError, match=r"inflight_kv='keep' with image model .*use inflight_kv='reprefill'"):
+        VLLMAsyncEngine(VLLMEngineConfig(model=str(tmp_path), inflight_kv="keep"))
 
 
 def test_batch_size_and_stats_are_the_offline_engines(engine: Any) -> None:

@@ -9,12 +9,25 @@ to it; `agenerate` awaits the answer without blocking its caller's loop. Weight 
 `VLLMEngine`'s (`vllm.weights.WeightSync` over `collective_rpc`); a sync waits for no request, so push
 weights between rollouts, as the trainer does, or inside `pause_generation` / `resume_generation`.
 
-In-flight weight updates (core-rl's `InflightWeightUpdate`, keys/values not kept): `pause_generation` aborts
-every running request in vLLM (`AsyncLLM.pause_generation(mode="abort")`) and holds new ones back; each aborted
-request keeps the tokens it has and, at `resume_generation`, continues as a new vLLM request from its prompt plus
-those tokens, prefilled under the new weights. Every vLLM request runs under one version of the weights, so each
-token's `policy_versions` entry is exact. vLLM's own `mode="keep"` would keep the KV cache but does not say where
-in a request's output the pause fell.
+In-flight weight updates (core-rl's `InflightWeightUpdate`), `VLLMEngineConfig.inflight_kv` choosing what a paused
+request continues on. 'reprefill' (the default): `pause_generation` aborts every running request in vLLM
+(`AsyncLLM.pause_generation(mode="abort")`) and holds new ones back; each aborted request keeps the tokens it has
+and, at `resume_generation`, continues as a new vLLM request from its prompt plus those tokens, prefilled under the
+new weights; every vLLM request runs under one version, so its tokens' labels are exact. 'keep'
+(`keeps_kv_cache`): `mode="keep"` freezes the running requests in vLLM's scheduler with their KV blocks, and at the
+resume they decode on: no prefill, their context's keys/values computed by the old weights. Labels come from vLLM:
+its engine core stamps each step's outputs with the weight version it was set to (set here while paused, before
+the resume), and the final output's `weight_versions` spans say where the pause fell, so the tokens sampled
+before it carry the old version and those after it the new one, exactly (`conversions.span_versions`).
+
+Prefix cache: every request carries a `cache_salt` naming the policy version it was sent under, and vLLM keys
+prefix blocks by it (it enters the first block's hash, so every later block differs too), so a request sent after
+a push never reuses blocks an older version computed. That is what protects 'keep': with requests frozen holding
+blocks, vLLM's `reset_prefix_cache` refuses (it returns False and logs that blocks are not freed), so the old
+version's blocks would stay hittable; salted, they only age out. A request vLLM had accepted before the pause
+(running, or queued and not yet prefilled) counts as in progress under 'keep': it may still reuse its version's
+blocks. Image models refuse 'keep': vLLM's encoder cache is keyed by the image alone, and resetting it under frozen
+requests is what vLLM warns may desync its caches.
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ import torch
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest
 from rlloom.core_rl.contracts.prompts import render_prompt
 from rlloom.core_rl.observe import progress
-from rlloom.rollout.vllm.conversions import completion_of, vllm_sampling_kwargs
+from rlloom.rollout.vllm.conversions import completion_of, span_versions, vllm_sampling_kwargs
 from rlloom.rollout.vllm.engine import (
     VLLMEngineConfig,
     multimodal_kwargs,
@@ -52,7 +65,8 @@ T = TypeVar("T")
 class VLLMAsyncEngine:
     """`AsyncLLM` on a loop of its own (start it under `__main__`); implements core-rl's `RolloutEngine` and the
     capabilities `VLLMEngine` has: `SleepMode`, `WeightSyncLifecycle`, `WeightSyncCount`, `HasContextWindow`,
-    `HasTokenizer` and `Closable`, and `InflightWeightUpdate` (re-prefilling)."""
+    `HasTokenizer` and `Closable`, and `InflightWeightUpdate` (re-prefilling, or keeping the KV cache:
+    `inflight_kv`)."""
 
     tokenizer: Any
     context_window: int | None
@@ -62,6 +76,11 @@ class VLLMAsyncEngine:
         self.config = config
         self._vllm = vllm
         self.image_layout = ImagePatchLayout.from_model(config.model)
+        if self.image_layout is not None and config.inflight_kv == "keep":
+            raise ValueError(
+                f"inflight_kv='keep' with image model {config.model}: vLLM caches vision-tower outputs by image, not "
+                "by weights, and cannot drop them while requests are frozen; use inflight_kv='reprefill'"
+            )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlloom-vllm-async", daemon=True)
         self._thread.start()
@@ -75,11 +94,13 @@ class VLLMAsyncEngine:
         self._adding = 0  # requests on their way into vLLM (a pause waits for them, so that its abort takes them)
         self._running = self._run(_new_event())  # set while not paused; lives on the engine's loop
         self._running.set()
+        self.continuations = 0  # samples resubmitted as new vLLM requests after a pause ('reprefill' only)
         self._sync = WeightSync(
             WeightSyncSession(self._rpc, timeout_s=config.sync_timeout_s),
             bucket_bytes=config.weight_bucket_bytes,
             on_finish=self._drop_weight_caches,
         )
+        self._run(self.llm.update_weight_version(str(self.policy_version)))  # vLLM's own label, "default" at start
 
     async def _start(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -131,6 +152,7 @@ class VLLMAsyncEngine:
             await self._running.wait()
             # vLLM's prompt ids are the ones sent, except an image request's (its image pads expanded)
             prompt = render_prompt(self.tokenizer, request) if request.multimodal else parts[0][0][0].prompt_ids
+            self.continuations += len(todo)
             continued = await asyncio.gather(*(self._segment(request, _continuation(request, prompt, p)) for p in todo))
             for p, more in zip(todo, continued, strict=True):
                 p.append(more[0])
@@ -145,7 +167,6 @@ class VLLMAsyncEngine:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        prompt = engine_prompt(part, self.tokenizer, self.image_layout)
         params = self._vllm.SamplingParams(
             **vllm_sampling_kwargs(
                 part.sampling,
@@ -158,6 +179,7 @@ class VLLMAsyncEngine:
         await self._running.wait()
         self._sync.session.check_ready()  # after a failed in-flight sync: the caller fails, nothing half-loaded runs
         pauses, version = self._pauses, self.policy_version
+        prompt = {**engine_prompt(part, self.tokenizer, self.image_layout), "cache_salt": f"rlloom-policy-{version}"}
         self._adding += 1  # a pause waits until the request reached vLLM, so that vLLM's abort takes it
         try:
             collector = await self.llm.add_request(request_id, TokensPrompt(**prompt), params)  # type: ignore[typeddict-item]
@@ -175,7 +197,11 @@ class VLLMAsyncEngine:
         prompt_ids = list(final.prompt_token_ids or [])
         if request.multimodal:
             check_expanded(request.request_id, part.prompt_ids or [], prompt_ids)
-        return [(completion_of(request, prompt_ids, c, latency, version), pauses) for c in final.outputs]
+        completions = [(completion_of(request, prompt_ids, c, latency, version), pauses) for c in final.outputs]
+        if self.keeps_kv_cache:  # a request may span a push: vLLM's spans say where (exact, see the module's doc)
+            for (completion, _), out in zip(completions, final.outputs, strict=True):
+                completion.policy_versions = span_versions(out, version)
+        return completions
 
     async def agenerate(self, request: GenerationRequest) -> list[Completion]:
         """One request, scheduled by vLLM alongside every other in flight (continuous batching)."""
@@ -210,38 +236,47 @@ class VLLMAsyncEngine:
 
     # -- in-flight weight updates (core-rl's InflightWeightUpdate) -----------------------------------------
     def pause_generation(self) -> None:
-        """Stop every running request (vLLM aborts them; each keeps its tokens so far) and hold new ones back;
-        returns once vLLM has stopped. Push weights with `update_weights`, then `resume_generation`."""
+        """Stop every running request and hold new ones back ('reprefill': vLLM aborts them, each keeping its
+        tokens so far; 'keep': vLLM freezes them with their KV cache); returns once vLLM has stopped. Push
+        weights with `update_weights`, then `resume_generation`."""
         self._paused = True
         self._run(self._pause())
 
     async def _pause(self) -> None:
         self._running.clear()
-        self._pauses += 1
-        while self._adding:  # requests between the gate and vLLM: let them arrive, so the abort takes them
+        keep = self.keeps_kv_cache
+        if not keep:
+            self._pauses += 1
+        while self._adding:  # requests between the gate and vLLM: let them arrive, so the pause takes them
             await asyncio.sleep(0.001)
-        await self.llm.pause_generation(mode="abort", clear_cache=False)
+        await self.llm.pause_generation(mode="keep" if keep else "abort", clear_cache=False)
 
     def resume_generation(self, policy_version: int) -> None:
-        """Close the weight sync (prefix cache dropped), then continue every interrupted request from its
-        prompt plus its tokens so far, prefilled under the new weights; their new tokens carry
+        """Close the weight sync, then let every interrupted request continue under the new weights ('reprefill':
+        from its prompt plus its tokens so far, prefilled again; 'keep': on its KV cache); their new tokens carry
         `policy_version`. If the sync failed, that error is raised here and the interrupted requests fail with
-        it (never generating from half-loaded weights), so the run stops instead of waiting on them."""
+        it (never generating from half-loaded weights: frozen ones are aborted first), so the run stops instead
+        of waiting on them."""
         try:
             self._sync.ready()
             self._sync.session.policy_version = policy_version
         finally:
-            self._run(self._resume())
+            self._run(self._resume(failed=self._sync.session.failure is not None))
             self._paused = False
 
-    async def _resume(self) -> None:
+    async def _resume(self, *, failed: bool) -> None:
+        if failed and self.keeps_kv_cache:  # aborted, they come back to `_one`, which fails them with the error
+            self._pauses += 1
+            await self.llm.pause_generation(mode="abort", clear_cache=False)
+        await self.llm.update_weight_version(str(self.policy_version))  # the label of every later step's tokens
         await self.llm.resume_generation()
         self._running.set()
 
     @property
     def keeps_kv_cache(self) -> bool:
-        """False: interrupted requests are prefilled again (prompt and tokens so far) under the new weights."""
-        return False
+        """`inflight_kv == "keep"`: paused requests continue on their KV cache (computed by the old weights);
+        otherwise they are prefilled again (prompt and tokens so far) under the new weights."""
+        return self.config.inflight_kv == "keep"
 
     @property
     def policy_version(self) -> int:
@@ -249,7 +284,11 @@ class VLLMAsyncEngine:
         return self._sync.policy_version
 
     def _drop_weight_caches(self) -> None:
-        self._run(self.llm.reset_prefix_cache())
+        """After a sync: vLLM's label for the next steps' tokens; the prefix cache dropped, except under requests
+        frozen by 'keep', where vLLM refuses to (the salts keep the new version off the old blocks)."""
+        self._run(self.llm.update_weight_version(str(self.policy_version)))
+        if not (self._paused and self.keeps_kv_cache):
+            self._run(self.llm.reset_prefix_cache())
         if self.image_layout is not None:  # cached vision-tower outputs of old weights
             self._run(self.llm.reset_encoder_cache())
 

@@ -33,6 +33,19 @@ def completion_of(
     )
 
 
+def span_versions(out: Any, fallback: int) -> list[int]:
+    """Each output token's policy version from vLLM's own labels: the engine core stamps every step's outputs with
+    the weight version it was set to (`AsyncLLM.update_weight_version`, only while paused) and the final
+    `CompletionOutput.weight_versions` gives the spans; `fallback` for tokens without a numeric label."""
+    versions = [fallback] * len(out.token_ids)
+    for span in getattr(out, "weight_versions", None) or []:
+        label = str(span.version)
+        if label.lstrip("-").isdigit():
+            for i in range(max(0, span.start), min(span.end, len(versions))):
+                versions[i] = int(label)
+    return versions
+
+
 def vllm_sampling_kwargs(
     p: SamplingParams, *, skip_special_tokens: bool = True, logit_bias: dict[int, float] | None = None
 ) -> dict[str, Any]:
@@ -57,4 +70,4 @@ def vllm_sampling_kwargs(
     }
 
 
-__all__ = ["completion_of", "vllm_sampling_kwargs"]
+__all__ = ["completion_of", "span_versions", "vllm_sampling_kwargs"]

@@ -151,6 +151,13 @@ class VLLMEngineConfig(BaseModel):
         description="Leave special tokens out of `text` (as HFEngineConfig's). False keeps markers that are special "
         "tokens, e.g. Mistral's [TOOL_CALLS], which the agent's mistral tool-call parser reads.",
     )
+    inflight_kv: Literal["keep", "reprefill"] = Field(
+        default="reprefill",
+        description="VLLMAsyncEngine, in-flight weight updates: what a request paused for a push continues on. "
+        "'reprefill': its prompt and tokens so far prefilled again under the new weights; 'keep': its KV cache, "
+        "computed by the old weights (no prefill, a stale context). Text models only; VLLMEngine has no "
+        "in-flight updates and ignores it.",
+    )
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
