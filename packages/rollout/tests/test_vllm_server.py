@@ -302,6 +302,71 @@ def test_an_inflight_push_freezes_the_server_and_resumes_it_on_the_new_weights(v
     assert all(r[0].policy_versions == [6] * 12 for r in results["waiting"])
 
 
+def _counter(server: VLLMServer, name: str) -> float:
+    """One of vLLM's Prometheus counters (`vllm:num_preemptions_total`, ...), summed over engines."""
+    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def _far_apart(seed: int) -> torch.nn.Module:
+    """The base model with every matrix moved by noise of 0.4 (test_vllm_async's): greedy text that depends on the
+    whole context, so keys/values of other weights change it."""
+    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
+        model.model.embed_tokens.weight.mul_(4.0)
+    return model.eval()
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_keep_kv_resumes_frozen_requests_unpreempted_and_salts_the_prefix_cache(vllm_server: VLLMServer) -> None:
+    """inflight_kv='keep': a request frozen by the pause spans the push and completes without the preemption
+    'reprefill' makes (vLLM's counter stays), and a new request with the same long prompt (a full 128-token KV
+    block, cached by the old weights and not dropped, since frozen requests hold blocks) gets exactly the new
+    weights' greedy text: its cache salt names the new version, so no old block is reused."""
+    import threading
+
+    engine = _client(vllm_server.base_url, sync_timeout_s=120, inflight_kv="keep")
+    assert engine.keeps_kv_cache
+    old, new = _far_apart(6), _far_apart(11)
+    engine.begin_weight_sync(10)
+    engine.update_weights(dict(old.state_dict()))
+    engine.finish_weight_sync()
+    prompt = _ids("the quick brown fox jumps over the lazy dog. " * 3)  # 135 tokens
+    greedy = SamplingParams(temperature=0.0, max_tokens=115, ignore_eos=True)
+    long = GenerationRequest(prompt_ids=prompt, sampling=greedy)
+    preempted = _counter(vllm_server, "vllm:num_preemptions_total")
+    results: dict[str, Any] = {}
+
+    def run_long() -> None:
+        results["long"] = engine.generate([long])[0][0]
+        results["done"] = time.monotonic()
+
+    running = threading.Thread(target=run_long)
+    running.start()
+    time.sleep(0.2)
+    engine.pause_generation()
+    engine.begin_weight_sync(11)
+    engine.update_weights(dict(new.state_dict()))
+    time.sleep(0.5)  # still paused: a request in progress now can only finish after the resume
+    resumed = time.monotonic()
+    engine.resume_generation(11)
+    running.join(120)
+    assert not vllm_server.is_paused() and len(results["long"].token_ids) == 115
+    if results["done"] > resumed:  # it was frozen across the push (else the pause came too late to show it)
+        assert _counter(vllm_server, "vllm:num_preemptions_total") == preempted
+    short = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    hits = _counter(vllm_server, "vllm:prefix_cache_hits_total")
+    [[fresh]] = engine.generate([GenerationRequest(prompt_ids=prompt, sampling=short)])
+    assert _counter(vllm_server, "vllm:prefix_cache_hits_total") == hits  # none of the old version's blocks
+    hf = new.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)  # type: ignore[operator]
+    assert fresh.token_ids == hf[0, len(prompt) :].tolist() and fresh.policy_versions == [11] * 12
+
+
 @pytest.mark.vllm
 @needs_vllm
 def test_a_server_that_dies_mid_sync_names_step_and_bucket(vllm_server: VLLMServer) -> None:

@@ -23,14 +23,20 @@ In flight (core-rl's `InflightWeightUpdate`, for `trainer.mode=async`): vLLM 0.3
 `POST /pause?mode=abort|wait|keep`, `POST /resume` and `GET /is_paused` (vllm/entrypoints/rl/online/api_router.py,
 mounted with VLLM_SERVER_DEV_MODE=1 like /collective_rpc). `pause_generation` is `/pause?mode=keep`: the scheduler
 freezes every request where it stands and queues new ones. The sync then skips its own `/pause?mode=wait` and
-`/resume`, and `resume_generation` calls `/reset_prefix_cache?reset_running_requests=true` (the frozen requests
-are preempted, so they lose the KV cache the old weights computed and re-prefill prompt + tokens so far under the
-new ones; the prefix cache goes too) before `/resume`: `keeps_kv_cache` is False. Labels: vLLM's response does
-not say where a pause fell inside it, so every token of a request is labelled with the version current when it
-was sent (the oldest that can have sampled any of its tokens: staleness is not understated, but a response that
-spans a push is not seen as spanning it); requests started while paused wait here and go out after the resume.
-After a failed sync the frozen requests are aborted (`/abort_requests`, so the run can stop) and the server stays
-paused.
+`/resume`. `VLLMServerConfig.inflight_kv` chooses what the frozen requests continue on: 'reprefill' (the default)
+pauses with vLLM's default `clear_cache=true` and calls `/reset_prefix_cache?reset_running_requests=true` before
+`/resume` (the frozen requests are preempted, so they lose the KV cache the old weights computed and re-prefill
+prompt + tokens so far under the new ones; the prefix cache goes too); 'keep' (`keeps_kv_cache`) pauses with
+`clear_cache=false` (vLLM resets its caches, preempting, otherwise: see `_ServerRpc.hold`) and only resumes, and
+they decode on over their old-weight KV.
+Either way every request carries a `cache_salt` (vLLM's completions and chat field) naming the policy version it
+was sent under, so one sent after a push never reuses prefix blocks an older version computed, which under 'keep'
+is the only protection (vLLM will not reset a prefix cache that frozen requests hold blocks of). Labels: vLLM's
+OpenAI response does not say where a pause fell inside it, so every token of a request is labelled with the
+version current when it was sent (the oldest that can have sampled any of its tokens: staleness is not
+understated, but a response that spans a push is not seen as spanning it); requests started while paused wait
+here and go out after the resume. After a failed sync the frozen requests are aborted (`/abort_requests`, so the
+run can stop) and the server stays paused.
 
 Failures: every call has a deadline (`sync_timeout_s`) and raises `WeightSyncError` naming the training step and
 the bucket. After a failure the server is left paused (so no client samples from stale or half-loaded weights)
@@ -43,7 +49,7 @@ import asyncio
 import base64
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import torch
@@ -70,6 +76,12 @@ class VLLMServerConfig(OpenAIEngineConfig):
         description="Tensor bytes per weight-sync request (each travels as base64 JSON, 4/3 of this on the wire).",
     )
     sync_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each weight-sync request.")
+    inflight_kv: Literal["keep", "reprefill"] = Field(
+        default="reprefill",
+        description="In-flight weight updates: what a request frozen for a push continues on. 'reprefill': the "
+        "server preempts it at the resume and prefills its prompt and tokens so far under the new weights; "
+        "'keep': its KV cache, computed by the old weights.",
+    )
 
 
 def server_root(base_url: str) -> str:
@@ -105,20 +117,24 @@ class _ServerRpc:
         self.timeout_s = timeout_s
         self.held = False  # paused in flight (`/pause?mode=keep`): a sync leaves pause and resume to `release`
 
-    def hold(self) -> None:
-        """Freeze the server's requests where they stand; new ones queue."""
+    def hold(self, *, keep_kv: bool) -> None:
+        """Freeze the server's requests where they stand; new ones queue. `keep_kv` passes `clear_cache=false`:
+        vLLM 0.32's /pause documents clear_cache as ignored with mode=keep, but its engine core still resets the
+        caches with `reset_running_requests=True` (vllm/v1/engine/core.py `_finish_pause`), preempting them all."""
+        params = {"mode": "keep", "clear_cache": "false"} if keep_kv else {"mode": "keep"}
         with httpx.Client(timeout=self.timeout_s) as client:
-            self._post(client, "/pause", params={"mode": "keep"})
+            self._post(client, "/pause", params=params)
         self.held = True
 
-    def release(self, *, failed: bool) -> None:
-        """After a sync in flight: drop the old weights' KV (the frozen requests re-prefill) and resume; after a
-        failed one, abort the frozen requests instead and leave the server paused."""
+    def release(self, *, failed: bool, keep_kv: bool) -> None:
+        """After a sync in flight: drop the old weights' KV (the frozen requests re-prefill) unless `keep_kv`, and
+        resume; after a failed one, abort the frozen requests instead and leave the server paused."""
         with httpx.Client(timeout=self.timeout_s) as client:
             if failed:
                 self._post(client, "/abort_requests", json={})
             else:
-                self._post(client, "/reset_prefix_cache", params={"reset_running_requests": "true"})
+                if not keep_kv:
+                    self._post(client, "/reset_prefix_cache", params={"reset_running_requests": "true"})
                 self._post(client, "/resume")
         self.held = False
 
@@ -149,8 +165,8 @@ class VLLMServerEngine(OpenAIEngine):
     """An `OpenAIEngine` for a vLLM server started with rlloom's worker extension: `update_weights` loads the
     trainer's tensors into the served model; generation waits for an open sync to finish and refuses after a
     failed one. Implements core-rl's `RolloutEngine` and, beside `OpenAIEngine`'s capabilities, `WeightSyncLifecycle`,
-    `WeightSyncCount` and `InflightWeightUpdate` (re-prefill, not keeping the KV cache; see the module's
-    docstring)."""
+    `WeightSyncCount` and `InflightWeightUpdate` (re-prefill, or keeping the KV cache: `inflight_kv`; see the
+    module's docstring)."""
 
     config: VLLMServerConfig
 
@@ -186,14 +202,15 @@ class VLLMServerEngine(OpenAIEngine):
     # -- InflightWeightUpdate ------------------------------------------------------------------------------
     @property
     def keeps_kv_cache(self) -> bool:
-        """False: the frozen requests are preempted at the resume and re-prefill under the new weights."""
-        return False
+        """`inflight_kv == "keep"`: the frozen requests decode on over their KV cache after the resume; otherwise
+        they are preempted at the resume and re-prefill under the new weights."""
+        return self.config.inflight_kv == "keep"
 
     def pause_generation(self) -> None:
         """`POST /pause?mode=keep`: every request stops where it stands, new ones wait (here and on the server)."""
         self._released.clear()
         try:
-            self._rpc.hold()
+            self._rpc.hold(keep_kv=self.keeps_kv_cache)
         except Exception:
             self._released.set()
             raise
@@ -207,7 +224,7 @@ class VLLMServerEngine(OpenAIEngine):
                     self._sync.finish()  # normally closed already by the trainer's finish_weight_sync
                     self._sync.session.policy_version = policy_version
             finally:  # a finish that fails marks the sync failed: the frozen requests are aborted
-                self._rpc.release(failed=self._sync.session.failure is not None)
+                self._rpc.release(failed=self._sync.session.failure is not None, keep_kv=self.keeps_kv_cache)
         finally:
             self._released.set()
 
@@ -227,6 +244,10 @@ class VLLMServerEngine(OpenAIEngine):
             await asyncio.to_thread(self._sync.ready)
         version = self._sync.policy_version
         return _labelled(await super().agenerate(request), version)
+
+    def _body(self, request: GenerationRequest, use_chat: bool) -> dict[str, Any]:
+        """`OpenAIEngine`'s body plus vLLM's `cache_salt`: prefix blocks are shared within one policy version only."""
+        return {**super()._body(request, use_chat), "cache_salt": f"rlloom-policy-{self._sync.policy_version}"}
 
 
 def _labelled(completions: list[Completion], version: int) -> list[Completion]:
