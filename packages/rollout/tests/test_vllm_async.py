@@ -229,6 +229,45 @@ def test_keep_kv_continues_a_paused_request_on_the_old_weights_cache(engine: Any
     assert fresh.token_ids == hf_fresh[0, len(prompt) :].tolist() and fresh.policy_versions == [5] * 16
 
 
+def test_keep_kv_after_a_failed_push_the_frozen_request_fails_instead_of_decoding(engine: Any) -> None:
+    """A push that fails while requests are frozen with their KV: the resume raises the sync's error and the frozen
+    request fails with it (it never decodes on half-loaded weights); a full sync afterwards serves again."""
+    from rlloom.rollout.vllm.weights import WeightSyncError
+
+    good = _perturbed(6, 0.4)
+    engine.config = engine.config.model_copy(update={"inflight_kv": "keep"})
+    try:
+        engine.begin_weight_sync(3)
+        engine.update_weights(good)
+        engine.finish_weight_sync()
+        greedy = SamplingParams(temperature=0.0, max_tokens=800, ignore_eos=True)
+
+        async def run() -> tuple[BaseException | None, BaseException | None]:
+            task = asyncio.create_task(engine.agenerate(GenerationRequest(prompt_ids=_ids("hello"), sampling=greedy)))
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(engine.pause_generation)
+            engine.begin_weight_sync(4)
+            with pytest.raises(WeightSyncError, match=r"training step 4\), bucket 1"):
+                await asyncio.to_thread(engine.update_weights, {"model.layers.0.mlp.down_proj.weight": torch.zeros(3)})
+            resumed: BaseException | None = None
+            try:
+                await asyncio.to_thread(engine.resume_generation, 4)
+            except WeightSyncError as exc:
+                resumed = exc
+            results = await asyncio.gather(task, return_exceptions=True)
+            return resumed, results[0] if isinstance(results[0], BaseException) else None
+
+        resumed, frozen = asyncio.run(run())
+        assert isinstance(resumed, WeightSyncError) and isinstance(frozen, WeightSyncError)
+        engine.begin_weight_sync(5)
+        engine.update_weights(good)
+        short = greedy.model_copy(update={"max_tokens": 4})
+        [[c]] = engine.generate([GenerationRequest(prompt_ids=_ids("abc"), sampling=short)])
+        assert c.policy_versions == [5] * 4
+    finally:
+        engine.config = engine.config.model_copy(update={"inflight_kv": "reprefill"})
+
+
 def test_keep_kv_is_refused_for_an_image_model(tmp_path: Any) -> None:
     """vLLM caches vision-tower outputs by image, not by weights: 'keep' is refused before vLLM starts."""
     from transformers import Qwen2VLConfig
