@@ -268,6 +268,19 @@ def test_keep_kv_after_a_failed_push_the_frozen_request_fails_instead_of_decodin
         engine.config = engine.config.model_copy(update={"inflight_kv": "reprefill"})
 
 
+def test_span_versions_reads_vllm_s_weight_version_spans() -> None:
+    """vLLM's final output labels token ranges with the weight version strings the engine was set to; a label that
+    is not ours (vLLM's "default" before any is set) leaves the submission's version."""
+    from vllm.outputs import CompletionOutput, WeightVersionSpan
+
+    from rlloom.rollout.vllm.conversions import span_versions
+
+    spans = [WeightVersionSpan("default", 0, 1), WeightVersionSpan("3", 1, 4), WeightVersionSpan("5", 4, 6)]
+    out = CompletionOutput(0, "", list(range(6)), None, None, weight_versions=spans)
+    assert span_versions(out, 2) == [2, 3, 3, 3, 5, 5]
+    assert span_versions(CompletionOutput(0, "", [7, 8], None, None), 4) == [4, 4]  # no spans: all the fallback
+
+
 def test_keep_kv_is_refused_for_an_image_model(tmp_path: Any) -> None:
     """vLLM caches vision-tower outputs by image, not by weights: 'keep' is refused before vLLM starts."""
     from transformers import Qwen2VLConfig
