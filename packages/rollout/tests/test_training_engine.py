@@ -86,6 +86,26 @@ def test_vllm_config_is_the_runs_model_dtype_tokenizer_and_section() -> None:
     assert engine.max_num_seqs is None  # vLLM's own default
 
 
+def test_vllm_engines_take_partial_rollout_as_their_inflight_kv() -> None:
+    """As the HF engine: an async run's keep_kv / reprefill reaches VLLMEngineConfig and VLLMServerConfig (the
+    trainer checks that the engine keeps or re-prefills as the key says); off leaves their default, and an app's
+    vllm_options win."""
+    from rlloom.rollout.vllm.server_engine import VLLMServerEngine
+
+    base = ["model.path=/m", "rollout.engine=vllm", "trainer.mode=async"]
+    keep = load_config(None, [*base, "trainer.streaming.partial_rollout=keep_kv"])
+    assert vllm_engine_config(keep).inflight_kv == "keep"
+    assert vllm_engine_config(keep, {"inflight_kv": "reprefill"}).inflight_kv == "reprefill"
+    default = vllm_engine_config(load_config(None, base)).inflight_kv
+    reprefill = load_config(None, [*base, "trainer.streaming.partial_rollout=reprefill"])
+    assert vllm_engine_config(reprefill).inflight_kv == "reprefill"
+    server = ["model.path=/m", "rollout.engine=vllm_server", "rollout.vllm_server.url=http://h:1"]
+    server += ["rollout.vllm_server.served_model=p", "trainer.mode=async", "trainer.streaming.partial_rollout=keep_kv"]
+    with build_training_engine(load_config(None, server), char_tokenizer()) as built:
+        assert isinstance(built.engine, VLLMServerEngine) and built.engine.keeps_kv_cache
+    assert default == "reprefill"  # vLLM's default, untouched by partial_rollout=off
+
+
 def test_vllm_dtype_may_differ_from_the_actors() -> None:
     """TRL colocate's vLLM takes an fp32 checkpoint in bf16 ('auto'); rollout.vllm.dtype asks for that here."""
     base = ["model.path=/m", "model.dtype=float32", "rollout.engine=vllm"]

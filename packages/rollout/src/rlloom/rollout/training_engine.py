@@ -91,6 +91,7 @@ def vllm_engine_config(config: RLConfig, vllm_options: Mapping[str, Any] | None 
         "sync_timeout_s": vllm.sync_timeout_s,
         "cpu_kvcache_space_gib": vllm.cpu_kvcache_space_gib,
         "logprobs_mode": logprobs_mode(config),
+        **inflight_kv_asked(config),
         **(vllm_options or {}),
     }
     return VLLMEngineConfig(**fields)
@@ -197,7 +198,7 @@ def vllm_server_engine(config: RLConfig) -> Any:
         api_key=server.api_key,
         weight_bucket_bytes=config.distributed.weight_bucket_bytes,
         sync_timeout_s=server.sync_timeout_s,
-    )
+    ).model_copy(update=inflight_kv_asked(config))
     logger.info("rollouts on the vLLM server %s (%s), synced from the actor after every update", base, name)
     return VLLMServerEngine(engine_config)
 
@@ -319,18 +320,25 @@ def build_training_engine(
     return TrainingEngine(engine=engine_on, built=built)
 
 
+def inflight_kv_asked(config: RLConfig) -> dict[str, Literal["keep", "reprefill"]]:
+    """`{"inflight_kv": ...}` as an async run's `trainer.streaming.partial_rollout` asks of an engine that updates in
+    flight (keep_kv: keep, reprefill: reprefill); empty otherwise (the engine's own default). A YAML run reaches
+    the engine's setting this way, and the trainer's check that the engine does what the key asks then passes."""
+    streaming = config.trainer.streaming
+    if config.trainer.mode != "async" or streaming is None or streaming.partial_rollout == "off":
+        return {}
+    return {"inflight_kv": "keep" if streaming.partial_rollout == "keep_kv" else "reprefill"}
+
+
 def hf_engine_config(config: RLConfig, hf_config: HFEngineConfig | None) -> HFEngineConfig:
-    """`hf_config` (the defaults when None) with `inflight_kv` as an async run's `trainer.streaming.partial_rollout`
-    asks (keep_kv: keep, reprefill: reprefill), so a YAML config reaches the engine's setting; one that `hf_config`
-    sets itself is left alone (the trainer then refuses a mismatch, naming both)."""
+    """`hf_config` (the defaults when None) with `inflight_kv` as `inflight_kv_asked` says, unless `hf_config` sets
+    it itself (the trainer then refuses a mismatch, naming both)."""
     from rlloom.rollout.hf.engine import HFEngineConfig
 
     settings = hf_config if hf_config is not None else HFEngineConfig()
-    streaming = config.trainer.streaming
-    if config.trainer.mode != "async" or streaming is None or "inflight_kv" in settings.model_fields_set:
+    if "inflight_kv" in settings.model_fields_set:
         return settings
-    wanted = {"keep_kv": "keep", "reprefill": "reprefill"}.get(streaming.partial_rollout)
-    return settings if wanted is None else settings.model_copy(update={"inflight_kv": wanted})
+    return settings.model_copy(update=inflight_kv_asked(config))
 
 
 __all__ = [
@@ -340,6 +348,7 @@ __all__ = [
     "check_training_engine",
     "engine_problem",
     "hf_engine_config",
+    "inflight_kv_asked",
     "logprobs_mode",
     "replica_memory_share",
     "replicas_apart",
