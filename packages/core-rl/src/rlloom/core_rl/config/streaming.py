@@ -39,8 +39,8 @@ class StreamingConfig(Section):
         description="Requests in progress across a weight update. An InflightWeightUpdate engine always pauses, "
         "takes the weights and resumes them, keeping their KV cache or re-prefilling them as its own inflight_kv "
         "setting says (HFEngineConfig / VLLMEngineConfig / VLLMServerConfig): off takes the engine's choice, "
-        "keep_kv insists that it keeps its KV cache, reprefill that it re-prefills (rollout.engine=hf's engine takes "
-        "its setting from this key). On any other engine: off, "
+        "keep_kv insists that it keeps its KV cache, reprefill that it re-prefills (the engine rollout.engine builds "
+        "takes its setting from this key). On any other engine: off, "
         "the update waits for the requests in progress; reprefill, each response is generated in chunks of "
         "chunk_tokens, each continued as a prompt under the weights current when it starts, and the update waits "
         "only for the chunks in progress (single-turn collection); keep_kv is refused.",
