@@ -196,17 +196,11 @@ def test_reprefill_chunks_end_at_a_stop_string_that_straddles_two_chunks() -> No
     hf = pytest.importorskip("rlloom.rollout.hf.engine")
     from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
     from rlloom.core_rl.streaming.chunked import chunked_collector
-    from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+    from rlloom.core_rl.tiny import char_tokenizer, move_from_start, tiny_qwen2
 
     tok = char_tokenizer()
-    model = tiny_qwen2(tok, seed=0)
-    gen = torch.Generator().manual_seed(6)
-    with torch.no_grad():  # far from the near-uniform start, so the greedy text varies
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
-        model.model.embed_tokens.weight.mul_(4.0)
-    engine = hf.HFEngine(model.eval(), tok)
+    model = move_from_start(tiny_qwen2(tok, seed=0), seed=6)  # so the greedy text varies
+    engine = hf.HFEngine(model, tok)
     try:
         prompt = list(tok("3+4=", add_special_tokens=False)["input_ids"])
         greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)

@@ -23,7 +23,7 @@ import torch
 
 from rlloom.core_rl.contracts.engines import InflightWeightUpdate
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.core_rl.tiny import move_from_start, tiny_qwen2
 from rlloom.rollout.hf.decoding import DecodeSettings, DecodeStats, SampleRow, decode
 from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 from rlloom.rollout.hf.pause import PauseGate
@@ -32,14 +32,7 @@ from rlloom.rollout.hf.pause import PauseGate
 def sharp(tok: Any, seed: int, noise_seed: int) -> torch.nn.Module:
     """A tiny model moved far from its near-uniform start, so its greedy text varies (not one repeated token)
     and its choices are far from ties."""
-    m = tiny_qwen2(tok, seed=seed)
-    gen = torch.Generator().manual_seed(noise_seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
-        m.model.embed_tokens.weight.mul_(4.0)
-    return m.eval()
+    return move_from_start(tiny_qwen2(tok, seed=seed), seed=noise_seed)
 
 
 @pytest.fixture

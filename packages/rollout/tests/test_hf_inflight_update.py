@@ -22,7 +22,7 @@ from safetensors.torch import save
 
 from rlloom.core_rl.contracts.engines import InflightWeightUpdate
 from rlloom.core_rl.contracts.generation import Completion, GenerationRequest, SamplingParams
-from rlloom.core_rl.tiny import tiny_qwen2
+from rlloom.core_rl.tiny import move_from_start, tiny_qwen2
 from rlloom.rollout.hf.engine import HFEngine, HFEngineConfig
 
 MAX_TOKENS = 300
@@ -32,15 +32,7 @@ MAX_TOKENS = 300
 def sharp(tok: Any) -> torch.nn.Module:
     """A tiny model moved far from its near-uniform start, so its greedy text varies (not one repeated token)
     and its choices are far from ties."""
-    m = tiny_qwen2(tok, seed=0)
-    gen = torch.Generator().manual_seed(6)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
-        m.model.embed_tokens.weight.mul_(4.0)
-    m.eval()
-    return m
+    return move_from_start(tiny_qwen2(tok, seed=0), seed=6)
 
 
 def _new_norm(model: torch.nn.Module) -> dict[str, torch.Tensor]:

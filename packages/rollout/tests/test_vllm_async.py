@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.tiny import char_tokenizer, move_from_start, tiny_qwen2
 from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -58,13 +58,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def test_sync_then_greedy_tokens_equal_transformers(engine: Any) -> None:
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE).eval()
-    gen = torch.Generator().manual_seed(6)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.08)
-        model.model.embed_tokens.weight.mul_(4.0)
+    model = move_from_start(tiny_qwen2(char_tokenizer(), seed=0, **SHAPE), seed=6, scale=0.08)
     engine.begin_weight_sync(3)
     engine.update_weights(dict(model.state_dict()))
     sampling = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=True)
@@ -111,14 +105,7 @@ def test_a_cancelled_turn_leaves_the_engine_serving(engine: Any) -> None:
 
 def _perturbed(seed: int, scale: float) -> dict[str, torch.Tensor]:
     """The tiny model with every matrix moved by noise of `scale` (a different greedy text per seed)."""
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * scale)
-        model.model.embed_tokens.weight.mul_(4.0)
-    return dict(model.state_dict())
+    return dict(move_from_start(tiny_qwen2(char_tokenizer(), seed=0, **SHAPE), seed=seed, scale=scale).state_dict())
 
 
 def test_in_flight_update_continues_requests_under_the_new_weights(engine: Any) -> None:

@@ -30,7 +30,7 @@ from vllm_sync_checks import ids as _ids
 from vllm_sync_checks import perturbed as _perturbed
 
 from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
-from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.tiny import char_tokenizer, move_from_start, tiny_qwen2
 from rlloom.rollout.vllm.server_engine import (
     WORKER_EXTENSION,
     VLLMServerConfig,
@@ -311,14 +311,7 @@ def _counter(server: VLLMServer, name: str) -> float:
 def _far_apart(seed: int) -> torch.nn.Module:
     """The base model with every matrix moved by noise of 0.4 (test_vllm_async's): greedy text that depends on the
     whole context, so keys/values of other weights change it."""
-    model = tiny_qwen2(char_tokenizer(), seed=0, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.4)
-        model.model.embed_tokens.weight.mul_(4.0)
-    return model.eval()
+    return move_from_start(tiny_qwen2(char_tokenizer(), seed=0, **SHAPE), seed=seed)
 
 
 @pytest.mark.vllm

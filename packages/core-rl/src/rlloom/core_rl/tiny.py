@@ -110,6 +110,21 @@ def tiny_qwen2(
     return model
 
 
+def move_from_start(
+    model: Qwen2ForCausalLM, *, seed: int, scale: float = 0.4, embed_scale: float = 4.0
+) -> Qwen2ForCausalLM:
+    """Add seeded noise of `scale` to every matrix and multiply the embeddings by `embed_scale`, in place; returns
+    the model in eval mode. A tiny model's near-uniform start samples one repeated token with near-ties; moved
+    away, its greedy text depends on the whole context, so tests can tell two weights (or old keys/values) apart."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.add_(torch.randn(p.shape, generator=gen) * scale)
+        model.model.embed_tokens.weight.mul_(embed_scale)
+    return model.eval()
+
+
 @dataclass(frozen=True, slots=True)
 class SavedTinyModel:
     """Folders of a saved tiny model: `model` (config + weights) and `tokenizer`, kept apart on purpose."""
