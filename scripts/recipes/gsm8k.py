@@ -1,7 +1,10 @@
 """Recipe: GSM8K reasoning with SmolLM2-135M-Instruct on vLLM, one command (`python3 -m nox -s recipe-gsm8k`).
 
-prepare-data -> warm-up on the rows' worked solutions -> `reasoning train --config grpo --engine vllm` ->
-`reasoning eval` on 100 held-out dev rows at three points (untrained, warmed up, after RL), with a paired
+prepare-data -> warm-up on the rows' worked solutions -> `reasoning filter-rows` (offline difficulty filtering,
+Skywork-OR1: the warmed-up model samples each training row --filter-samples times, and GRPO trains only on the rows
+it solves sometimes; a row never solved gives a group of equal rewards, no gradient) -> `reasoning train --config
+grpo --engine vllm` at --temperature -> `reasoning eval` on 100 held-out dev rows at three points (untrained,
+warmed up, after RL), with a paired
 bootstrap interval for RL minus its starting point (the warmed-up model). A row's accuracy is the mean over
 --eval-samples samples at --eval-temperature (default 4 at 0.6, the eval's own default temperature): at the few
 percent a 135M model reaches, one greedy answer per row (0 or 1) leaves the interval almost nothing to resolve;
@@ -22,7 +25,17 @@ import recipe_common
 from recipe_common import ROOT, Chain, chain_parser, cpu_grpo_overrides, read_jsonl, tool
 
 DATA = ROOT / "apps" / "reasoning" / "recipes" / "gsm8k"
-__all__ = ["DATA", "eval_flags", "main", "parse", "row_scores", "tool", "train_overrides", "warmup_command"]
+__all__ = [
+    "DATA",
+    "eval_flags",
+    "filter_flags",
+    "main",
+    "parse",
+    "row_scores",
+    "tool",
+    "train_overrides",
+    "warmup_command",
+]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -31,14 +44,30 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=256, help="response tokens (default: %(default)s)")
     p.add_argument("--eval-samples", type=int, default=4, help="samples per dev row (default: %(default)s)")
     p.add_argument("--eval-temperature", type=float, default=0.6, help="0: greedy (default: %(default)s)")
-    return p.parse_args(argv)
+    p.add_argument("--temperature", type=float, default=0.6, help="GRPO's and filter-rows' sampling temperature "
+                   "(default: %(default)s, the eval's)")  # fmt: skip
+    p.add_argument("--filter-samples", type=int, default=4, help="samples per training row in `reasoning filter-rows` "
+                   "(0: train on every row; default: %(default)s)")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.filter_samples == 1 or args.filter_samples < 0:
+        p.error(f"--filter-samples {args.filter_samples}: give 0 (no filtering) or at least 2 (a pass rate in (0, 1))")
+    if args.temperature <= 0:
+        p.error(f"--temperature {args.temperature}: GRPO samples, give a temperature above 0 (e.g. 0.6)")
+    return args
 
 
 def train_overrides(args: argparse.Namespace, start: Path, run: Path) -> list[str]:
     """The CPU cut of the grpo config (recipe_common), with vLLM's context at 1,024 tokens and no KL term: the
     reference model's forward was 18 of a 110 s step (16%) for a 0.001 coefficient over 20 steps (Dr. GRPO and
     DAPO drop it too)."""
-    return cpu_grpo_overrides(args, start, run, ["rollout.vllm.max_model_len=1024", "algorithm.kl.use_loss=false"])
+    own = ["rollout.vllm.max_model_len=1024", "algorithm.kl.use_loss=false", f"rollout.temperature={args.temperature}"]
+    return cpu_grpo_overrides(args, start, run, own)
+
+
+def filter_flags(args: argparse.Namespace) -> list[Any]:
+    """`reasoning filter-rows`' sampling: as GRPO's rollouts will sample (temperature, top-p 1, length)."""
+    return ["--n", args.filter_samples, "--temperature", args.temperature, "--top-p", 1.0,
+            "--max-tokens", args.max_tokens, "--score-workers", "1"]  # fmt: skip
 
 
 def warmup_command(args: argparse.Namespace, rows: Path, out: Path) -> list[Any]:
@@ -68,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     chain.prepare(DATA, ["--dataset", "gsm8k"])
     chain.measure("untrained", args.model)
     chain.measure("warmup", chain.warm_up(warmup_command(args, chain.train_rows, chain.warm)))
-    chain.measure("rl", chain.train(["--score-workers", "1", *train_overrides(args, chain.warm, chain.grpo)]))
+    rows = chain.filter_rows(chain.warm, filter_flags(args)) if args.filter_samples else chain.train_rows
+    chain.measure("rl", chain.train(["--score-workers", "1", *train_overrides(args, chain.warm, chain.grpo)], rows))
     comparisons = {
         "rl - warmup (accuracy)": ("accuracy", "warmup", "rl"),
         "rl - untrained (accuracy)": ("accuracy", "untrained", "rl"),

@@ -232,10 +232,35 @@ class Chain:
         self.run("warm-up", command, done=self.warm / "warmup.json")
         return self.warm
 
-    def train(self, flags: Sequence[Any]) -> Path:
-        """`APP train --config grpo` with `flags` (data, overrides); returns the last step's checkpoint."""
+    def filter_rows(self, model: Path, flags: Sequence[Any]) -> Path:
+        """`APP filter-rows` of the training rows with `model` (offline difficulty filtering, sampled with `flags`)
+        into rows/train_filtered.jsonl, its eval files in eval/train_pass (kept on a rerun); returns the rows."""
+        kept = self.out / "rows" / "train_filtered.jsonl"
+        device = ["--device", "cpu"] if self.args.engine == "hf" else ["--enforce-eager"]
+        command = [
+            tool(self.app),
+            "filter-rows",
+            "--model",
+            model,
+            "--engine",
+            self.args.engine,
+            *device,
+            "--data",
+            self.train_rows,
+            *flags,
+            "--out",
+            kept,
+            "--eval-out",
+            self.out / "eval" / "train_pass",
+        ]
+        self.run("filter-rows", command, done=kept)  # fmt: skip
+        return kept
+
+    def train(self, flags: Sequence[Any], rows: Path | None = None) -> Path:
+        """`APP train --config grpo` on `rows` (default: the training rows) with `flags` (overrides); returns the
+        last step's checkpoint."""
         train = [tool(self.app), "train", "--config", "grpo", "--engine", self.args.engine]
-        self.run("train", [*train, "--train-data", self.train_rows, *flags])
+        self.run("train", [*train, "--train-data", rows or self.train_rows, *flags])
         return self.grpo / "checkpoints" / f"step_{self.args.steps}"
 
     def report(self, title: str, comparisons: Mapping[str, tuple[str, str, str]]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "scripts" / "recipes"))
 import gsm8k  # noqa: E402
@@ -81,3 +83,29 @@ def test_evals_start_vllm_eager_and_parse_as_the_app_reads_them(tmp_path: Path) 
         assert command[:2] == [gsm8k.tool("reasoning"), "eval"]
         parsed = build_parser().parse_args([str(a) for a in command[1:]])
         assert (parsed.engine, parsed.enforce_eager, parsed.temperature) == (engine, eager, 0.0)
+
+
+def test_filter_rows_samples_as_grpo_and_feeds_train(tmp_path: Path) -> None:
+    """The recipe's filter-rows command is one the app accepts, sampling as GRPO will (temperature, top-p 1,
+    length), and `train` then reads the rows it keeps; --filter-samples 0 trains on every row."""
+    from rlloom_apps.reasoning.cli import build_parser
+
+    (tmp_path / "config.json").write_text("{}")
+    args = gsm8k.parse(["--model", str(tmp_path), "--out", str(tmp_path / "run"), "--temperature", "0.8"])
+    chain = gsm8k.Chain(args, "reasoning", [], lambda _folder: {})
+    ran: list[list[str]] = []
+    chain.run = lambda name, argv, **_: ran.append([str(a) for a in argv]) or 0.0  # type: ignore[method-assign]
+    kept = chain.filter_rows(chain.warm, gsm8k.filter_flags(args))
+    parsed = build_parser().parse_args(ran[0][1:])
+    assert ran[0][1] == "filter-rows" and parsed.data == [chain.train_rows] and parsed.out == kept
+    assert (parsed.n, parsed.temperature, parsed.top_p, parsed.max_tokens) == (4, 0.8, 1.0, 256)
+    assert parsed.enforce_eager and parsed.model == chain.warm
+    chain.train(["--score-workers", "1"], kept)
+    assert ran[1][ran[1].index("--train-data") + 1] == str(kept)
+    assert "rollout.temperature=0.8" in gsm8k.train_overrides(args, chain.warm, chain.grpo)
+
+
+@pytest.mark.parametrize("flags", [["--filter-samples", "1"], ["--filter-samples", "-2"], ["--temperature", "0"]])
+def test_filter_and_temperature_flags_refuse_what_cannot_work(flags: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        gsm8k.parse(flags)

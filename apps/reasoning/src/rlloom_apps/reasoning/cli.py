@@ -1,4 +1,5 @@
-"""`reasoning` console script: `demo` (a tiny model end to end on CPU), `prepare-data`, `warmup`, `train`, `eval`."""
+"""`reasoning` console script: `demo` (a tiny model end to end on CPU), `prepare-data`, `warmup`, `train`, `eval`,
+`filter-rows`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
+from rlloom_apps.reasoning.filter_rows import add_filter_parser, run_filter_command
 from rlloom_apps.reasoning.warmup_cli import add_warmup_parser, run_warmup_command
 
 from rlloom.core_rl.cli import (
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.formatter_class = HelpFormatter
     _eval_parser(commands)
+    add_filter_parser(commands)
     add_warmup_parser(commands)
     _train_parser(commands)
     add_plot_command(commands, "reasoning")
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "eval":
         _eval(parser, args)
+        return
+    if args.command == "filter-rows":
+        run_filter_command(parser, args)
         return
     if args.command == "train":
         _train(parser, args)
@@ -102,9 +108,6 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _eval_parser(commands: Any) -> None:
-    from rlloom.rewards.eval_runner import add_eval_arguments
-    from rlloom.rollout import add_policy_arguments
-
     ev = commands.add_parser(
         "eval",
         help="sample n responses per problem and report avg@n, pass@k and maj@k per dataset",
@@ -115,6 +118,14 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
+    add_sampling_arguments(ev)
+
+
+def add_sampling_arguments(ev: argparse.ArgumentParser) -> None:
+    """The model, engine and sampling flags `eval` and `filter-rows` share."""
+    from rlloom.rewards.eval_runner import add_eval_arguments
+    from rlloom.rollout import add_policy_arguments
+
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
     describe_policy_flags(ev)
     ev.add_argument(
@@ -134,10 +145,19 @@ def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from rlloom.rewards.eval_runner import report
+
+    rows, settings, result = sample_and_score(parser, args, check=lambda: None)
+    report(result, rows, settings, args.out)
+
+
+def sample_and_score(parser: argparse.ArgumentParser, args: argparse.Namespace, *, check: Any) -> tuple[Any, ...]:
+    """(rows, settings, result) of sampling --data's rows with the flags' model; `check()` (a command's own flag
+    checks) runs with the others, before the model loads, and a ValueError it raises is a usage error."""
     from rlloom_apps.reasoning.evaluate import run_eval
 
     from rlloom.core_rl.contracts import check_chat_template_kwargs
-    from rlloom.rewards.eval_runner import read_rows, report, sampling_warnings, settings_from_args
+    from rlloom.rewards.eval_runner import read_rows, sampling_warnings, settings_from_args
     from rlloom.rollout import PolicySpec, build_engine, close_engine
 
     if args.limit is not None and args.limit < 0:
@@ -146,6 +166,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     try:
         settings = settings_from_args(args)
         check_chat_template_kwargs(settings.chat_template_kwargs, "--chat-template-kwargs")  # before the model loads
+        check()
         spec.check()
         rows = read_rows(args.data, limit=args.limit, made_by="reasoning prepare-data")
     except ValueError as err:
@@ -159,7 +180,7 @@ def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(str(err))
     finally:
         close_engine(engine)
-    report(result, rows, settings, args.out)
+    return rows, settings, result
 
 
 def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -> Any:
