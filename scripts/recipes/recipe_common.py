@@ -119,6 +119,8 @@ def chain_parser(doc: str | None, app: str, run: str, *, steps: int, lr: float) 
     p.add_argument("--prompts", type=int, default=8, help="prompts per GRPO step (default: %(default)s)")
     p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
     p.add_argument("--lr", type=float, default=lr, help="GRPO learning rate (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="warm-up and GRPO seed: another seed of the chain; the evals "
+                   "keep theirs, so every run scores the same sampled dev set (default: %(default)s)")  # fmt: skip
     p.add_argument("--engine", default="vllm", choices=["vllm", "hf"], help="rollout/eval engine (default: vllm)")
     p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder when not in --model")
     return p
@@ -144,6 +146,7 @@ def cpu_grpo_overrides(args: argparse.Namespace, start: Path, run: Path, own: Se
         "trainer.val_every=0",
         "trainer.val_before_train=false",
         "trainer.device=cpu",
+        f"trainer.seed={args.seed}",
         "trainer.trackers=[console,jsonl]",
         f"trainer.output_dir={run}",
         *own,
@@ -160,7 +163,7 @@ def tokenizer_flag(tokenizer: Path | None) -> list[str | Path]:
 def warmup_command(args: argparse.Namespace, app: str, rows: Path, out: Path, own: Sequence[Any]) -> list[Any]:
     """`APP warmup` of --model on `rows` into `out`, with the app's `own` flags (its length of training)."""
     return [tool(app), "warmup", "--model", args.model, *tokenizer_flag(args.tokenizer), "--train-data", rows,
-            "--out", out, *own, "--lr", args.warmup_lr]  # fmt: skip
+            "--out", out, *own, "--lr", args.warmup_lr, "--seed", args.seed]  # fmt: skip
 
 
 @dataclass

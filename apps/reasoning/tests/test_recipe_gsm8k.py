@@ -109,3 +109,11 @@ def test_filter_rows_samples_as_grpo_and_feeds_train(tmp_path: Path) -> None:
 def test_filter_and_temperature_flags_refuse_what_cannot_work(flags: list[str]) -> None:
     with pytest.raises(SystemExit):
         gsm8k.parse(flags)
+
+
+def test_seed_reaches_warmup_and_grpo(tmp_path: Path) -> None:
+    args = gsm8k.parse(["--seed", "3"])
+    warmup = [str(a) for a in gsm8k.warmup_command(args, tmp_path / "rows.jsonl", tmp_path / "warm")]
+    assert warmup[warmup.index("--seed") + 1] == "3"
+    assert "trainer.seed=3" in gsm8k.train_overrides(args, tmp_path / "warm", tmp_path / "grpo")
+    assert "--seed" not in map(str, gsm8k.eval_flags(args))  # every seed's evals sample the same way
