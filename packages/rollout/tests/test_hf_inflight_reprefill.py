@@ -304,3 +304,37 @@ def test_the_engine_reprefills_a_paused_request_and_its_next_turn_reuses_those_k
     full = teacher_forced(new_reference, prompt, completion.token_ids)
     assert completion.logprobs[k:] == pytest.approx(full[k:], abs=1e-4)
     assert answer.token_ids == greedy_reference(new_reference, next_turn, 4)
+
+
+def test_a_pause_that_changes_no_weight_reprefills_nothing(
+    old: torch.nn.Module, new_state: dict[str, torch.Tensor], tok: Any, encode: Any
+) -> None:
+    """reprefill recomputes keys/values only when the weights moved while parked: a pause and a resume at the same
+    version without an update costs nothing and leaves the tokens the unpaused greedy ones; an update that keeps
+    the version label (its parameters were written) still re-prefills."""
+    engine = HFEngine(old, tok, HFEngineConfig(gather_s=0.0, inflight_kv="reprefill"))
+    request = GenerationRequest(
+        prompt_ids=encode("nothing changes"), sampling=SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+    )
+
+    def paused_once(update: dict[str, torch.Tensor] | None) -> Completion:
+        done: list[Completion] = []
+        thread = threading.Thread(target=lambda: done.extend(asyncio.run(engine.agenerate(request))))
+        steps = engine.decode_stats.steps
+        thread.start()
+        _wait_for(lambda: engine.decode_stats.steps >= steps + 5)
+        engine.pause_generation()
+        if update is not None:
+            engine.update_weights(update)
+        engine.resume_generation(0)  # the same label either way
+        thread.join(60)
+        return done[0]
+
+    try:
+        [[unpaused]] = engine.generate([request])
+        assert paused_once(None).token_ids == unpaused.token_ids
+        assert engine.decode_stats.reprefilled_tokens == 0
+        paused_once(new_state)
+        assert engine.decode_stats.reprefilled_tokens > len(request.prompt_ids or [])
+    finally:
+        engine.close()

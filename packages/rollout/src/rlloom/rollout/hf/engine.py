@@ -97,6 +97,8 @@ class HFEngine:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_token_ids), 0)
         self.prefix_cache = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens else None
         self._weights_version = self._parameter_versions()
+        self._loads = 0  # update_weights calls (they write through .data, which the parameters' counters miss)
+        self._weights_at_pause = self._weights_fingerprint()
         positions = getattr(model_config, "max_position_embeddings", None)
         self.context_window = int(positions) if positions else None
         """Prompt + completion tokens the model takes (its max_position_embeddings); None when it names none."""
@@ -286,6 +288,10 @@ class HFEngine:
         """Sum of the parameters' in-place write counters: it moves whenever an optimizer step changes them."""
         return sum(p._version for p in self.model.parameters())
 
+    def _weights_fingerprint(self) -> tuple[int, int]:
+        """What moves when the weights change: loads through `update_weights`, and in-place optimizer steps."""
+        return self._loads, self._parameter_versions()
+
     def _drop_stale_prefixes(self) -> None:
         """Clear the prefix cache if the weights changed since it was filled (a shared actor trains in place)."""
         if self.prefix_cache is None:
@@ -364,6 +370,7 @@ class HFEngine:
 
     def _load(self, named_tensors: Mapping[str, torch.Tensor]) -> None:
         load_named_tensors(self.model, named_tensors)
+        self._loads += 1
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
         # the cache now holds nothing of the old weights, and what a decode (re-)prefills from here on may seed it
@@ -375,11 +382,14 @@ class HFEngine:
         submitted from now on wait. Change the weights (`update_weights`, or the shared actor's optimizer step),
         then `resume_generation`."""
         self._gate.pause()
+        self._weights_at_pause = self._weights_fingerprint()
 
     def resume_generation(self, policy_version: int) -> None:
         """Continue the paused requests under the current weights, with the keys/values computed so far kept or
-        recomputed (`inflight_kv`); every token sampled from now on is labelled `policy_version`."""
-        self._gate.resume(policy_version)
+        recomputed (`inflight_kv`); every token sampled from now on is labelled `policy_version`. A pause in
+        which no parameter was written (nor the version moved) recomputes nothing: the keys/values still hold."""
+        changed = self._weights_fingerprint() != self._weights_at_pause or policy_version != self._gate.version
+        self._gate.resume(policy_version, weights_changed=changed)
 
     @property
     def keeps_kv_cache(self) -> bool:

@@ -25,6 +25,7 @@ class PauseGate:
         self._stepping = 0  # decodes running between two checkpoints (not parked)
         self.version = version
         self.pauses = 0  # pauses so far (a test or a metric can tell an update happened in flight)
+        self.changes = 0  # resumes that followed a weight change (a pause without one re-prefills nothing)
 
     @property
     def paused(self) -> bool:
@@ -37,12 +38,14 @@ class PauseGate:
             self.pauses += 1
             self._cond.wait_for(lambda: self._stepping == 0)
 
-    def resume(self, version: int) -> None:
-        """Let parked and waiting decodes go on, labelling what they sample from now on `version`.
+    def resume(self, version: int, *, weights_changed: bool = True) -> None:
+        """Let parked and waiting decodes go on, labelling what they sample from now on `version`;
+        `weights_changed=False` says the pause changed no weight, so a parked decode's keys/values still hold.
 
         Without a pause before it, it only relabels (the version the next tokens carry)."""
         with self._cond:
             self.version = version
+            self.changes += bool(weights_changed)
             self._paused = False
             self._cond.notify_all()
 
@@ -60,14 +63,15 @@ class PauseGate:
                 self._cond.notify_all()
 
     def checkpoint(self) -> bool:
-        """Between two steps of a decode: park while paused. True if it parked (the weights may have changed)."""
+        """Between two steps of a decode: park while paused. True if the weights changed while it was parked."""
         if not self._paused:  # the common case, without the lock; a pause that races it parks at the next step
             return False
         with self._cond:
             if not self._paused:
                 return False
+            changes = self.changes
             self._stepping -= 1
             self._cond.notify_all()
             self._cond.wait_for(lambda: not self._paused)
             self._stepping += 1
-        return True
+            return self.changes != changes
