@@ -300,3 +300,17 @@ def test_the_model_runs_in_the_engine_core_process(engine: Any) -> None:
     from vllm.v1.executor.uniproc_executor import UniProcExecutor
 
     assert Executor.get_class(engine.llm.vllm_config) is UniProcExecutor
+
+
+def test_close_ends_the_output_handler_quietly(engine: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """Last in the module: it closes the engine. vLLM's output handler is cancelled before the engine core stops
+    (vLLM's own order let it read the core's exit as a crash and log EngineDeadError after a good run), and a
+    second close (the fixture's) does nothing."""
+    sampling = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
+    engine.generate([GenerationRequest(prompt_ids=_ids("bye"), sampling=sampling)])  # the handler runs by now
+    handler = engine.llm.output_handler
+    engine.close()
+    assert handler.cancelled()  # ended by the cancel, not by an EngineDeadError it caught and logged
+    engine.close()
+    captured = capfd.readouterr()
+    assert "output_handler failed" not in captured.out + captured.err

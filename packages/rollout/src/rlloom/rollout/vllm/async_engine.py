@@ -81,6 +81,7 @@ class VLLMAsyncEngine:
                 f"inflight_kv='keep' with image model {config.model}: vLLM caches vision-tower outputs by image, not "
                 "by weights, and cannot drop them while requests are frozen; use inflight_kv='reprefill'"
             )
+        self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlloom-vllm-async", daemon=True)
         self._thread.start()
@@ -308,10 +309,28 @@ class VLLMAsyncEngine:
             self._run(self.llm.wake_up(tags=tags))
 
     def close(self) -> None:
-        """Shut vLLM's engine-core process down and stop the loop thread."""
+        """Stop vLLM's output handler, shut its engine-core process down, and stop the loop thread (safe twice).
+
+        vLLM's own `shutdown` stops the engine core first and cancels the handler after, so a handler that reads
+        the core's exit first logs "AsyncLLM output_handler failed ... EngineDeadError: EngineCore encountered an
+        issue" at the end of a run that went fine (one of three recipe runs did). Cancelling it first ends it
+        quietly."""
+        if self._closed:
+            return
+        self._closed = True
+        handler = getattr(self.llm, "output_handler", None)
+        if isinstance(handler, asyncio.Task) and not handler.done():
+            self._run(_cancelled(handler))
         self.llm.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel `task` and wait until it has ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 UNI_EXECUTOR = "vllm.v1.executor.uniproc_executor.UniProcExecutor"
