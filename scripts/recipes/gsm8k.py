@@ -10,7 +10,7 @@ bootstrap interval for RL minus its starting point (the warmed-up model). A row'
 percent a 135M model reaches, one greedy answer per row (0 or 1) leaves the interval almost nothing to resolve;
 `--eval-samples 1 --eval-temperature 0` gives the greedy figure. Data: apps/reasoning/recipes/gsm8k/
 (400 train rows, 100 dev rows, disjoint; see SOURCE.md there). The defaults take about an hour on two idle
-cores (docs/recipes.md); `--steps`, `--prompts`, `--warmup-epochs` and `--max-tokens` shrink it.
+cores (docs/recipes.md); `--steps`, `--prompts`, `--warmup-epochs`, `--filter-samples` and `--max-tokens` shrink it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = chain_parser(__doc__, "reasoning", "recipe-gsm8k", steps=20, lr=1e-5)
+    p = chain_parser(__doc__, "reasoning", "recipe-gsm8k", steps=16, lr=1e-5)
     p.add_argument("--warmup-epochs", type=float, default=1.0, help="supervised passes (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=256, help="response tokens (default: %(default)s)")
     p.add_argument("--eval-samples", type=int, default=4, help="samples per dev row (default: %(default)s)")
