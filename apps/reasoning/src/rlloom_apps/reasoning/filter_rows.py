@@ -17,7 +17,7 @@ from rlloom.core_rl.cli import HelpFormatter
 
 
 def add_filter_parser(commands: Any) -> None:
-    from rlloom_apps.reasoning.cli import add_sampling_arguments
+    from rlloom_apps.reasoning.sampling_flags import add_sampling_arguments
 
     fr = commands.add_parser(
         "filter-rows",
@@ -48,7 +48,7 @@ def add_filter_parser(commands: Any) -> None:
 
 def run_filter_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from pydantic import ValidationError
-    from rlloom_apps.reasoning.cli import sample_and_score
+    from rlloom_apps.reasoning.sampling_flags import sample_and_score
 
     from rlloom.rewards.difficulty import PassBand, select_by_pass_rate
     from rlloom.rewards.eval_runner import report
@@ -65,7 +65,7 @@ def run_filter_command(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--out {args.out}: give a .jsonl file for the rows kept, e.g. rows/train_filtered.jsonl")
     if args.n < 2:
         print(f"warning: --n {args.n}: a pass rate from one sample is 0 or 1, so (0, 1) keeps nothing", file=sys.stderr)
-    rows, settings, result = sample_and_score(parser, args, check=lambda: None)
+    rows, settings, result = sample_and_score(parser, args)
     report(result, rows, settings, args.eval_out)
     selection = select_by_pass_rate(rows, result.report.records, band)
     print(selection.summary(band))
