@@ -226,9 +226,13 @@ class Chain:
         minutes, too short for compilation's faster decoding to repay its longer start (docs/recipes.md)."""
         args = self.args
         tokenizer = tokenizer_flag(args.tokenizer if point == "untrained" else None)
-        device = ["--device", "cpu"] if args.engine == "hf" else ["--enforce-eager"]
-        return [tool(self.app), "eval", "--model", model, *tokenizer, "--engine", args.engine, *device,
+        return [tool(self.app), "eval", "--model", model, *tokenizer, *self.engine_flags(),
                 "--data", self.dev_rows, *self.eval_flags, "--out", self.out / "eval" / point]  # fmt: skip
+
+    def engine_flags(self) -> list[str]:
+        """--engine, and how it runs here: HF on the CPU, vLLM eager (as in training)."""
+        device = ["--device", "cpu"] if self.args.engine == "hf" else ["--enforce-eager"]
+        return ["--engine", self.args.engine, *device]
 
     def warm_up(self, command: Sequence[Any]) -> Path:
         """Run the warm-up `command` (kept on a rerun once warmup.json is written); returns the model's folder."""
@@ -239,24 +243,9 @@ class Chain:
         """`APP filter-rows` of the training rows with `model` (offline difficulty filtering, sampled with `flags`)
         into rows/train_filtered.jsonl, its eval files in eval/train_pass (kept on a rerun); returns the rows."""
         kept = self.out / "rows" / "train_filtered.jsonl"
-        device = ["--device", "cpu"] if self.args.engine == "hf" else ["--enforce-eager"]
-        command = [
-            tool(self.app),
-            "filter-rows",
-            "--model",
-            model,
-            "--engine",
-            self.args.engine,
-            *device,
-            "--data",
-            self.train_rows,
-            *flags,
-            "--out",
-            kept,
-            "--eval-out",
-            self.out / "eval" / "train_pass",
-        ]
-        self.run("filter-rows", command, done=kept)  # fmt: skip
+        command = [tool(self.app), "filter-rows", "--model", model, *self.engine_flags(), "--data", self.train_rows,
+                   *flags, "--out", kept, "--eval-out", self.out / "eval" / "train_pass"]  # fmt: skip
+        self.run("filter-rows", command, done=kept)
         return kept
 
     def train(self, flags: Sequence[Any], rows: Path | None = None) -> Path:

@@ -116,8 +116,6 @@ def _eval_parser(commands: Any) -> None:
         "(math checker, sandboxed HumanEval/MBPP tests), and print avg@n, unbiased pass@k and maj@k per dataset.",
         formatter_class=HelpFormatter,
     )
-    ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
-    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_sampling_arguments(ev)
 

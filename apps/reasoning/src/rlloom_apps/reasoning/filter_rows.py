@@ -28,8 +28,6 @@ def add_filter_parser(commands: Any) -> None:
         "time) gives a GRPO group of equal rewards: zero advantage, no gradient, and a wasted rollout.",
         formatter_class=HelpFormatter,
     )
-    fr.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
-    fr.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     fr.add_argument("--out", required=True, type=Path, help="JSONL file for the rows kept")
     fr.add_argument(
         "--band",

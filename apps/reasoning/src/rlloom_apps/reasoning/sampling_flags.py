@@ -9,10 +9,14 @@ from typing import Any
 
 
 def add_sampling_arguments(ev: argparse.ArgumentParser) -> None:
-    """The model, engine and sampling flags `eval` and `filter-rows` share."""
+    """The rows, model, engine and sampling flags `eval` and `filter-rows` share."""
+    from pathlib import Path
+
     from rlloom.rewards.eval_runner import add_eval_arguments
     from rlloom.rollout import add_policy_arguments
 
+    ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
+    ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
     describe_policy_flags(ev)
     ev.add_argument(
