@@ -81,6 +81,48 @@ def test_retrieval_score_is_added_to_a_valid_wrong_answer_that_retrieved_the_gol
     assert score_segments(elsewhere, GOLD, settings).score == pytest.approx(0.2)
 
 
+TOWER = {"target": ["Eiffel Tower"]}
+F1 = FormatRewardSettings(answer_score="f1")
+
+
+@pytest.mark.parametrize(
+    ("segments", "settings", "expected"),
+    [
+        # "the Tower" against "Eiffel Tower": normalised tokens {tower} vs {eiffel, tower}: P 1, R 1/2, F1 2/3
+        (searched("<answer> the Tower </answer>"), F1, 0.2 + (1 - 0.2) * 2 / 3),  # valid: 0.2 -> 1
+        ([model("<think> hm </think><answer> the Tower </answer> and more")], F1, 0.1 + (0.8 - 0.1) * 2 / 3),
+        (
+            searched("<answer> the Tower </answer>"),
+            FormatRewardSettings(answer_score="f1", retrieval_score=0.1),
+            0.2 + 0.8 * 2 / 3,
+        ),  # the passage is about Paris: no gold retrieved, no bonus
+        (
+            [
+                model(SEARCH),
+                info('Doc 1(Title: "Eiffel Tower") The Eiffel Tower is in Paris.'),
+                model("<think> x </think>\n<answer> the Tower </answer>"),
+            ],
+            FormatRewardSettings(answer_score="f1", retrieval_score=0.1),
+            0.3 + 0.7 * 2 / 3,
+        ),  # gold retrieved: from 0.3
+        (searched("<answer> Eiffel Tower </answer>"), F1, 1.0),  # F1 1: the right answer's entry
+        ([model("<answer> Eiffel Tower </answer>")], F1, 0.8),
+        (searched("<answer> Lyon </answer>"), F1, 0.2),  # F1 0: the wrong answer's entry
+        (searched("<answer> the Tower </answer>"), PUBLISHED, 0.2),  # EM: a partial answer is wrong
+    ],
+)
+def test_f1_answer_score_moves_each_entry_from_wrong_to_right(
+    segments: list[Segment], settings: FormatRewardSettings, expected: float
+) -> None:
+    reward = score_segments(segments, TOWER, settings)
+    assert reward.score == pytest.approx(expected)
+
+
+def test_f1_answer_score_agrees_with_the_published_table_at_f1_0_and_1() -> None:
+    for segments, expected in CASES:
+        assert score_segments(segments, GOLD, F1).score == pytest.approx(expected)
+
+
 def test_the_invalid_action_hint_is_not_an_answer() -> None:
     """The reported bug: the hint's "<answer> and </answer>" was read as the model's (wrong) answer, 0.1 for a
     model that never wrote an action; it scores 0 and its honest twin, which answers after the hint, 0.8."""
@@ -153,6 +195,10 @@ def test_config_section_selects_it_and_rejects_unknown_keys() -> None:
     assert plain.format_reward is None
     with pytest.raises((ValidationError, ValueError), match="structure_score"):
         load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m", "search.format_reward={structure_score: 0.3}"])
+    _, graded = load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m", "search.format_reward.answer_score=f1"])
+    assert graded.format_reward == FormatRewardSettings(answer_score="f1")
+    with pytest.raises((ValidationError, ValueError), match="answer_score"):
+        load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m", "search.format_reward={answer_score: F1-score}"])
 
 
 @pytest.mark.slow

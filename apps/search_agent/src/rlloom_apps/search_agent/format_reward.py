@@ -17,6 +17,9 @@ the model's answer. `FormatRewardSearchEnv` keeps the conversation as segments t
   about what was retrieved.
 A conversation without hints and without tags inside its passages scores exactly as Search-R1's reading of the
 whole text (`rlloom.rewards.format.search_r1_format_reward`); the tests check both.
+`answer_score: f1` grades the answer by its token F1 instead of exact match (R1-Searcher's answer reward): each
+row of the table moves linearly from the wrong answer's score to the right one's, so a partly right answer earns
+part of the difference; a small model that is rarely exactly right still gets a graded signal within a group.
 """
 
 from __future__ import annotations
@@ -79,15 +82,11 @@ def score_segments(segments: Sequence[Segment], ground_truth: Any, settings: For
         docs = [normalize_answer(s.text) for s in segments if s.source == "information"]
         aliases = [a for a in (normalize_answer(g) for g in golds) if a]
         retrieved = any(a in doc for doc in docs for a in aliases)
-    correct = answer is not None and bool(exact_match(answer, golds))
-    score = qa_em_format_score(
-        correct=correct, answered=answer is not None, valid=bool(valid.score), retrieved=retrieved, settings=settings
-    )
-    components = {
-        "em": float(correct),
-        "f1": f1(answer, golds) if answer is not None else 0.0,
-        "format_valid": valid.score,
-    }
+    em = float(answer is not None and bool(exact_match(answer, golds)))
+    f1_score = f1(answer, golds) if answer is not None else 0.0
+    rightness = None if answer is None else (em if settings.answer_score == "em" else max(em, f1_score))
+    score = qa_format_score(rightness, valid=bool(valid.score), retrieved=retrieved, settings=settings)
+    components = {"em": em, "f1": f1_score, "format_valid": valid.score}
     return RewardOutput(score=score, components=components)
 
 
@@ -100,14 +99,17 @@ def sequence_check(segments: Sequence[Segment]) -> FormatCheck:
     return search_r1_sequence(skeleton)
 
 
-def qa_em_format_score(
-    *, correct: bool, answered: bool, valid: bool, retrieved: bool, settings: FormatRewardSettings
-) -> float:
+def qa_format_score(rightness: float | None, *, valid: bool, retrieved: bool, settings: FormatRewardSettings) -> float:
     """Search-R1's `qa_em_format.compute_score_em` table: correct+valid 1, correct+invalid 1-s, wrong or missing
-    +valid s (+retrieval_score when a gold alias was retrieved), wrong+invalid f, missing+invalid 0."""
+    +valid s (+retrieval_score when a gold alias was retrieved), wrong+invalid f, missing+invalid 0.
+
+    `rightness` is None without an answer, else 1 (right) or 0 (wrong) under EM, or the answer's F1 under
+    `answer_score: f1`, which moves the score linearly from the wrong answer's entry to the right answer's."""
     s = settings.structure_format_score
-    if correct:
-        return 1.0 if valid else 1.0 - s
     if valid:
-        return s + (settings.retrieval_score if retrieved else 0.0)
-    return settings.final_format_score if answered else 0.0
+        wrong = s + (settings.retrieval_score if retrieved else 0.0)
+        return wrong if rightness is None else wrong + (1.0 - wrong) * rightness
+    if rightness is None:
+        return 0.0
+    wrong = settings.final_format_score
+    return wrong + (1.0 - s - wrong) * rightness

@@ -35,6 +35,12 @@ class FormatRewardSettings(BaseModel):
     retrieval_score: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Added to a valid wrong answer when a gold alias was retrieved."
     )
+    answer_score: Literal["em", "f1"] = Field(
+        default="em",
+        description="em: Search-R1's exact match (an answer is right or wrong); f1: the answer's token F1 moves "
+        "each score linearly from the wrong answer's to the right one's (R1-Searcher's F1 answer reward), so a "
+        "partly right answer earns part of the difference. At F1 0 or 1 the two agree.",
+    )
 
 
 class SearchSettings(BaseModel):
