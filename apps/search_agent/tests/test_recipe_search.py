@@ -137,6 +137,12 @@ def test_train_overrides_pass_the_dry_run(tmp_path: Path) -> None:
     done = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "total_steps: 3" in done.stdout and "max_turns: 3" in done.stdout
+    # the recipe's reward and loss: v0.3's table graded by F1, no KL term (its reference forward is skipped)
+    assert "use_loss: false" in done.stdout
+    from rlloom_apps.search_agent.settings import CONFIGS, FormatRewardSettings, load_train_config
+
+    _, settings = load_train_config(CONFIGS / "grpo.yaml", overrides)
+    assert settings.format_reward == FormatRewardSettings(answer_score="f1")
 
 
 def test_a_rerun_keeps_finished_steps(tmp_path: Path) -> None:
