@@ -153,3 +153,30 @@ def test_a_rerun_keeps_finished_steps(tmp_path: Path) -> None:
     assert runner.steps[0]["kept"] and runner.steps[0]["exit"] == 0
     with pytest.raises(SystemExit, match="exit 3"):
         runner("eval again", [sys.executable, "-c", "raise SystemExit(3)"])
+
+
+def test_seeds_pool_each_questions_difference_over_the_runs(tmp_path: Path) -> None:
+    """Two runs of two questions: RL - warm-up F1 per question (0.5, 0) and (0.1, 0.3); pooled per question
+    (0.3, 0.15), mean 0.225; each interval lies within its differences' range."""
+    import search_seeds
+
+    def write(folder: Path, f1s: list[float]) -> None:
+        folder.mkdir(parents=True)
+        rows = [{"data_source": "hotpotqa", "index": i, "em": 0.0, "f1": f, "searches": 1.0, "response": VALID}
+                for i, f in enumerate(f1s)]  # fmt: skip
+        (folder / "predictions_search.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    for run, warm, rl in (("s0", [0.0, 0.2], [0.5, 0.2]), ("s1", [0.1, 0.1], [0.2, 0.4])):
+        write(tmp_path / run / "eval" / "warmup", warm)
+        write(tmp_path / run / "eval" / "rl", rl)
+    got = search_seeds.pooled([tmp_path / "s0", tmp_path / "s1"])
+    assert got["s0 rl - warmup (f1)"]["mean"] == pytest.approx(0.25)
+    assert got["s1 rl - warmup (f1)"]["mean"] == pytest.approx(0.2)
+    both = got["2 runs pooled rl - warmup (f1)"]
+    assert both["mean"] == pytest.approx(0.225)
+    assert 0.15 - 1e-9 <= both["low"] <= both["high"] <= 0.3 + 1e-9
+    assert got["2 runs pooled rl - warmup (em)"]["mean"] == 0.0
+    write(tmp_path / "s2" / "eval" / "warmup", [0.0])
+    write(tmp_path / "s2" / "eval" / "rl", [0.0])
+    with pytest.raises(SystemExit, match="different numbers of dev questions"):
+        search_seeds.pooled([tmp_path / "s0", tmp_path / "s2"])
