@@ -172,7 +172,9 @@ def test_single_update_without_old_logprobs_matches_the_recomputed_ones(
 ) -> None:
     """With one optimizer step the old log-probs are the current ones: leaving them out (the update detaches its
     own) gives the weights a separate forward would, and the same entropy, reference-KL and mismatch figures."""
-    kwargs = {"max_tokens_per_micro_batch": 25, "padding_free": padding_free}
+    # The full LM head in both updates, as in compute_logprobs: the same arithmetic, so the recomputed ratio is
+    # exactly 1 too (the restricted head is checked against the full one in test_update_head_restriction.py).
+    kwargs = {"max_tokens_per_micro_batch": 25, "padding_free": padding_free, "restrict_lm_head": False}
     recomputing, fused = on_policy_actor(tiny_model_dir, **kwargs), on_policy_actor(tiny_model_dir, **kwargs)
     batch = random_batch(recomputing.model.config.vocab_size)
     gen = torch.Generator().manual_seed(1)

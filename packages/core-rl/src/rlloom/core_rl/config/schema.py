@@ -351,6 +351,12 @@ class ActorConfig(_Section):
         "text rows in one process; packed rows, image rows, activation checkpointing and FSDP ranks take the full "
         "forward.",
     )
+    restrict_lm_head: bool = Field(
+        default=True,
+        description="In the policy update, run the LM head only on the positions that score a loss-mask-1 token "
+        "(an agent's observations and template glue are skipped): the same loss and gradients with fewer logits. "
+        "false: the head on every response position (for a model whose head does not see the full sequence).",
+    )
     shuffle: bool = Field(default=True, description="Shuffle rows before splitting into mini-batches.")
 
     def warmup_steps_for(self, total_steps: int) -> int:

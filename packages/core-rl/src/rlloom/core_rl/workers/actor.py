@@ -370,6 +370,7 @@ class PolicyActor:
                 packed=self.cfg.padding_free,
                 entropy=entropy_coef > 0 or on_policy,
                 share_prompts=self.share_prompts,
+                scored=mask != 0 if self.cfg.restrict_lm_head else None,
             )
         old_logprobs = logprobs.detach() if on_policy else micro["old_logprobs"]
         weights = micro["is_weights"] if "is_weights" in micro.tensors else None

@@ -5,7 +5,9 @@ P + j − 1; `[:, P-1:-1]` in the padded layout. The packed (padding-free) path 
 with restarting position ids and maps results back to the padded layout; both paths give the same numbers (tested).
 Temperature divides the logits so training log-probs match the distribution the engine sampled from. Only the
 positions that score a response token go through the LM head (transformers' `logits_to_keep`): the prompt's
-logits, `[b, P, vocab]` and as many again in backward, were computed only to be sliced away.
+logits, `[b, P, vocab]` and as many again in backward, were computed only to be sliced away. With `scored`, only
+the hidden states that score those response tokens do (`head.lm_head_on`): the policy update reads the loss-mask-1
+tokens only, and in an agent conversation the retrieved passages and tool outputs are most of the response.
 
 Rows whose `multimodal` dict holds `position_ids` (the prompt's (3, P) M-RoPE positions, as a vision-language
 rollout carries them) are forwarded one row per forward with their own positions and the dict's other entries
@@ -27,6 +29,7 @@ from rlloom.core_rl.algorithms import entropy_from_logits, logprobs_from_logits
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.contracts.packing import pack, unpack
 from rlloom.core_rl.workers.attention import packed_attention_kwargs, packed_stream
+from rlloom.core_rl.workers.head import has_output_head, lm_head_on, scoring_positions
 
 CHUNK_ELEMENTS = 256 * 32_768
 """Logit elements per chunk of the log-prob/entropy reductions (32 MiB in float32): chunking by elements rather
@@ -91,22 +94,37 @@ def response_logprobs(
     packed: bool = False,
     entropy: bool = False,
     share_prompts: bool = False,
+    scored: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-probs `[b, R]`, entropies `[b, R]` or None) of the response tokens; 0 on padding. `share_prompts`:
-    rows with the same prompt forward it once (padded text rows; see `shared_prompt_rows`)."""
+    rows with the same prompt forward it once (padded text rows; see `shared_prompt_rows`). `scored` (`[b, R]`
+    bool, e.g. the loss mask): only those tokens are wanted, so only their scoring hidden states go through the LM
+    head (text rows of a model with an output-embeddings module); the other tokens come back 0, as padding does."""
     own = rope_rows(batch)
-    shared = {"share_prompts": share_prompts}
+    scored_rows = scored
+    if scored is not None and not has_output_head(model):
+        scored_rows = None  # no head module to hook: the full logits, masked below
+    elif scored is not None and not bool((batch.response_attention_mask.bool() & ~scored.bool()).any()):
+        scored_rows = None  # every real response token is wanted (single-turn rows): nothing to skip
+    kwargs: dict[str, Any] = {"temperature": temperature, "packed": packed, "entropy": entropy}
+    kwargs |= {"share_prompts": share_prompts, "scored": scored_rows}
     if not own:
-        return _batched_logprobs(model, batch, temperature=temperature, packed=packed, entropy=entropy, **shared)
-    text = sorted(set(range(batch.batch_size)) - set(own))
-    parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-    if text:
-        sub = batch.select(text)
-        parts.append(_batched_logprobs(model, sub, temperature=temperature, packed=packed, entropy=entropy, **shared))
-    parts.extend(_rope_row_logprobs(model, batch, i, temperature=temperature, entropy=entropy) for i in own)
-    order = torch.argsort(torch.tensor(text + own)).to(batch["input_ids"].device)
-    logprobs = torch.cat([lp for lp, _ in parts])[order]
-    ent = torch.cat([e for _, e in parts if e is not None])[order] if entropy else None
+        logprobs, ent = _batched_logprobs(model, batch, **kwargs)
+    else:
+        text = sorted(set(range(batch.batch_size)) - set(own))
+        parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        if text:
+            sub = batch.select(text)
+            kwargs["scored"] = None if scored_rows is None else scored_rows[text]
+            parts.append(_batched_logprobs(model, sub, **kwargs))
+        parts.extend(_rope_row_logprobs(model, batch, i, temperature=temperature, entropy=entropy) for i in own)
+        order = torch.argsort(torch.tensor(text + own)).to(batch["input_ids"].device)
+        logprobs = torch.cat([lp for lp, _ in parts])[order]
+        ent = torch.cat([e for _, e in parts if e is not None])[order] if entropy else None
+    if scored is not None:  # rows the head could not be restricted on: the same zeros on the unwanted tokens
+        wanted = scored.bool()
+        logprobs = torch.where(wanted, logprobs, torch.zeros_like(logprobs))
+        ent = None if ent is None else torch.where(wanted, ent, torch.zeros_like(ent))
     return logprobs, ent
 
 
@@ -229,9 +247,13 @@ def _batched_logprobs(
     packed: bool,
     entropy: bool,
     share_prompts: bool = False,
+    scored: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Text-only rows in one padded or packed forward; padded, with `share_prompts`, each distinct prompt is
-    forwarded once (`shared_prompt_rows`)."""
+    forwarded once (`shared_prompt_rows`); with `scored`, the LM head runs on the wanted tokens only."""
+    if scored is not None:
+        parts = _scored_logits(model, batch, scored, packed=packed, share_prompts=share_prompts)
+        return _spread_parts(batch, parts, temperature=temperature, entropy=entropy)
     width_p = batch.prompt_width
     if packed:
         seqs = pack(batch["input_ids"], batch["attention_mask"])
@@ -274,6 +296,99 @@ def _batched_logprobs(
     if ent is not None:
         ent = torch.where(mask, ent, torch.zeros_like(ent))
     return logprobs, ent
+
+
+ScoredLogits = list[tuple[torch.Tensor, torch.Tensor]]
+"""(wanted `[b, R]` bool, their logits `[n, vocab]` in row-major order) parts that together cover a batch's wanted
+response tokens once each."""
+
+
+def _scored_logits(
+    model: nn.Module, batch: TrajectoryBatch, scored: torch.Tensor, *, packed: bool, share_prompts: bool
+) -> ScoredLogits:
+    """Logits of the `scored` response tokens only, the LM head run on just their scoring hidden states."""
+    wanted = scored.bool() & batch.response_attention_mask.bool()
+    positions = scoring_positions(batch, wanted)
+    if packed:
+        seqs = pack(batch["input_ids"], batch["attention_mask"])
+        stream = positions.flatten()[seqs.indices].unsqueeze(0)  # padded columns -> stream order, same order
+        varlen = packed_attention_kwargs(model, seqs.cu_seqlens, seqs.max_seqlen)
+        with lm_head_on(model, stream), packed_stream():
+            out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **varlen)
+        return [(wanted, out.logits[0])]
+    groups = shared_prompt_rows(batch) if share_prompts and not _checkpointed(model) else None
+    if groups is not None:
+        parts = _shared_prompt_scored_logits(model, batch, wanted, *groups)
+        if parts is not None:
+            return parts
+    with lm_head_on(model, positions):
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        )
+    return [(wanted, out.logits[0])]
+
+
+def _shared_prompt_scored_logits(
+    model: nn.Module, batch: TrajectoryBatch, wanted: torch.Tensor, first: torch.Tensor, inverse: torch.Tensor
+) -> ScoredLogits | None:
+    """`_shared_prompt_logits` with the head restricted: the prompt's last column scores response token 0 (one
+    logit row per distinct prompt, indexed out to the rows that want token 0), and the response forward's head
+    sees only the columns j that score a wanted token j + 1. None where the cache is not a plain key/value store."""
+    width_p = batch.prompt_width
+    ids, mask, positions = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    prompt = model(
+        input_ids=ids[first, :width_p],
+        attention_mask=mask[first, :width_p],
+        position_ids=positions[first, :width_p],
+        use_cache=True,
+        **keep_logits(model, 1),
+    )
+    name = cache_argument(model)
+    cache = getattr(prompt, name, None)
+    if cache is None or not all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None])):
+        return None
+    cache.reorder_cache(inverse)
+    first_token = torch.zeros_like(wanted)
+    first_token[:, 0] = wanted[:, 0]
+    later = wanted & ~first_token
+    head_columns = torch.zeros_like(wanted)
+    head_columns[:, :-1] = later[:, 1:]  # response column j scores token j + 1
+    with lm_head_on(model, head_columns):
+        response = model(
+            input_ids=ids[:, width_p:],
+            attention_mask=mask,
+            position_ids=positions[:, width_p:],
+            use_cache=True,
+            **{name: cache},
+        )
+    return [(first_token, prompt.logits[inverse, -1][wanted[:, 0]]), (later, response.logits[0])]
+
+
+def _spread_parts(
+    batch: TrajectoryBatch, parts: ScoredLogits, *, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`[b, R]` log-probs (and entropies) from the wanted tokens' logits: each part's values written to its
+    wanted positions (differentiably), 0 elsewhere."""
+    logprobs: torch.Tensor | None = None
+    ent: torch.Tensor | None = None
+    for wanted, raw in parts:
+        logits = raw / temperature
+        rows = _chunk_rows(logits.shape[-1])
+        part_lp = _spread(logprobs_from_logits(logits, batch.responses[wanted], chunk_size=rows), wanted)
+        logprobs = part_lp if logprobs is None else logprobs + part_lp
+        if entropy:
+            part_ent = _spread(entropy_from_logits(logits, chunk_size=rows), wanted)
+            ent = part_ent if ent is None else ent + part_ent
+    assert logprobs is not None  # _scored_logits returns at least one part
+    return logprobs, ent
+
+
+def _spread(values: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """`values` (one per wanted position, row-major) at the wanted positions of a `[b, R]` tensor of zeros."""
+    return values.new_zeros(wanted.shape).masked_scatter(wanted, values)
 
 
 def response_hidden_states(backbone: nn.Module, batch: TrajectoryBatch, *, packed: bool = False) -> torch.Tensor:

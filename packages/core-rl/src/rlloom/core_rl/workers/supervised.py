@@ -20,7 +20,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 from torch import nn
@@ -32,49 +31,13 @@ from rlloom.core_rl.contracts.packing import pack
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.workers.attention import packed_attention_kwargs, packed_stream
 from rlloom.core_rl.workers.forward import response_logprobs, rope_rows
+from rlloom.core_rl.workers.head import lm_head_on, scoring_positions
 
 DEFAULT_MICRO_BATCH_TOKENS = 1024
 """Tokens per forward/backward in `supervised_train`. SmolLM2-135M in float32 keeps ~1.5 MB of activations per
 token: the search recipe's 8 demonstrations (~500 tokens each) in one forward peaked at 9.5 GiB RSS, in 2,048-token
 micro-batches 6.6 GiB, in 1,024-token ones 4.6 GiB; one forward+backward of 4 of them took the same CPU time in
 1,024-token micro-batches as in one forward (17.9 vs 18.2 s single-threaded, loaded host)."""
-
-
-def scoring_positions(batch: TrajectoryBatch) -> torch.Tensor:
-    """`[b, P+R]` bool: the columns whose hidden state predicts a trained (loss-mask != 0) response token. Response
-    token j sits at column P + j and is predicted from column P + j - 1; row-major order matches
-    `batch.loss_mask[batch.loss_mask != 0]`."""
-    width_p = batch.prompt_width
-    scoring = torch.zeros_like(batch["attention_mask"], dtype=torch.bool)
-    scoring[:, width_p - 1 : -1] = (batch.loss_mask != 0) & batch.response_attention_mask.bool()
-    return scoring
-
-
-@contextmanager
-def lm_head_on(model: nn.Module, positions: torch.Tensor) -> Iterator[None]:
-    """While open, the model's output embeddings (LM head) see only the hidden states at `positions` (a bool mask
-    over the hidden states' leading dims), gathered into one `[1, n, H]` row, so the forward's logits are `[1, n, V]`.
-    A pre-hook rather than a separate `lm_head(decoder(...))` call keeps whatever the model's forward does after its
-    head (Gemma's soft-capping, Cohere's logit scale) exactly as the full forward would."""
-    head = model.get_output_embeddings()  # type: ignore[operator]
-    if not isinstance(head, nn.Module):
-        raise TypeError(f"{type(model).__name__} has no output embeddings module to restrict to the trained tokens")
-
-    def gather(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        hidden = args[0]
-        if hidden.shape[:-1] != positions.shape:
-            raise RuntimeError(
-                f"lm_head_on: the LM head got hidden states {tuple(hidden.shape)}, expected {tuple(positions.shape)} "
-                "x hidden; this model does not run its head on the full sequence (use supervised_nll_sum(..., "
-                "restrict_head=False))"
-            )
-        return (hidden[positions].unsqueeze(0), *args[1:])
-
-    handle = head.register_forward_pre_hook(gather)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def supervised_nll_sum(
