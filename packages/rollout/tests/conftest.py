@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +135,18 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# SmolLM2-135M-Instruct's shape: 30 layers, 3 KV heads of 64, fp32 on disk (538,090,408 bytes), 8192 positions
+SMOLLM2 = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+           "hidden_size": 576, "head_dim": 64, "intermediate_size": 1536, "vocab_size": 49152,
+           "max_position_embeddings": 8192, "torch_dtype": "float32"}  # fmt: skip
+
+
+@pytest.fixture
+def smollm2_folder(tmp_path: Path) -> Path:
+    """A model folder with SmolLM2-135M's config and a sparse weights file of its real size (only sizes are read)."""
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2))
+    with (tmp_path / "model.safetensors").open("wb") as f:
+        f.truncate(538_090_408)
+    return tmp_path

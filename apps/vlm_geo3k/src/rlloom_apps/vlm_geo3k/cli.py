@@ -163,9 +163,6 @@ def _eval_parser(commands: Any) -> None:
     ev.add_argument("--limit", type=int, default=None, help="first N rows of each file (default: all)")
     ev.add_argument("--out", type=Path, default=None, help="folder for results.json, table.md and samples_*.jsonl")
     add_policy_arguments(ev, model_help="a saved VLM folder (a trainer checkpoint or a Qwen2.5-VL)")
-    for action in ev._actions:  # help for the policy flags that rlloom-rollout leaves undescribed
-        if action.dest == "dtype" and not action.help:
-            action.help = "weights' dtype (auto: bfloat16 on CUDA, float32 on CPU)"
     vision = ev.add_argument_group("images")
     for name in ("min_pixels", "max_pixels"):
         field = VisionSettings.model_fields[name]

