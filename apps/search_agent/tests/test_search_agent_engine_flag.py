@@ -62,5 +62,5 @@ def test_enforce_eager_reaches_the_vllm_engine_arguments(command: str, tmp_path:
     given = [command, *rows, "--model", str(tmp_path), "--engine", "vllm"]
     for extra, eager in (([], False), (["--enforce-eager"], True)):
         spec = PolicySpec.from_args(parser.parse_args([*given, *extra]))
-        assert platform_kwargs(vllm_engine_config(spec), on_cpu=False) == {"enforce_eager": eager}
+        assert platform_kwargs(vllm_engine_config(spec), on_cpu=False) == {"dtype": "auto", "enforce_eager": eager}
     assert load_train_config(CONFIGS / "grpo.yaml", ["model.path=/m"])[0].rollout.vllm.enforce_eager is False
