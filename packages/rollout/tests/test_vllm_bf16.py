@@ -40,7 +40,9 @@ def bf16_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         VLLMEngineConfig(
             model=str(folder / "model"),
             tokenizer=str(folder / "tokenizer"),
-            dtype="auto",  # TRL colocate's: vLLM downcasts the fp32 checkpoint
+            # what TRL colocate's "auto" gives an fp32 checkpoint on a GPU or a CPU with native bf16 (on an
+            # AVX2-only CPU the engines' "auto" is float32, cpu_dtype.py), asked for by name so every host runs it
+            dtype="bfloat16",
             enforce_eager=True,
             cpu_kvcache_space_gib=1,
             max_model_len=256,

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from vllm_sync_checks import PROMPTS, SHAPE, ids, perturbed
 
 from rlloom.core_rl.contracts.generation import GenerationRequest, SamplingParams
 from rlloom.core_rl.observe import progress
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.rollout.vllm.cpu_dtype import engine_dtype
 from rlloom.rollout.vllm.cpu_memory import CPU_KV_CACHE_CAP, ModelMemory
 from rlloom.rollout.vllm.engine import VLLMEngineConfig
 
@@ -94,7 +96,11 @@ def test_a_sync_logs_one_line_and_a_rollout_reports_progress(default_engine: tup
     assert not [m for m in lines.messages if m.startswith("Attempted to load weight")]
     assert not [m for m in lines.messages if m == "RotaryEmbedding: Failed to load weights"]
     [summary] = [m for m in lines.messages if m.startswith("rlloom weight sync:")]
-    assert f"{len(weights)} tensors loaded" in summary and "cast float32 -> bfloat16" in summary, summary
+    assert f"{len(weights)} tensors loaded" in summary, summary
+    # dtype "auto" reached vLLM as the engines resolve it on this CPU: bf16 with native bf16, else float32
+    running = engine.llm.llm_engine.model_config.dtype
+    assert running == (torch.float32 if engine_dtype("auto", on_cpu=True) == "float32" else torch.bfloat16)
+    assert ("cast float32 -> bfloat16" in summary) == (running == torch.bfloat16), summary
 
     written: list[str] = []
     params = SamplingParams(temperature=1.0, max_tokens=6, ignore_eos=True, n=2, seed=0)
