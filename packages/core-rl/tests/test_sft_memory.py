@@ -15,8 +15,8 @@ from transformers import Gemma2Config, Gemma2ForCausalLM
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
 from rlloom.core_rl.contracts.trajectory import Trajectory
 from rlloom.core_rl.tiny import char_tokenizer, tiny_qwen2
+from rlloom.core_rl.workers.head import scoring_positions
 from rlloom.core_rl.workers.supervised import (
-    scoring_positions,
     supervised_backward,
     supervised_nll_sum,
     supervised_train,

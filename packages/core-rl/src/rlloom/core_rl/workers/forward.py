@@ -18,6 +18,7 @@ take the batched (padded or packed) path as before.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
@@ -214,6 +215,25 @@ def _shared_prompt_logits(
     shares it, then the responses attend to them. The same numbers as the full forward; gradients reach the shared
     prompt activations summed over its rows, as the full forward's would. None when the model's cache is not a
     plain per-layer key/value store (sliding windows, recurrent layers): the caller then runs the full forward."""
+    out = _shared_prompt_forward(model, batch, first, inverse)
+    if out is None:
+        return None
+    prompt_last, response = out
+    # The prompt's last column scores the first response token; response column j scores token j + 1.
+    return torch.cat([prompt_last[:, None], response[:, :-1]], dim=1)
+
+
+def _shared_prompt_forward(
+    model: nn.Module,
+    batch: TrajectoryBatch,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+    head_columns: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(each row's prompt-last-column logits `[b, V]`, the response forward's logits): each distinct prompt forwarded
+    once, its cache indexed out to the rows that share it. With `head_columns` (`[b, R]` bool) the response
+    forward's LM head sees only those columns (`lm_head_on`: logits `[1, n, V]`). None when the model's cache is
+    not a plain per-layer key/value store."""
     width_p = batch.prompt_width
     ids, mask, positions = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
     prompt = model(
@@ -228,15 +248,16 @@ def _shared_prompt_logits(
     if cache is None or not all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None])):
         return None
     cache.reorder_cache(inverse)  # index_select: differentiable, so the rows' gradients sum into the prompt's
-    response = model(
-        input_ids=ids[:, width_p:],
-        attention_mask=mask,
-        position_ids=positions[:, width_p:],
-        use_cache=True,
-        **{name: cache},
-    )
-    # The prompt's last column scores the first response token; response column j scores token j + 1.
-    return torch.cat([prompt.logits[inverse, -1:], response.logits[:, :-1]], dim=1)
+    restrict = lm_head_on(model, head_columns) if head_columns is not None else contextlib.nullcontext()
+    with restrict:
+        response = model(
+            input_ids=ids[:, width_p:],
+            attention_mask=mask,
+            position_ids=positions[:, width_p:],
+            use_cache=True,
+            **{name: cache},
+        )
+    return prompt.logits[inverse, -1], response.logits
 
 
 def _batched_logprobs(
@@ -252,7 +273,7 @@ def _batched_logprobs(
     """Text-only rows in one padded or packed forward; padded, with `share_prompts`, each distinct prompt is
     forwarded once (`shared_prompt_rows`); with `scored`, the LM head runs on the wanted tokens only."""
     if scored is not None:
-        parts = _scored_logits(model, batch, scored, packed=packed, share_prompts=share_prompts)
+        parts = scored_logits(model, batch, scored, packed=packed, share_prompts=share_prompts)
         return _spread_parts(batch, parts, temperature=temperature, entropy=entropy)
     width_p = batch.prompt_width
     if packed:
@@ -303,7 +324,7 @@ ScoredLogits = list[tuple[torch.Tensor, torch.Tensor]]
 response tokens once each."""
 
 
-def _scored_logits(
+def scored_logits(
     model: nn.Module, batch: TrajectoryBatch, scored: torch.Tensor, *, packed: bool, share_prompts: bool
 ) -> ScoredLogits:
     """Logits of the `scored` response tokens only, the LM head run on just their scoring hidden states."""
@@ -337,34 +358,16 @@ def _shared_prompt_scored_logits(
     """`_shared_prompt_logits` with the head restricted: the prompt's last column scores response token 0 (one
     logit row per distinct prompt, indexed out to the rows that want token 0), and the response forward's head
     sees only the columns j that score a wanted token j + 1. None where the cache is not a plain key/value store."""
-    width_p = batch.prompt_width
-    ids, mask, positions = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
-    prompt = model(
-        input_ids=ids[first, :width_p],
-        attention_mask=mask[first, :width_p],
-        position_ids=positions[first, :width_p],
-        use_cache=True,
-        **keep_logits(model, 1),
-    )
-    name = cache_argument(model)
-    cache = getattr(prompt, name, None)
-    if cache is None or not all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None])):
-        return None
-    cache.reorder_cache(inverse)
     first_token = torch.zeros_like(wanted)
     first_token[:, 0] = wanted[:, 0]
     later = wanted & ~first_token
     head_columns = torch.zeros_like(wanted)
     head_columns[:, :-1] = later[:, 1:]  # response column j scores token j + 1
-    with lm_head_on(model, head_columns):
-        response = model(
-            input_ids=ids[:, width_p:],
-            attention_mask=mask,
-            position_ids=positions[:, width_p:],
-            use_cache=True,
-            **{name: cache},
-        )
-    return [(first_token, prompt.logits[inverse, -1][wanted[:, 0]]), (later, response.logits[0])]
+    out = _shared_prompt_forward(model, batch, first, inverse, head_columns)
+    if out is None:
+        return None
+    prompt_last, response = out
+    return [(first_token, prompt_last[wanted[:, 0]]), (later, response[0])]
 
 
 def _spread_parts(
@@ -382,7 +385,7 @@ def _spread_parts(
         if entropy:
             part_ent = _spread(entropy_from_logits(logits, chunk_size=rows), wanted)
             ent = part_ent if ent is None else ent + part_ent
-    assert logprobs is not None  # _scored_logits returns at least one part
+    assert logprobs is not None  # scored_logits returns at least one part
     return logprobs, ent
 
 

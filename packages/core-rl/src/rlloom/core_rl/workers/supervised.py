@@ -27,11 +27,8 @@ from tqdm.auto import tqdm
 
 from rlloom.core_rl.algorithms import logprobs_from_logits
 from rlloom.core_rl.contracts.batch import TrajectoryBatch
-from rlloom.core_rl.contracts.packing import pack
 from rlloom.core_rl.contracts.trajectory import Trajectory
-from rlloom.core_rl.workers.attention import packed_attention_kwargs, packed_stream
-from rlloom.core_rl.workers.forward import response_logprobs, rope_rows
-from rlloom.core_rl.workers.head import lm_head_on, scoring_positions
+from rlloom.core_rl.workers.forward import response_logprobs, rope_rows, scored_logits
 
 DEFAULT_MICRO_BATCH_TOKENS = 1024
 """Tokens per forward/backward in `supervised_train`. SmolLM2-135M in float32 keeps ~1.5 MB of activations per
@@ -54,26 +51,9 @@ def supervised_nll_sum(
     if plain:
         logprobs, _ = response_logprobs(model, batch, packed=packed)
         return -(logprobs * batch.loss_mask.to(logprobs.dtype)).sum()
-    trained = batch.loss_mask != 0
-    targets = batch.responses[trained]
-    weights = batch.loss_mask[trained]
-    scoring = scoring_positions(batch)
-    if packed:
-        seqs = pack(batch["input_ids"], batch["attention_mask"])
-        stream_scoring = scoring.flatten()[seqs.indices].unsqueeze(0)  # padded columns -> stream order, same order
-        varlen = packed_attention_kwargs(model, seqs.cu_seqlens, seqs.max_seqlen)
-        with lm_head_on(model, stream_scoring), packed_stream():
-            out = model(input_ids=seqs.input_ids, position_ids=seqs.position_ids, use_cache=False, **varlen)
-    else:
-        with lm_head_on(model, scoring):
-            out = model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-                use_cache=False,
-            )
-    logprobs = logprobs_from_logits(out.logits[0], targets)
-    return -(logprobs * weights.to(logprobs.dtype)).sum()
+    [(wanted, logits)] = scored_logits(model, batch, batch.loss_mask != 0, packed=packed, share_prompts=False)
+    logprobs = logprobs_from_logits(logits, batch.responses[wanted])
+    return -(logprobs * batch.loss_mask[wanted].to(logprobs.dtype)).sum()
 
 
 def _batch(model: nn.Module, trajectories: Sequence[Trajectory], pad_token_id: int) -> tuple[TrajectoryBatch, float]:
