@@ -22,6 +22,12 @@ import nox
 ROOT = Path(__file__).parent
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
+# Sessions write bytecode caches into their own throwaway venvs (and the git-ignored __pycache__ of the editable
+# sources) even where the machine sets PYTHONDONTWRITEBYTECODE=1, as many container images do, this one included:
+# with it every process compiles each module it imports from source, and the tests start hundreds of processes
+# that import torch and transformers (rank workers, Ray nodes, vLLM engines): about 9 s of compiling each here,
+# test_distributed.py 242 s -> 108 s (docs/benchmarks.md, "Bytecode caches in CI").
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # folder under packages/ -> import module under rlloom.*
 PACKAGES: dict[str, str] = {
