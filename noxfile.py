@@ -44,9 +44,11 @@ TEST_EXTRAS: dict[str, list[str]] = {"retrieval": ["dense"]}
 # packages whose isolated tests run two files at a time (pytest-xdist, each worker and the ranks it spawns on one
 # torch thread): most of core-rl's time is rank processes and Ray nodes starting, which leaves a core idle; the
 # others' files are each a few seconds of one core. Which worker runs which file: conftest.py (longest first).
-# Not rewards: test_code_sandbox.py asserts that no sandbox-uid process is left anywhere on the machine, which a
-# sandbox run on the other worker breaks.
-PARALLEL_TESTS = {"core-rl", "rollout", "retrieval"}
+PARALLEL_TESTS = {"core-rl", "rollout", "retrieval", "rewards"}
+# ...except these files, which run after the others in one process: test_code_sandbox.py asserts that no sandbox-uid
+# process is left anywhere on the machine, which a sandbox run on the other worker would break (the other files
+# count only what their own runs left: packages/rewards/tests/conftest.py).
+ALONE_FILES: dict[str, list[str]] = {"rewards": ["test_code_sandbox.py"]}
 # ...in xdist's own file order, not conftest.py's longest first: core-rl's long files (ranks, Ray nodes) slowed each
 # other when run side by side (418 s of tests against 313 s in the idle fresh-clone CI)
 XDIST_OWN_ORDER = {"core-rl"}
@@ -91,10 +93,12 @@ def _test_env() -> dict[str, str]:
     return {"RAY_TMPDIR": ray_tmp}
 
 
-def _pytest_args(session: nox.Session, tests: Path) -> list[str]:
-    junit = ROOT / ".nox" / "junit" / f"{session.name}.xml"
+def _pytest_args(session: nox.Session, tests: Path, *more: Path, report: str = "") -> list[str]:
+    """pytest's arguments for `tests` (and `more`); each run of a session writes its own JUnit `report` name."""
+    junit = ROOT / ".nox" / "junit" / f"{session.name}{report}.xml"
     return [
         str(tests),
+        *map(str, more),
         f"--rootdir={ROOT}",
         "-c",
         str(ROOT / "pyproject.toml"),
@@ -156,8 +160,12 @@ def _make_isolated_session(folder: str, module: str) -> None:
         if folder in XDIST_OWN_ORDER:
             env["RLLOOM_XDIST_ORDER"] = "xdist"  # conftest.py: keep xdist's order here
         xdist = TWO_FILES_AT_A_TIME if parallel else []
+        alone = [pkg / "tests" / name for name in ALONE_FILES.get(folder, [])]
         with session.chdir(session.create_tmp()):  # never import from the source tree
-            session.run("pytest", *_pytest_args(session, pkg / "tests"), *xdist, env=env)
+            ignored = [f"--ignore={path}" for path in alone]
+            session.run("pytest", *_pytest_args(session, pkg / "tests"), *xdist, *ignored, env=env)
+            if alone:
+                session.run("pytest", *_pytest_args(session, *alone, report="-alone"), env=env)
 
 
 _NAMESPACE_PROBE = """

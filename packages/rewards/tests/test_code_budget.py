@@ -16,7 +16,7 @@ import signal
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,31 +27,15 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(os.geteuid() != 0, reason="strong isolation needs root (CI runs as root)"),
 ]
-SANDBOX_UIDS = 1_000_000
 TESTS = ["assert square(3) == 9", "assert square(-4) == 16"]
 SQUARE = "\ndef square(x):\n    return x * x\n"
 BUDGET = Limits(timeout=20, memory_mb=256)
 
 
-def _sandbox_processes() -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "Uid: 0")
-        if int(uid_line.split()[1]) >= SANDBOX_UIDS:
-            found.append(f"{entry.name}: {status.splitlines()[0]}")
-    return found
-
-
 @pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
+def _no_leftovers(sandbox_processes: Callable[..., list[str]]) -> Iterator[None]:
     yield
-    assert _sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert sandbox_processes() == [], "a sandboxed process outlived its run"
 
 
 def _code(body: str) -> str:

@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(os.geteuid() != 0, reason="strong isolation needs root (CI runs as root)"),
 ]
-SANDBOX_UIDS = 1_000_000  # the runner draws each run's uids at or above this
 REPO = Path(__file__).resolve().parents[3]
 
 SQUARE_TESTS = ["assert square(3) == 9", "assert square(-4) == 16", "assert square(12) == 144"]
@@ -63,51 +62,21 @@ class Eq:
 """
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(name, parent pid, uid) of a live process, None once it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return fields["Name"].strip(), int(fields["PPid"]), int(fields["Uid"].split()[0])
-
-
-def _sandbox_processes(*, ours_only: bool = True) -> list[str]:
-    """Processes under a sandbox uid that no live run holds: their first ancestor outside the sandbox is not an
-    `unshare` still attached to a scoring process other than this test process (whose runs are all over when
-    this is called). Runs of other scoring processes on a shared machine are left out when `ours_only`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        info = _stat(int(entry.name))
-        if info is None or info[2] < SANDBOX_UIDS:
-            continue
-        ancestor = info
-        while ancestor is not None and ancestor[2] >= SANDBOX_UIDS:
-            ancestor = _stat(ancestor[1])
-        held = ancestor is not None and ancestor[0] == "unshare" and ancestor[1] not in (1, os.getpid())
-        if not (held and ours_only):
-            found.append(f"{entry.name}: {info[0]}")
-    return found
-
-
 def _ptys() -> int:
     return int(Path("/proc/sys/kernel/pty/nr").read_text())
 
 
 @pytest.fixture
-def host() -> Iterator[dict[str, str]]:
+def host(sandbox_processes: Callable[..., list[str]]) -> Iterator[dict[str, str]]:
     """Marker paths a program may try to write, and the checks that the host is as it was afterwards."""
     tag = uuid.uuid4().hex[:12]
     marks = {"tmp_mark": f"/tmp/rlloom-hostile-{tag}", "repo_mark": str(REPO / f".rlloom-hostile-{tag}")}
     ptys = _ptys()
     yield marks
     deadline = time.monotonic() + 5
-    while _sandbox_processes() and time.monotonic() < deadline:
+    while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert sandbox_processes() == [], "a sandboxed process outlived its run"
     assert _ptys() <= ptys, "the run took pseudo-terminals from the host"
     for path in marks.values():
         assert not os.path.exists(path), f"the run wrote {path} on the host"
@@ -574,7 +543,9 @@ check_asserts(sys.stdin.read(), ["assert square(3) == 9"], timeout=60)
 
 
 @pytest.mark.parametrize("name", sorted(PERSISTENCE))
-def test_nothing_outlives_a_killed_scoring_process(name: str, host: dict[str, str]) -> None:
+def test_nothing_outlives_a_killed_scoring_process(
+    name: str, host: dict[str, str], sandbox_processes: Callable[..., list[str]]
+) -> None:
     scorer = subprocess.Popen(
         [sys.executable, "-c", KILLED_SCORER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -583,7 +554,7 @@ def test_nothing_outlives_a_killed_scoring_process(name: str, host: dict[str, st
     scorer.stdin.close()
     assert scorer.stdout.readline().strip() == "scoring"
     deadline = time.monotonic() + 20
-    while not _sandbox_processes(ours_only=False) and time.monotonic() < deadline:  # the program is running
+    while not sandbox_processes(held_by=scorer.pid) and time.monotonic() < deadline:  # the program is running
         time.sleep(0.05)
     time.sleep(0.5)  # let it clear its parent-death signal
     os.kill(scorer.pid, signal.SIGKILL)
