@@ -26,8 +26,9 @@ nox.options.reuse_existing_virtualenvs = False
 # sources) even where the machine sets PYTHONDONTWRITEBYTECODE=1, as many container images do, this one included:
 # with it every process compiles each module it imports from source, and the tests start hundreds of processes
 # that import torch and transformers (rank workers, Ray nodes, vLLM engines): about 9 s of compiling each here,
-# test_distributed.py 242 s -> 108 s (docs/benchmarks.md, "Bytecode caches in CI").
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# test_distributed.py 242 s -> 108 s (docs/benchmarks.md, "bytecode caches"). `nox -s dev`'s .venv is used outside
+# nox, where the variable still holds: there uv compiles the bytecode at install instead (about 40 s more).
+NO_BYTECODE_WRITES = bool(os.environ.pop("PYTHONDONTWRITEBYTECODE", None))
 
 # folder under packages/ -> import module under rlloom.*
 PACKAGES: dict[str, str] = {
@@ -360,6 +361,7 @@ def dev(session: nox.Session) -> None:
         "mypy",
         "types-PyYAML",
         "nox",
+        *(["--compile-bytecode"] if NO_BYTECODE_WRITES else []),
         external=True,
     )
     session.log(f"activate with: source {venv}/bin/activate")
