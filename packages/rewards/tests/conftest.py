@@ -60,10 +60,11 @@ def _holder(info: tuple[str, int, int]) -> int | None:
     return ancestor[1] if ancestor is not None and ancestor[0] == "unshare" else None
 
 
-def _sandbox_processes(*, held_by: int | None = None) -> list[str]:
+def _sandbox_processes(*, held_by: int | None = None, anywhere: bool = False) -> list[str]:
     """Processes under a sandbox uid that no other live scoring process holds: what this test process's own runs
     left (they are all over when a test asks), and orphans. Runs of other scoring processes on the machine (the
-    other pytest-xdist worker's) are left out. With `held_by`, only the runs that process holds."""
+    other pytest-xdist worker's) are left out. With `held_by`, only the runs that process holds; with `anywhere`,
+    every one on the machine (for a file that runs alone)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -71,15 +72,17 @@ def _sandbox_processes(*, held_by: int | None = None) -> list[str]:
         info = _stat(int(entry.name))
         if info is None or info[2] < SANDBOX_UIDS:
             continue
-        holder = _holder(info)
-        mine = holder == held_by if held_by is not None else holder in (None, 1, os.getpid())
-        if mine:
-            found.append(f"{entry.name}: {info[0]}")
+        if not anywhere:
+            holder = _holder(info)
+            if holder != held_by if held_by is not None else holder not in (None, 1, os.getpid()):
+                continue  # another scoring process's live run
+        found.append(f"{entry.name}: {info[0]}")
     return found
 
 
 @pytest.fixture(scope="session")
 def sandbox_processes() -> Callable[..., list[str]]:
     """`sandbox_processes()` lists sandboxed processes left by this test process's runs or orphaned (see
-    `_sandbox_processes`); `sandbox_processes(held_by=pid)` those of a scoring subprocess's live runs."""
+    `_sandbox_processes`); `sandbox_processes(held_by=pid)` those of a scoring subprocess's live runs;
+    `sandbox_processes(anywhere=True)` every one on the machine."""
     return _sandbox_processes
